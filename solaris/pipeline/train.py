@@ -1,0 +1,183 @@
+"""Train the FM, its autoencoder and the verifier VM on a global time split.
+
+The FM's advantage is what a foundation model really has over a vertical one: the whole
+training window (the VM sees only its last ``vm_window_share``), a history that carries the
+user's past ratings, KG entities and user rating statistics. Everything is causal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from solaris.config import SolarisConfig
+from solaris.evaluation.metrics import auc, log_loss
+from solaris.models.autoencoder import Autoencoder
+from solaris.models.features import FeatureContext
+from solaris.models.fm import FoundationModel
+from solaris.models.training import (
+    Examples,
+    TimeSplit,
+    fit,
+    load_checkpoint,
+    predict_fm,
+    predict_proba,
+    predict_vm,
+    save_checkpoint,
+    seed_everything,
+    task_targets,
+    weights_digest,
+)
+from solaris.models.vm import VerticalModel
+
+
+@dataclass
+class TrainedModels:
+    fm: FoundationModel
+    autoencoder: Autoencoder
+    vm: VerticalModel
+    fm_version: str
+    vm_version: str
+    split: TimeSplit
+    init: dict[str, dict] = field(default_factory=dict)  # constructor args, for checkpoints
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def fm_examples(ctx: FeatureContext, rows: pd.DataFrame, tasks: tuple[str, ...]) -> Examples:
+    batch = ctx.fm_batch(
+        rows["user_id"].to_numpy(), rows["item_id"].to_numpy(), rows["ts"].to_numpy()
+    )
+    return Examples(batch, task_targets(rows["rating"].to_numpy(), tasks))
+
+
+def vm_examples(ctx: FeatureContext, rows: pd.DataFrame, task: str) -> Examples:
+    batch = ctx.vm_batch(
+        rows["user_id"].to_numpy(), rows["item_id"].to_numpy(), rows["ts"].to_numpy()
+    )
+    return Examples(batch, task_targets(rows["rating"].to_numpy(), (task,)))
+
+
+def train_autoencoder(
+    fm: FoundationModel, train: Examples, cfg: SolarisConfig
+) -> tuple[Autoencoder, float]:
+    """Fit ``h -> z`` on reconstruction of the FM's last shared layer; returns (ae, mse)."""
+    with torch.inference_mode():
+        h = torch.cat([fm.shared(train.batch[i : i + 8192]) for i in range(0, len(train), 8192)])
+    h = h.clone()
+    gen = seed_everything(cfg.train.seed)
+    ae = Autoencoder(in_dim=fm.shared_dim, z_dim=cfg.model.z_dim, hidden=2 * fm.shared_dim)
+    ae.fit_scaler(h)
+    opt = torch.optim.Adam(ae.parameters(), lr=cfg.train.lr)
+    for _ in tqdm(range(cfg.train.ae_epochs), desc="autoencoder", unit="epoch", leave=False):
+        ae.train()
+        order = torch.randperm(len(h), generator=gen)
+        for i in range(0, len(h), cfg.train.batch_size):
+            opt.zero_grad(set_to_none=True)
+            ae.reconstruction_loss(h[order[i : i + cfg.train.batch_size]]).backward()
+            opt.step()
+    ae.eval()
+    with torch.inference_mode():
+        mse = float(ae.reconstruction_loss(h))
+    return ae, mse
+
+
+def train_models(
+    impressions: pd.DataFrame, ctx: FeatureContext, cfg: SolarisConfig
+) -> TrainedModels:
+    """FM (multi-task, whole training window), autoencoder, and the plain VM verifier.
+
+    ``impressions`` needs ``user_id, item_id, ts, rating``. Metrics are on the test period
+    for the VM's task (the FM's first task).
+    """
+    tasks = tuple(cfg.model.tasks)
+    split = TimeSplit.from_shares(
+        impressions["ts"].to_numpy(), cfg.train.train_share, cfg.train.val_share
+    )
+    ts = impressions["ts"].to_numpy()
+    train_rows = impressions[split.part(ts, "train")]
+    val_rows = impressions[split.part(ts, "val")]
+    test_rows = impressions[split.part(ts, "test")]
+
+    seed_everything(cfg.train.seed)
+    fm_init = {"spec": ctx.spec("fm"), "embed_dim": cfg.model.embed_dim,
+               "cross_layers": cfg.model.cross_layers, "shared_dim": cfg.model.shared_dim,
+               "tasks": tasks}  # fmt: skip
+    fm = FoundationModel(**fm_init)
+    fm_train = fm_examples(ctx, train_rows, tasks)
+    fit(fm, fm_train, fm_examples(ctx, val_rows, tasks), predict_fm, cfg.train, desc="FM")
+    ae, ae_mse = train_autoencoder(fm, fm_train, cfg)
+    fm_version = "fm-" + weights_digest(fm, ae, config=cfg.model.model_dump())
+
+    # The VM only sees the last part of the training window, like a production model.
+    cut = np.quantile(train_rows["ts"].to_numpy(), 1 - cfg.train.vm_window_share)
+    vm_rows = train_rows[train_rows["ts"].to_numpy() >= cut]
+    seed_everything(cfg.train.seed)
+    vm_init = {
+        "spec": ctx.spec("vm"),
+        "embed_dim": cfg.model.embed_dim,
+        "hidden": cfg.model.vm_hidden,
+    }
+    vm = VerticalModel(**vm_init)
+    fit(vm, vm_examples(ctx, vm_rows, tasks[0]), vm_examples(ctx, val_rows, tasks[0]), predict_vm,
+        cfg.train, desc="VM")  # fmt: skip
+    vm_version = "vm-" + weights_digest(vm, config={"vm_hidden": cfg.model.vm_hidden})
+
+    y = task_targets(test_rows["rating"].to_numpy(), (tasks[0],)).numpy()[:, 0]
+    p_fm = predict_proba(fm, fm_examples(ctx, test_rows, tasks), predict_fm)[:, 0]
+    p_vm = predict_proba(vm, vm_examples(ctx, test_rows, tasks[0]), predict_vm)[:, 0]
+    metrics = {
+        "n_train": len(train_rows), "n_vm_train": len(vm_rows), "n_val": len(val_rows),
+        "n_test": len(test_rows), "fm_logloss": log_loss(y, p_fm), "fm_auc": auc(y, p_fm),
+        "vm_logloss": log_loss(y, p_vm), "vm_auc": auc(y, p_vm), "ae_mse": ae_mse,
+    }  # fmt: skip
+    ae_init = {"in_dim": ae.in_dim, "z_dim": ae.z_dim, "hidden": ae.hidden}
+    init = {"fm": fm_init, "autoencoder": ae_init, "vm": vm_init}
+    return TrainedModels(fm, ae, vm, fm_version, vm_version, split, init, metrics)
+
+
+def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
+    """Checkpoints of the three models; FM and autoencoder share ``fm_version``."""
+    versions = {"fm": models.fm_version, "autoencoder": models.fm_version, "vm": models.vm_version}
+    modules = {"fm": models.fm, "autoencoder": models.autoencoder, "vm": models.vm}
+    return {
+        kind: save_checkpoint(
+            folder / f"{kind}.pt",
+            modules[kind],
+            kind=kind,
+            version=versions[kind],
+            init=models.init[kind],
+        )
+        for kind in modules
+    }
+
+
+def load_models(folder: Path) -> tuple[FoundationModel, Autoencoder, VerticalModel, str]:
+    fm, fm_version = load_checkpoint(folder / "fm.pt", FoundationModel)
+    ae, ae_version = load_checkpoint(folder / "autoencoder.pt", Autoencoder)
+    if ae_version != fm_version:
+        raise ValueError(f"autoencoder {ae_version} does not belong to FM {fm_version} in {folder}")
+    vm, _ = load_checkpoint(folder / "vm.pt", VerticalModel)
+    return fm, ae, vm, fm_version
+
+
+@torch.inference_mode()
+def score_candidates(vm: VerticalModel, ctx: FeatureContext, candidates: pd.DataFrame,
+                     batch_size: int = 65_536, progress: bool = False) -> np.ndarray:  # fmt: skip
+    """Verifier score (VM probability of its task) of every candidate row, as of its time."""
+    users = candidates["user_id"].to_numpy()
+    items = candidates["item_id"].to_numpy()
+    ts = candidates["ts"].to_numpy()
+    out = np.empty(len(candidates), dtype=np.float32)
+    vm.eval()
+    steps = range(0, len(candidates), batch_size)
+    for i in tqdm(steps, desc="verifier", unit="batch", disable=not progress, leave=False):
+        batch = ctx.vm_batch(
+            users[i : i + batch_size], items[i : i + batch_size], ts[i : i + batch_size]
+        )
+        out[i : i + batch_size] = torch.sigmoid(vm(batch))[:, 0].numpy()
+    return out

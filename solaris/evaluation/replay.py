@@ -78,8 +78,14 @@ def replay(
     stops = np.concatenate([bounds, [len(ts)]])
     hit = np.zeros(len(ts), dtype=bool)
     chosen = np.zeros(len(ts), dtype=bool)
-    bar = tqdm(zip(starts, stops, strict=True), total=len(starts), desc="replay",
-               unit="interval", disable=not progress, leave=False)  # fmt: skip
+    bar = tqdm(
+        zip(starts, stops, strict=True),
+        total=len(starts),
+        desc="replay",
+        unit="interval",
+        disable=not progress,
+        leave=False,
+    )
     for a, b in bar:
         rows = slice(a, b)
         # The cache holds what earlier intervals computed; nothing from this one yet.

@@ -159,9 +159,13 @@ class FeatureContext:
         u_n, u_mean, u_like = self._by_user.stats(users, ts)
         i_n, i_mean, i_like = self._by_item.stats(items, ts)
         columns = [
-            np.log1p(u_n) / 5, np.log1p(i_n) / 6, i_mean - 3.5, i_like - 0.55,
-            self._age[users], self._year[items],
-        ]  # fmt: skip
+            np.log1p(u_n) / 5,
+            np.log1p(i_n) / 6,
+            i_mean - 3.5,
+            i_like - 0.55,
+            self._age[users],
+            self._year[items],
+        ]
         if full:
             start, pos = self._by_user.before(users, ts)
             last = self._by_user.ts[np.maximum(pos - 1, 0)]

@@ -59,7 +59,7 @@ def embed_pairs(
     fm: FoundationModel,
     autoencoder: Autoencoder,
     ctx: FeatureContext,
-    computed_at: int,
+    computed_at: int | np.ndarray,
     fm_version: str,
     batch_size: int = 8192,
     device: torch.device | str = "cpu",
@@ -67,17 +67,24 @@ def embed_pairs(
 ) -> pa.Table:
     """Pair-embedding rows for ``pairs`` (``user_id, item_id``), computed at ``computed_at``.
 
-    Features are taken as of ``computed_at`` (epoch seconds): the FM sees the user's history
-    strictly before that time, never the requests that will read the embedding later.
-    Returns a table with ``pair_embeddings_schema(z_dim)``.
+    ``computed_at`` is epoch seconds, one value for the shard or one per pair. Features are
+    taken as of that time: the FM sees the user's history strictly before it, never the
+    requests that will read the embedding later. Returns ``pair_embeddings_schema(z_dim)``.
     """
     users = pairs["user_id"].to_numpy(np.int64)
     items = pairs["item_id"].to_numpy(np.int64)
-    ts = np.full(len(pairs), computed_at, dtype=np.int64)
+    ts = np.broadcast_to(np.asarray(computed_at, dtype=np.int64), (len(pairs),)).copy()
     z = encode_pairs(
-        users, items, ts, fm=fm, autoencoder=autoencoder, ctx=ctx,
-        batch_size=batch_size, device=device, progress=progress,
-    )  # fmt: skip
+        users,
+        items,
+        ts,
+        fm=fm,
+        autoencoder=autoencoder,
+        ctx=ctx,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+    )
     z_dim = z.shape[1]
     schema = pair_embeddings_schema(z_dim)
     return pa.table(
@@ -87,7 +94,7 @@ def embed_pairs(
             "z": pa.FixedSizeListArray.from_arrays(pa.array(z.reshape(-1), pa.float32()), z_dim),
             "fm_version": pa.array([fm_version] * len(pairs), pa.string()),
             "computed_at": pa.array(
-                np.full(len(pairs), computed_at * 1_000_000, dtype=np.int64),
+                ts * 1_000_000,
                 pa.timestamp("us", tz="UTC"),
             ),
         },
@@ -115,8 +122,14 @@ def embed_shard(
     table = read_table(shard, "candidates", as_of=computed_at)
     pairs = table.select(["user_id", "item_id"]).to_pandas().drop_duplicates(ignore_index=True)
     rows = embed_pairs(
-        pairs, fm=fm, autoencoder=autoencoder, ctx=ctx, computed_at=computed_at,
-        fm_version=fm_version, batch_size=batch_size, device=device,
-    )  # fmt: skip
+        pairs,
+        fm=fm,
+        autoencoder=autoencoder,
+        ctx=ctx,
+        computed_at=computed_at,
+        fm_version=fm_version,
+        batch_size=batch_size,
+        device=device,
+    )
     write_table(rows, out, "pair_embeddings", z_dim=autoencoder.z_dim)
     return rows.num_rows

@@ -104,9 +104,13 @@ def train_models(
     test_rows = impressions[split.part(ts, "test")]
 
     seed_everything(cfg.train.seed)
-    fm_init = {"spec": ctx.spec("fm"), "embed_dim": cfg.model.embed_dim,
-               "cross_layers": cfg.model.cross_layers, "shared_dim": cfg.model.shared_dim,
-               "tasks": tasks}  # fmt: skip
+    fm_init = {
+        "spec": ctx.spec("fm"),
+        "embed_dim": cfg.model.embed_dim,
+        "cross_layers": cfg.model.cross_layers,
+        "shared_dim": cfg.model.shared_dim,
+        "tasks": tasks,
+    }
     fm = FoundationModel(**fm_init)
     fm_train = fm_examples(ctx, train_rows, tasks)
     fit(fm, fm_train, fm_examples(ctx, val_rows, tasks), predict_fm, cfg.train, desc="FM")
@@ -123,18 +127,30 @@ def train_models(
         "hidden": cfg.model.vm_hidden,
     }
     vm = VerticalModel(**vm_init)
-    fit(vm, vm_examples(ctx, vm_rows, tasks[0]), vm_examples(ctx, val_rows, tasks[0]), predict_vm,
-        cfg.train, desc="VM")  # fmt: skip
+    fit(
+        vm,
+        vm_examples(ctx, vm_rows, tasks[0]),
+        vm_examples(ctx, val_rows, tasks[0]),
+        predict_vm,
+        cfg.train,
+        desc="VM",
+    )
     vm_version = "vm-" + weights_digest(vm, config={"vm_hidden": cfg.model.vm_hidden})
 
     y = task_targets(test_rows["rating"].to_numpy(), (tasks[0],)).numpy()[:, 0]
     p_fm = predict_proba(fm, fm_examples(ctx, test_rows, tasks), predict_fm)[:, 0]
     p_vm = predict_proba(vm, vm_examples(ctx, test_rows, tasks[0]), predict_vm)[:, 0]
     metrics = {
-        "n_train": len(train_rows), "n_vm_train": len(vm_rows), "n_val": len(val_rows),
-        "n_test": len(test_rows), "fm_logloss": log_loss(y, p_fm), "fm_auc": auc(y, p_fm),
-        "vm_logloss": log_loss(y, p_vm), "vm_auc": auc(y, p_vm), "ae_mse": ae_mse,
-    }  # fmt: skip
+        "n_train": len(train_rows),
+        "n_vm_train": len(vm_rows),
+        "n_val": len(val_rows),
+        "n_test": len(test_rows),
+        "fm_logloss": log_loss(y, p_fm),
+        "fm_auc": auc(y, p_fm),
+        "vm_logloss": log_loss(y, p_vm),
+        "vm_auc": auc(y, p_vm),
+        "ae_mse": ae_mse,
+    }
     ae_init = {"in_dim": ae.in_dim, "z_dim": ae.z_dim, "hidden": ae.hidden}
     init = {"fm": fm_init, "autoencoder": ae_init, "vm": vm_init}
     return TrainedModels(fm, ae, vm, fm_version, vm_version, split, init, metrics)
@@ -166,8 +182,13 @@ def load_models(folder: Path) -> tuple[FoundationModel, Autoencoder, VerticalMod
 
 
 @torch.inference_mode()
-def score_candidates(vm: VerticalModel, ctx: FeatureContext, candidates: pd.DataFrame,
-                     batch_size: int = 65_536, progress: bool = False) -> np.ndarray:  # fmt: skip
+def score_candidates(
+    vm: VerticalModel,
+    ctx: FeatureContext,
+    candidates: pd.DataFrame,
+    batch_size: int = 65_536,
+    progress: bool = False,
+) -> np.ndarray:
     """Verifier score (VM probability of its task) of every candidate row, as of its time."""
     users = candidates["user_id"].to_numpy()
     items = candidates["item_id"].to_numpy()

@@ -1,0 +1,38 @@
+# The two commands of the README contract: `make demo` and `make test`.
+# Each creates .venv and installs the pinned lock (constraints.txt) when it is missing or
+# out of date, and fetches MovieLens-100K into the cache when it is not there yet.
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format data venv clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+data: $(STAMP)
+	$(BIN)/solaris data fetch
+
+demo: data
+	$(BIN)/solaris demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) artifacts .pytest_cache .ruff_cache

@@ -1,0 +1,54 @@
+"""Steps that read the artifacts an earlier run left (request log, checkpoints)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from solaris.config import SelectionConfig, SolarisConfig
+from solaris.data.fetch import fetch_movielens
+from solaris.data.movielens import MovieLens
+from solaris.data.schemas import read_table
+from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
+from solaris.models.features import FeatureContext
+from solaris.models.training import TimeSplit
+from solaris.pipeline.train import load_models, score_candidates
+
+SELECTORS = ("verifier", "random", "oracle")
+
+
+def replay_from_artifacts(
+    cfg: SolarisConfig, selection: SelectionConfig, selector: str = "verifier"
+) -> ReplayResult:
+    """Replay the saved request log with ``selector`` under ``selection`` settings."""
+    if selector not in SELECTORS:
+        raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
+    log_path = Path(cfg.artifacts_dir) / "log" / "candidates.parquet"
+    models_dir = Path(cfg.artifacts_dir) / "models"
+    if not log_path.is_file() or not (models_dir / "vm.pt").is_file():
+        raise FileNotFoundError(
+            f"no request log or models under {cfg.artifacts_dir}: run `solaris demo` first"
+        )
+    candidates = read_table(log_path, "candidates").to_pandas()
+    ttl_s, cadence_s = int(selection.ttl_hours * 3600), int(selection.cadence_minutes * 60)
+    if selector == "verifier":
+        data = MovieLens.load(fetch_movielens(cfg.data))
+        _, _, vm, _ = load_models(models_dir)
+        ctx = FeatureContext(
+            data, cfg.model.history_len, cfg.model.kg_entities_per_item, cfg.model.kg_buckets
+        )
+        scores = score_candidates(vm, ctx, candidates, progress=True)
+    elif selector == "random":
+        scores = random_scores(len(candidates), cfg.train.seed)
+    else:
+        scores = oracle_scores(candidates, ttl_seconds=ttl_s, cadence_seconds=cadence_s)
+    labelled_ts = candidates.loc[candidates["label"].notna(), "ts"].to_numpy()
+    split = TimeSplit.from_shares(labelled_ts, cfg.train.train_share, cfg.train.val_share)
+    return replay(
+        candidates,
+        scores,
+        share=selection.share,
+        ttl_seconds=ttl_s,
+        cadence_seconds=cadence_s,
+        eval_from=split.val_end,
+        progress=True,
+    )

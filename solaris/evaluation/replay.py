@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from solaris.pipeline.select import pair_keys, select_mask
 
 _NEVER = np.iinfo(np.int64).min
+_TIME_SPAN = 1 << 33  # epoch seconds fit below this until the year 2242
 
 
 @dataclass(frozen=True)
@@ -131,12 +132,23 @@ def random_scores(n: int, seed: int) -> np.ndarray:
 def oracle_scores(
     candidates: pd.DataFrame, *, ttl_seconds: int, cadence_seconds: int
 ) -> np.ndarray:
-    """1 for a pair whose labelled impression falls inside the window in which an embedding
-    selected now would be usable, else 0: the best any selector can do at a given budget."""
-    keys = pair_keys(candidates["user_id"].to_numpy(), candidates["item_id"].to_numpy())
-    labelled = candidates["label"].notna().to_numpy()
+    """1 for a row whose pair has a labelled impression inside the window in which an
+    embedding selected now would be usable, else 0: the best any selector can do at a budget.
+    """
+    _, pair = np.unique(
+        pair_keys(candidates["user_id"].to_numpy(), candidates["item_id"].to_numpy()),
+        return_inverse=True,
+    )
+    pair = pair.astype(np.int64)
     ts = candidates["ts"].to_numpy(np.int64)
-    first_label = pd.Series(ts[labelled], index=keys[labelled]).groupby(level=0).min()
-    label_ts = first_label.reindex(keys).to_numpy(dtype=np.float64, na_value=np.nan)
+    labelled = candidates["label"].notna().to_numpy()
+    # Composite (pair, time) keys: the next labelled impression of the row's pair at or
+    # after the moment its embedding would become usable.
+    if not labelled.any():
+        return np.zeros(len(ts))
+    label_keys = np.sort(pair[labelled] * _TIME_SPAN + ts[labelled])
     ready = interval_end(ts, cadence_seconds)
-    return ((label_ts >= ready) & (label_ts < ready + ttl_seconds)).astype(np.float64)
+    pos = np.searchsorted(label_keys, pair * _TIME_SPAN + ready, side="left")
+    next_key = label_keys[np.minimum(pos, len(label_keys) - 1)]
+    same_pair = (pos < len(label_keys)) & (next_key // _TIME_SPAN == pair)
+    return (same_pair & (next_key % _TIME_SPAN < ready + ttl_seconds)).astype(np.float64)

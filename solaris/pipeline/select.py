@@ -63,12 +63,12 @@ def select_mask(
     row_rank = req_rank[req_of_row]
 
     _, pair_of_row = np.unique(pair_keys(user_id, item_id), return_inverse=True)
-    taken = np.zeros(pair_of_row.max() + 1, dtype=bool)
-    taken[pair_of_row[np.asarray(skip, dtype=bool)]] = True
+    taken = np.zeros(pair_of_row.max() + 1, dtype=bool)  # selected earlier in this batch
+    skip = np.asarray(skip, dtype=bool)  # per row: fresh at that row's own time
     score = np.asarray(score, dtype=np.float64)
     item_id = np.asarray(item_id)
     for rank in range(int(row_rank.max()) + 1):
-        rows = np.flatnonzero((row_rank == rank) & ~taken[pair_of_row])
+        rows = np.flatnonzero((row_rank == rank) & ~skip & ~taken[pair_of_row])
         if len(rows) == 0:
             continue
         rows = rows[np.lexsort((item_id[rows], -score[rows], req_of_row[rows]))]

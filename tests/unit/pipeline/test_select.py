@@ -148,9 +148,7 @@ def test_select_cache_of_another_user_does_not_skip():
     cache = _cache([(8, 1, 10_000), (8, 2, 10_000)])
     selected = select_candidates(candidates, np.array([0.9, 0.8, 0.7]), share=0.34)  # budget 2
     assert _items_of(selected, 1) == {1, 2}
-    selected = select_candidates(
-        candidates, np.array([0.9, 0.8, 0.7]), share=0.34, cache=cache
-    )
+    selected = select_candidates(candidates, np.array([0.9, 0.8, 0.7]), share=0.34, cache=cache)
     assert _items_of(selected, 1) == {1, 2}
 
 
@@ -162,9 +160,7 @@ def test_select_duplicate_cache_entries_use_the_latest_expiry():
 
 
 def test_select_pending_pair_not_reselected_by_a_later_request_of_the_same_user():
-    candidates = _frame(
-        _request(1, 7, 100, [1, 2, 3, 4]) + _request(2, 7, 200, [1, 2, 3, 4])
-    )
+    candidates = _frame(_request(1, 7, 100, [1, 2, 3, 4]) + _request(2, 7, 200, [1, 2, 3, 4]))
     scores = np.array([0.9, 0.8, 0.7, 0.6] * 2)
     selected = select_candidates(candidates, scores, share=0.5)  # budget 2 each
     assert _items_of(selected, 1) == {1, 2}
@@ -208,9 +204,7 @@ def test_select_pending_order_breaks_equal_ts_by_request_id():
 
 
 def test_select_fresh_and_pending_both_skipped_in_one_request():
-    candidates = _frame(
-        _request(1, 7, 100, [1, 2, 3, 4, 5]) + _request(2, 7, 200, [1, 2, 3, 4, 5])
-    )
+    candidates = _frame(_request(1, 7, 100, [1, 2, 3, 4, 5]) + _request(2, 7, 200, [1, 2, 3, 4, 5]))
     scores = np.array([0.9, 0.8, 0.7, 0.6, 0.5] * 2)
     cache = _cache([(7, 1, 10_000)])
     selected = select_candidates(candidates, scores, share=0.4, cache=cache)  # budget 2 each
@@ -218,14 +212,6 @@ def test_select_fresh_and_pending_both_skipped_in_one_request():
     assert _items_of(selected, 2) == {4, 5}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "select_mask marks a pair 'taken' for the whole batch when any row of it is skip "
-        "(fresh at that row's ts), so a later request of the same user for which the cache "
-        "entry has already expired cannot select it"
-    ),
-)
 def test_select_cache_entry_expiring_between_two_requests_is_selectable_by_the_later_one():
     # Pair (7, 1) is fresh for request 1 (ts 100 < 150) but expired for request 2 (ts 200).
     candidates = _frame(_request(1, 7, 100, [1, 2, 3]) + _request(2, 7, 200, [1, 4, 5]))
@@ -237,9 +223,9 @@ def test_select_cache_entry_expiring_between_two_requests_is_selectable_by_the_l
 
 
 def test_select_preserves_input_order_index_and_columns_plus_score():
-    candidates = _frame(
-        _request(2, 8, 300, [5, 6, 7]) + _request(1, 7, 100, [3, 1, 2])
-    ).assign(extra=list("abcdef"))
+    candidates = _frame(_request(2, 8, 300, [5, 6, 7]) + _request(1, 7, 100, [3, 1, 2])).assign(
+        extra=list("abcdef")
+    )
     candidates.index = [60, 50, 40, 30, 20, 10]
     scores = np.array([0.1, 0.9, 0.8, 0.7, 0.2, 0.6])
     selected = select_candidates(candidates, scores, share=0.6)  # budget 2 each
@@ -247,9 +233,7 @@ def test_select_preserves_input_order_index_and_columns_plus_score():
     assert list(selected.index) == [50, 40, 30, 10]
     assert list(selected["extra"]) == ["b", "c", "d", "f"]
     np.testing.assert_array_equal(selected["score"].to_numpy(), [0.9, 0.8, 0.7, 0.6])
-    pd.testing.assert_frame_equal(
-        selected.drop(columns="score"), candidates.loc[[50, 40, 30, 10]]
-    )
+    pd.testing.assert_frame_equal(selected.drop(columns="score"), candidates.loc[[50, 40, 30, 10]])
     assert "score" not in candidates.columns  # the input is not modified
 
 

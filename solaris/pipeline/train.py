@@ -33,7 +33,20 @@ from solaris.models.training import (
     task_targets,
     weights_digest,
 )
-from solaris.models.vm import VerticalModel
+from solaris.models.vm import VerticalModel, tier_dropout
+
+
+@dataclass(frozen=True)
+class TierInputs:
+    """SOLARIS tier inputs of N rows: ``z`` ``[N, n_tiers, d]`` and ``mask`` ``[N, n_tiers]``."""
+
+    z: torch.Tensor
+    mask: torch.Tensor
+
+    def attach(self, ex: Examples) -> Examples:
+        if len(self.z) != len(ex):
+            raise ValueError(f"tier inputs have {len(self.z)} rows for {len(ex)} examples")
+        return Examples(ex.batch, ex.targets, self.z * self.mask.unsqueeze(-1), self.mask)
 
 
 @dataclass
@@ -86,6 +99,46 @@ def train_autoencoder(
     return ae, mse
 
 
+def train_vm(
+    ctx: FeatureContext,
+    train_rows: pd.DataFrame,
+    val_rows: pd.DataFrame,
+    cfg: SolarisConfig,
+    tiers: tuple[TierInputs, TierInputs] | None = None,
+) -> tuple[VerticalModel, dict]:
+    """Train a VM on its own features and, when ``tiers`` (train, val) are given, on the
+    SOLARIS tiers with feature dropout at ``cfg.train.vm_tier_coverage``.
+
+    Dropout makes the training rows meet missing tiers as often as serving will, so a zero
+    placeholder does not shift the VM's scores. Validation uses the tiers as given (the
+    caller masks them to the coverage it expects online). Returns (vm, constructor args).
+    """
+    task = cfg.model.tasks[0]
+    n_tiers = 0 if tiers is None else tiers[0].z.shape[1]
+    init = {
+        "spec": ctx.spec("vm"),
+        "n_tiers": n_tiers,
+        "z_dim": cfg.model.z_dim,
+        "embed_dim": cfg.model.embed_dim,
+        "hidden": cfg.model.vm_hidden,
+    }
+    train, val = vm_examples(ctx, train_rows, task), vm_examples(ctx, val_rows, task)
+    augment = None
+    if tiers is not None:
+        train = tiers[0].attach(train)
+        val = tiers[1].attach(val)
+        keep = cfg.train.vm_tier_coverage
+
+        def augment(ex: Examples, gen: torch.Generator) -> Examples:
+            z, mask = tier_dropout(ex.tier_z, ex.tier_mask, keep, generator=gen)
+            return Examples(ex.batch, ex.targets, z, mask)
+
+    seed_everything(cfg.train.seed)
+    vm = VerticalModel(**init)
+    fit(vm, train, val, predict_vm, cfg.train, desc="VM", augment=augment)
+    return vm, init
+
+
 def train_models(
     impressions: pd.DataFrame, ctx: FeatureContext, cfg: SolarisConfig
 ) -> TrainedModels:
@@ -120,21 +173,7 @@ def train_models(
     # The VM only sees the last part of the training window, like a production model.
     cut = np.quantile(train_rows["ts"].to_numpy(), 1 - cfg.train.vm_window_share)
     vm_rows = train_rows[train_rows["ts"].to_numpy() >= cut]
-    seed_everything(cfg.train.seed)
-    vm_init = {
-        "spec": ctx.spec("vm"),
-        "embed_dim": cfg.model.embed_dim,
-        "hidden": cfg.model.vm_hidden,
-    }
-    vm = VerticalModel(**vm_init)
-    fit(
-        vm,
-        vm_examples(ctx, vm_rows, tasks[0]),
-        vm_examples(ctx, val_rows, tasks[0]),
-        predict_vm,
-        cfg.train,
-        desc="VM",
-    )
+    vm, vm_init = train_vm(ctx, vm_rows, val_rows, cfg)
     vm_version = "vm-" + weights_digest(vm, config={"vm_hidden": cfg.model.vm_hidden})
 
     y = task_targets(test_rows["rating"].to_numpy(), (tasks[0],)).numpy()[:, 0]

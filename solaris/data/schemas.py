@@ -1,0 +1,554 @@
+"""pyarrow schemas of the SOLARIS tables.
+
+Times in ``requests`` and ``candidates`` are epoch seconds (int64, UTC); ``computed_at`` in
+``pair_embeddings`` is a UTC timestamp because it becomes the Feast event timestamp.
+
+Besides the schemas, this module enforces them: ``validate_*`` / :func:`validate` check a
+``pyarrow.Table`` (columns, types, nulls, id signs, embedding shape and finiteness, ``ts``
+order, no rows after ``as_of``) and return it with exactly the schema's columns and types;
+:func:`read_table` and :func:`write_table` do the same around parquet files. Every broken rule
+raises :class:`SchemaError` naming the source, the column and the problem. All checks are
+vectorised ``pyarrow.compute`` calls because these tables reach 10^7 rows.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, get_args
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+REQUESTS_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("user_id", pa.int64(), nullable=False),
+        pa.field("ts", pa.int64(), nullable=False),
+    ]
+)
+
+CANDIDATES_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("user_id", pa.int64(), nullable=False),
+        pa.field("item_id", pa.int64(), nullable=False),
+        pa.field("ts", pa.int64(), nullable=False),
+        pa.field("label", pa.int8(), nullable=True),  # null: an unlabelled candidate
+    ]
+)
+
+
+def pair_embeddings_schema(z_dim: int) -> pa.Schema:
+    """Schema of pair-embedding rows whose code ``z`` has ``z_dim`` floats."""
+    return pa.schema(
+        [
+            pa.field("user_id", pa.int64(), nullable=False),
+            pa.field("item_id", pa.int64(), nullable=False),
+            pa.field("z", pa.list_(pa.float32(), z_dim), nullable=False),
+            pa.field("fm_version", pa.string(), nullable=False),
+            pa.field("computed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+TableKind = Literal["requests", "candidates", "pair_embeddings"]
+
+# Integer columns that hold identifiers; a negative value there is always a bug upstream
+# (hash overflow, sentinel -1 leaking through), never a legitimate id.
+_ID_COLUMNS = frozenset({"request_id", "user_id", "item_id"})
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_COMPUTED_AT_TYPE = pa.timestamp("us", tz="UTC")
+
+# A ChunkedArray is what table columns are; plain Arrays appear after per-chunk work.
+_Column = pa.ChunkedArray | pa.Array
+
+
+class SchemaError(ValueError):
+    """A table that breaks its contract.
+
+    Attributes:
+        source: file path or other name of the table, so the message points at the culprit.
+        column: the offending column, or ``None`` when the problem is not about one column.
+        problem: what is wrong, in words, with counts and the first offending row.
+    """
+
+    def __init__(self, source: str, column: str | None, problem: str) -> None:
+        self.source = source
+        self.column = column
+        self.problem = problem
+        if column is None:
+            message = f"{source}: {problem}"
+        else:
+            message = f"{source}: column '{column}': {problem}"
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type[SchemaError], tuple[str, str | None, str]]:
+        # Keep the error picklable (Airflow / multiprocessing ship exceptions between processes);
+        # the default would call __init__ with the formatted message only.
+        return (type(self), (self.source, self.column, self.problem))
+
+
+# --------------------------------------------------------------------------------------------
+# Small vectorised helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _count_true(mask: _Column) -> int:
+    # pc.sum of an empty array is null, hence the ``or 0``.
+    return int(pc.sum(mask).as_py() or 0)
+
+
+def _first_true(mask: _Column) -> int:
+    return int(pc.index(mask, True).as_py())
+
+
+def _check_columns(names: list[str], present: list[str], source: str) -> None:
+    missing = [name for name in names if name not in present]
+    if missing:
+        also = f"; also missing: {missing[1:]}" if len(missing) > 1 else ""
+        raise SchemaError(source, missing[0], f"missing column{also}; columns present: {present}")
+
+
+def _check_no_nulls(col: _Column, name: str, source: str) -> None:
+    n_null = col.null_count
+    if n_null:
+        first = _first_true(pc.is_null(col))
+        raise SchemaError(source, name, f"{n_null} null values (first at row {first})")
+
+
+def _type_error(source: str, name: str, actual: pa.DataType, expected: str) -> SchemaError:
+    return SchemaError(source, name, f"wrong type: got {actual}, expected {expected}")
+
+
+def _coerce_integer(col: pa.ChunkedArray, field: pa.Field, source: str) -> pa.ChunkedArray:
+    """Accept any integer type (and an all-null column) that casts safely to ``field.type``."""
+    name, target = field.name, field.type
+    actual = col.type
+    # null type: a column that pandas/parquet wrote with no values; the null check reports it.
+    if not (pa.types.is_integer(actual) or pa.types.is_null(actual)):
+        raise _type_error(source, name, actual, f"{target} (or an integer type that casts to it)")
+    if actual == target:
+        return col
+    try:
+        return pc.cast(col, target, safe=True)
+    except pa.ArrowInvalid:
+        # Only values outside the target range fail a safe integer cast (e.g. uint64 > 2**63-1).
+        lo, hi = pc.min_max(col).values()
+        raise SchemaError(
+            source,
+            name,
+            f"values out of range for {target}: type {actual} with min {lo}, max {hi}",
+        ) from None
+
+
+def _check_non_negative(col: pa.ChunkedArray, name: str, source: str) -> None:
+    negative = pc.less(col, 0)
+    n_neg = _count_true(negative)
+    if n_neg:
+        first = _first_true(negative)
+        raise SchemaError(
+            source, name, f"{n_neg} negative ids (first at row {first}: {col[first].as_py()})"
+        )
+
+
+def _check_sorted(col: pa.ChunkedArray, name: str, source: str) -> None:
+    # Compare each row with its predecessor; nulls were rejected before so the mask has none.
+    n = len(col)
+    if n < 2:
+        return
+    decreasing = pc.less(col.slice(1), col.slice(0, n - 1))
+    if _count_true(decreasing):
+        row = _first_true(decreasing) + 1
+        raise SchemaError(
+            source,
+            name,
+            f"not sorted by {name} (ascending): row {row} has {name}={col[row].as_py()} "
+            f"after {name}={col[row - 1].as_py()} at row {row - 1}",
+        )
+
+
+def _check_not_after(
+    col: pa.ChunkedArray, bound: pa.Scalar, shown_as_of: object, name: str, source: str
+) -> None:
+    after = pc.greater(col, bound)
+    n_after = _count_true(after)
+    if n_after:
+        first = _first_true(after)
+        raise SchemaError(
+            source,
+            name,
+            f"{n_after} timestamps after as_of={shown_as_of} "
+            f"(first at row {first}: {col[first].as_py()})",
+        )
+
+
+def _epoch_seconds(as_of: object) -> int:
+    # bool is an Integral, but as_of=True is certainly a caller bug.
+    if isinstance(as_of, bool) or not isinstance(as_of, numbers.Integral):
+        raise TypeError(f"as_of must be epoch seconds (int), got {type(as_of).__name__}")
+    return int(as_of)
+
+
+def _optional_seconds(as_of: object) -> int | None:
+    return None if as_of is None else _epoch_seconds(as_of)
+
+
+def _as_of_micros(as_of: object) -> tuple[int, str]:
+    """Microseconds since the epoch (UTC) of ``as_of``, plus how to show it in messages."""
+    if isinstance(as_of, datetime):  # pd.Timestamp is a datetime subclass
+        if as_of.tzinfo is None or as_of.utcoffset() is None:
+            # A naive bound is ambiguous against UTC data; refuse rather than guess.
+            raise ValueError(f"as_of must be timezone-aware, got naive {as_of!r}")
+        # Floor division: computed_at (whole us) > as_of  <=>  computed_at > floor(as_of in us),
+        # which stays exact for pd.Timestamp values with nanoseconds.
+        return (as_of - _EPOCH) // timedelta(microseconds=1), as_of.isoformat()
+    seconds = _epoch_seconds(as_of)
+    return seconds * 1_000_000, str(seconds)
+
+
+def _finish(columns: dict[str, pa.ChunkedArray], schema: pa.Schema) -> pa.Table:
+    # Building from the schema drops extra columns and fixes the order and field nullability.
+    return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+def _require_table(table: object, source: str) -> pa.Table:
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"{source}: expected a pyarrow.Table, got {type(table).__name__}")
+    return table
+
+
+def _validate_int_columns(
+    table: pa.Table, schema: pa.Schema, source: str
+) -> dict[str, pa.ChunkedArray]:
+    """Type, null and id checks shared by ``requests`` and ``candidates`` (all-integer tables)."""
+    out: dict[str, pa.ChunkedArray] = {}
+    for field in schema:
+        col = table.column(field.name)
+        if field.name == "label":
+            out[field.name] = _validate_label(col, field, source)
+            continue
+        col = _coerce_integer(col, field, source)
+        if not field.nullable:
+            _check_no_nulls(col, field.name, source)
+        if field.name in _ID_COLUMNS:
+            _check_non_negative(col, field.name, source)
+        out[field.name] = col
+    return out
+
+
+def _validate_label(col: pa.ChunkedArray, field: pa.Field, source: str) -> pa.ChunkedArray:
+    actual = col.type
+    if not (pa.types.is_integer(actual) or pa.types.is_null(actual)):
+        raise _type_error(source, field.name, actual, "an integer type (cast to int8), values 0/1")
+    if pa.types.is_integer(actual):
+        # Check the value set before casting so that e.g. 300 reads as a bad label, not as an
+        # int8 overflow.
+        allowed = pa.array([0, 1], type=actual)
+        bad = pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col, value_set=allowed)))
+        n_bad = _count_true(bad)
+        if n_bad:
+            first = _first_true(bad)
+            raise SchemaError(
+                source,
+                field.name,
+                f"{n_bad} values outside {{0, 1}} (first at row {first}: {col[first].as_py()})",
+            )
+    return pc.cast(col, field.type, safe=True)
+
+
+def _check_time_column(col: pa.ChunkedArray, name: str, source: str, as_of: int | None) -> None:
+    _check_sorted(col, name, source)
+    if as_of is not None:
+        _check_not_after(col, pa.scalar(as_of, pa.int64()), as_of, name, source)
+
+
+# --------------------------------------------------------------------------------------------
+# Public validators
+# --------------------------------------------------------------------------------------------
+
+
+def validate_requests(table: pa.Table, source: str, *, as_of: int | None = None) -> pa.Table:
+    """Check ``table`` against :data:`REQUESTS_SCHEMA` and return it in schema form.
+
+    ``as_of`` (epoch seconds) rejects rows from the future, i.e. leakage in a backtest.
+    Raises :class:`SchemaError` on the first broken rule.
+    """
+    table = _require_table(table, source)
+    bound = _optional_seconds(as_of)
+    _check_columns(REQUESTS_SCHEMA.names, table.column_names, source)
+    columns = _validate_int_columns(table, REQUESTS_SCHEMA, source)
+    _check_time_column(columns["ts"], "ts", source, bound)
+    return _finish(columns, REQUESTS_SCHEMA)
+
+
+def validate_candidates(table: pa.Table, source: str, *, as_of: int | None = None) -> pa.Table:
+    """Check ``table`` against :data:`CANDIDATES_SCHEMA` and return it in schema form.
+
+    ``label`` may be null (unlabelled candidate) but otherwise must be 0 or 1.
+    Raises :class:`SchemaError` on the first broken rule.
+    """
+    table = _require_table(table, source)
+    bound = _optional_seconds(as_of)
+    _check_columns(CANDIDATES_SCHEMA.names, table.column_names, source)
+    columns = _validate_int_columns(table, CANDIDATES_SCHEMA, source)
+    _check_time_column(columns["ts"], "ts", source, bound)
+    return _finish(columns, CANDIDATES_SCHEMA)
+
+
+def _validate_z(col: pa.ChunkedArray, z_dim: int, source: str) -> pa.ChunkedArray:
+    name = "z"
+    actual = col.type
+    is_list = (
+        pa.types.is_list(actual)
+        or pa.types.is_large_list(actual)
+        or pa.types.is_fixed_size_list(actual)
+    )
+    expected = f"list<float32|float64> of length {z_dim} (list, large_list or fixed_size_list)"
+    if not is_list or not (
+        pa.types.is_float32(actual.value_type) or pa.types.is_float64(actual.value_type)
+    ):
+        raise _type_error(source, name, actual, expected)
+    _check_no_nulls(col, name, source)
+
+    if pa.types.is_fixed_size_list(actual):
+        # The length is in the type: one wrong size means every row is wrong.
+        if actual.list_size != z_dim and len(col):
+            raise SchemaError(
+                source,
+                name,
+                f"wrong length: expected d={z_dim}, all {len(col)} rows have length "
+                f"{actual.list_size} (first at row 0)",
+            )
+    else:
+        wrong = pc.not_equal(pc.list_value_length(col), z_dim)
+        n_wrong = _count_true(wrong)
+        if n_wrong:
+            first = _first_true(wrong)
+            raise SchemaError(
+                source,
+                name,
+                f"wrong length: expected d={z_dim}, {n_wrong} rows differ "
+                f"(first at row {first}: length {len(col[first].values)})",
+            )
+
+    # Rebuild each chunk as fixed_size_list<float32> from its flattened values. flatten() honours
+    # slice offsets, and with no null lists and every length == z_dim the flat values are exactly
+    # rows * z_dim long, so flat index // z_dim is the row. The loop is over chunks, not rows.
+    chunks = [
+        pa.FixedSizeListArray.from_arrays(pc.cast(chunk.flatten(), pa.float32()), z_dim)
+        for chunk in col.chunks
+    ]
+    fixed = pa.chunked_array(chunks, type=pa.list_(pa.float32(), z_dim))
+    flat = pa.chunked_array([chunk.values for chunk in chunks], type=pa.float32())
+
+    if flat.null_count:
+        first = _first_true(pc.is_null(flat)) // z_dim
+        raise SchemaError(
+            source,
+            name,
+            f"{flat.null_count} null values inside the vectors (first at row {first})",
+        )
+    # Checked after the float32 cast on purpose: a finite float64 beyond float32 range becomes
+    # inf there, and that is what would be served.
+    finite = pc.is_finite(flat)
+    n_bad = len(flat) - _count_true(finite)
+    if n_bad:
+        first = _first_true(pc.invert(finite)) // z_dim
+        raise SchemaError(
+            source, name, f"{n_bad} NaN or inf values (as float32; first at row {first})"
+        )
+    return fixed
+
+
+def _validate_fm_version(col: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
+    name = "fm_version"
+    actual = col.type
+    value_type = actual.value_type if pa.types.is_dictionary(actual) else actual
+    # Dictionary-encoded strings come back from parquet files written from pandas categoricals.
+    if not (
+        pa.types.is_string(value_type)
+        or pa.types.is_large_string(value_type)
+        or pa.types.is_string_view(value_type)
+    ):
+        raise _type_error(source, name, actual, "string")
+    col = col if actual == pa.string() else pc.cast(col, pa.string())
+    _check_no_nulls(col, name, source)
+    empty = pc.equal(pc.utf8_length(col), 0)
+    n_empty = _count_true(empty)
+    if n_empty:
+        raise SchemaError(
+            source, name, f"{n_empty} empty strings (first at row {_first_true(empty)})"
+        )
+    return col
+
+
+def _validate_computed_at(col: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
+    name = "computed_at"
+    actual = col.type
+    if not pa.types.is_timestamp(actual):
+        raise _type_error(source, name, actual, f"a timestamp (cast to {_COMPUTED_AT_TYPE})")
+    if actual != _COMPUTED_AT_TYPE:
+        # Arrow stores tz-aware timestamps as UTC instants and casting naive -> UTC keeps the
+        # values, so a naive column is read as UTC. Sub-microsecond truncation is harmless for an
+        # event time; overflow (e.g. seconds beyond year 294247) still fails.
+        options = pc.CastOptions(_COMPUTED_AT_TYPE, allow_time_truncate=True)
+        try:
+            col = pc.cast(col, options=options)
+        except pa.ArrowInvalid as exc:
+            raise SchemaError(
+                source, name, f"values out of range for {_COMPUTED_AT_TYPE}: {exc}"
+            ) from None
+    _check_no_nulls(col, name, source)
+    return col
+
+
+def validate_pair_embeddings(
+    table: pa.Table,
+    source: str,
+    *,
+    z_dim: int,
+    as_of: pd.Timestamp | int | None = None,
+) -> pa.Table:
+    """Check ``table`` against :func:`pair_embeddings_schema` and return it in schema form.
+
+    ``z`` comes back as ``fixed_size_list<float32, z_dim>``, ``computed_at`` as
+    ``timestamp[us, UTC]``. ``as_of`` is epoch seconds or a tz-aware timestamp; rows computed
+    after it are rejected. Raises :class:`SchemaError` on the first broken rule.
+    """
+    if isinstance(z_dim, bool) or not isinstance(z_dim, numbers.Integral) or z_dim < 1:
+        raise ValueError(f"z_dim must be a positive int, got {z_dim!r}")
+    z_dim = int(z_dim)
+    table = _require_table(table, source)
+    bound = None if as_of is None else _as_of_micros(as_of)
+    schema = pair_embeddings_schema(z_dim)
+    _check_columns(schema.names, table.column_names, source)
+
+    columns: dict[str, pa.ChunkedArray] = {}
+    for field in schema:
+        if field.name in ("user_id", "item_id"):
+            col = _coerce_integer(table.column(field.name), field, source)
+            _check_no_nulls(col, field.name, source)
+            _check_non_negative(col, field.name, source)
+            columns[field.name] = col
+    columns["z"] = _validate_z(table.column("z"), z_dim, source)
+    columns["fm_version"] = _validate_fm_version(table.column("fm_version"), source)
+    computed_at = _validate_computed_at(table.column("computed_at"), source)
+    if bound is not None:
+        micros, shown = bound
+        _check_not_after(
+            computed_at, pa.scalar(micros, _COMPUTED_AT_TYPE), shown, "computed_at", source
+        )
+    columns["computed_at"] = computed_at
+    return _finish(columns, schema)
+
+
+def _schema_for(kind: TableKind, z_dim: int | None) -> pa.Schema:
+    if kind == "requests":
+        return REQUESTS_SCHEMA
+    if kind == "candidates":
+        return CANDIDATES_SCHEMA
+    if kind == "pair_embeddings":
+        if z_dim is None:
+            raise ValueError("z_dim is required for kind='pair_embeddings'")
+        return pair_embeddings_schema(z_dim)
+    raise ValueError(f"unknown table kind {kind!r}; expected one of {get_args(TableKind)}")
+
+
+def validate(
+    table: pa.Table,
+    kind: TableKind,
+    source: str,
+    *,
+    z_dim: int | None = None,
+    as_of: pd.Timestamp | int | None = None,
+) -> pa.Table:
+    """Validate ``table`` as a table of ``kind``; ``z_dim`` is needed for pair embeddings."""
+    _schema_for(kind, z_dim)  # rejects an unknown kind or a missing z_dim up front
+    if kind == "requests":
+        return validate_requests(table, source, as_of=_optional_seconds(as_of))
+    if kind == "candidates":
+        return validate_candidates(table, source, as_of=_optional_seconds(as_of))
+    assert z_dim is not None
+    return validate_pair_embeddings(table, source, z_dim=z_dim, as_of=as_of)
+
+
+# --------------------------------------------------------------------------------------------
+# Parquet I/O
+# --------------------------------------------------------------------------------------------
+
+
+def read_table(
+    path: str | Path,
+    kind: TableKind,
+    *,
+    z_dim: int | None = None,
+    as_of: pd.Timestamp | int | None = None,
+) -> pa.Table:
+    """Read a parquet file, or a directory of parquet files, and validate it as ``kind``.
+
+    Only the schema's columns are read (extra ones would be dropped anyway and these tables
+    are large). Any read failure becomes a :class:`SchemaError` naming the path.
+    """
+    schema = _schema_for(kind, z_dim)
+    path = Path(path)
+    source = str(path)
+    if not path.exists():
+        raise SchemaError(source, None, "cannot read parquet: no such file or directory")
+    try:
+        # pyarrow.dataset handles a single file and a directory alike, and skips files starting
+        # with "_" or "." (e.g. _SUCCESS markers, our own in-flight temp files).
+        dataset = ds.dataset(path, format="parquet")
+        present = dataset.schema.names
+        _check_columns(schema.names, present, source)
+        table = dataset.to_table(columns=schema.names)
+    except SchemaError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise SchemaError(source, None, f"cannot read parquet: {exc}") from exc
+    return validate(table, kind, source, z_dim=z_dim, as_of=as_of)
+
+
+def write_table(
+    table: pa.Table,
+    path: str | Path,
+    kind: TableKind,
+    *,
+    z_dim: int | None = None,
+) -> Path:
+    """Validate ``table`` as ``kind`` and write it to ``path`` as parquet, atomically.
+
+    The data goes to a hidden temp file in the target directory (same filesystem, so
+    ``os.replace`` is atomic) and is renamed onto ``path`` only once complete. On any error the
+    temp file is removed and ``path`` is untouched: absent if it was absent, the old file if
+    there was one. Returns ``path`` as a :class:`Path`.
+    """
+    path = Path(path)
+    valid = validate(table, kind, str(path), z_dim=z_dim)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A named "x"-mode file rather than mkstemp: mkstemp makes it 0600, which would leave the
+    # final file unreadable to other users (e.g. Airflow workers) regardless of the umask.
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(tmp, "xb") as fh:
+            pq.write_table(valid, fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # the rename must not become visible before the data
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

@@ -30,6 +30,11 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, int]:
     return codes.astype(np.int64) + 1, len(uniques) + 1
 
 
+def _vocab_size(*ids: pd.Series) -> int:
+    """Largest id in any of ``ids`` plus one; empty tables (no past yet) are fine."""
+    return int(max(s.to_numpy().max(initial=0) for s in ids)) + 1
+
+
 def _padded(groups: pd.Series, index_size: int, width: int) -> np.ndarray:
     """``[index_size, width]`` int64 from a Series of int lists indexed by id; 0-padded."""
     out = np.zeros((index_size, width), dtype=np.int64)
@@ -56,12 +61,14 @@ class _TimeIndex:
         r = ratings.sort_values([entity, "ts", other], kind="stable")
         ids = r[entity].to_numpy()
         rating = r["rating"].to_numpy().astype(np.int64)
+        # ``other``, ``rating`` and ``ts`` carry one trailing pad so that masked gathers at
+        # position 0 stay in bounds even when there are no ratings yet.
         return cls(
             keys=ids * _KEY + r["ts"].to_numpy(),
             starts=np.searchsorted(ids, np.arange(size + 1)),
-            other=r[other].to_numpy(),
-            rating=rating,
-            ts=r["ts"].to_numpy(),
+            other=np.append(r[other].to_numpy(), 0),
+            rating=np.append(rating, 0),
+            ts=np.append(r["ts"].to_numpy(), 0),
             sum_rating=np.concatenate([[0], np.cumsum(rating)]),
             sum_like=np.concatenate([[0], np.cumsum(rating >= LIKE_THRESHOLD)]),
         )
@@ -91,8 +98,8 @@ class FeatureContext:
         self, data: MovieLens, history_len: int, kg_per_item: int = 32, kg_buckets: int = 20_000
     ) -> None:
         ratings = data.ratings
-        self.n_users = int(max(ratings["user_id"].max(), data.users["user_id"].max())) + 1
-        self.n_items = int(max(ratings["item_id"].max(), data.items["item_id"].max())) + 1
+        self.n_users = _vocab_size(ratings["user_id"], data.users["user_id"])
+        self.n_items = _vocab_size(ratings["item_id"], data.items["item_id"])
         self.history_len = history_len
         self._by_user = _TimeIndex.build(ratings, "user_id", "item_id", self.n_users)
         self._by_item = _TimeIndex.build(ratings, "item_id", "user_id", self.n_items)

@@ -99,10 +99,10 @@ def retrieve(
     k = min(cfg.retrieval_k, n_items - 1)
     out = []
     days = np.unique(req_day)
-    done_day = None
+    done_day = np.iinfo(np.int64).min  # ratings before this day are in the snapshot
     for day in tqdm(days, desc="retrieval", unit="day", leave=False):
         # Advance the co-occurrence snapshot with every rating before this day.
-        new = (rating_day < day) & ((rating_day >= done_day) if done_day is not None else True)
+        new = (rating_day < day) & (rating_day >= done_day)
         if new.any():
             fresh = sp.csr_matrix(
                 (np.ones(new.sum(), np.float32), (ratings_users[new], ratings_items[new])),

@@ -78,9 +78,9 @@ def replay_command(
 
     cfg = _config(config)
     overrides = {"share": share, "ttl_hours": ttl_hours, "cadence_minutes": cadence_minutes}
-    selection = cfg.selection.model_copy(
-        update={k: v for k, v in overrides.items() if v is not None}
-    )
+    given = {k: v for k, v in overrides.items() if v is not None}
+    # Validated like the config file would be, before any data is loaded.
+    selection = type(cfg.selection).model_validate({**cfg.selection.model_dump(), **given})
     result = replay_from_artifacts(cfg, selection, selector)
     typer.echo(
         f"{selector}: native pair coverage {result.coverage:.1%} "

@@ -91,7 +91,9 @@ class SelectionConfig(BaseModel):
 
     share: float = Field(0.2, gt=0, le=1, description="share of each request's candidates")
     ttl_hours: float = Field(6.0, gt=0)
-    cadence_minutes: float = Field(15.0, gt=0, description="candidates DAG schedule interval")
+    cadence_minutes: float = Field(
+        15.0, ge=1 / 60, description="candidates DAG schedule interval (at least 1 s)"
+    )
 
 
 class SolarisConfig(BaseSettings):

@@ -8,6 +8,8 @@ the pairs the verifier selected during the test period → validated parquet.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,10 +39,25 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     timings[name] = round(time.perf_counter() - start, 2)
 
 
+def _publish(staging: Path, final: Path) -> None:
+    """Move each staged artifact over its published counterpart, then drop the staging."""
+    for item in sorted(staging.iterdir()):
+        target = final / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(item, target)
+    staging.rmdir()
+
+
 def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
     """Run the offline cycle, print each figure with its label, return them all."""
+    device = resolve_device(cfg.device)  # fail before any work, not after it
     timings: dict[str, float] = {}
-    out = cfg.artifacts_dir
+    final = Path(cfg.artifacts_dir)
+    # Everything is written to a staging folder and published only when the run succeeds,
+    # so a failed run never leaves a new log beside old models or a stale summary.
+    out = final / ".staging"
+    shutil.rmtree(out, ignore_errors=True)
     sel = cfg.selection
     ttl_s, cadence_s = int(sel.ttl_hours * 3600), int(sel.cadence_minutes * 60)
 
@@ -137,7 +154,7 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
             ctx=ctx,
             computed_at=eval_sel["computed_at"].to_numpy(),
             fm_version=models.fm_version,
-            device=resolve_device(cfg.device),
+            device=device,
             progress=True,
         )
         path = write_table(
@@ -150,7 +167,7 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
     echo(
         f"embedded {rows.num_rows:,} selected pairs of the test period "
         f"in {timings['embed']:.1f} s "
-        f"({rate:,.0f} pairs/s) -> {path}"
+        f"({rate:,.0f} pairs/s) -> {final / path.relative_to(out)}"
     )
 
     summary = {
@@ -162,7 +179,7 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         "timings_s": timings,
         "config": json.loads(cfg.model_dump_json()),
     }
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    _publish(out, final)
     echo("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     return summary

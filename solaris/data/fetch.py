@@ -41,9 +41,10 @@ def is_fetched(cfg: DataConfig) -> bool:
 def fetch_movielens(cfg: DataConfig, *, force: bool = False) -> Path:
     """Unpack MovieLens-100K into ``cfg.cache_dir/ml-100k`` and return that folder.
 
-    Idempotent: an existing complete copy is kept unless ``force``. The folder appears
-    atomically (unpacked beside it, then renamed), so an interrupted fetch leaves nothing
-    half-written behind.
+    Idempotent: an existing complete copy is kept unless ``force``. The files are unpacked
+    into a staging folder beside the target and renamed into place, so an interrupted fetch
+    never leaves a half-written ``ml-100k`` behind (with ``force``, the old copy is removed
+    just before the rename).
     """
     target = movielens_dir(cfg)
     if is_fetched(cfg) and not force:

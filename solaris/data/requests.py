@@ -79,7 +79,8 @@ def retrieve(
     """Top-``cfg.retrieval_k`` retrieval candidates per request, from data strictly before it.
 
     Score = trailing popularity + ``cooccurrence_weight`` x co-occurrence with the user's
-    last ``cooccurrence_history`` items (each normalised to [0, 1] per request); items the
+    last ``cooccurrence_history`` items (popularity normalised to [0, 1] per day,
+    co-occurrence per request); items the
     user already rated before the request are excluded. Popularity and co-occurrence come
     from a snapshot at the start of the request's day; the user's history is exact.
 
@@ -179,7 +180,9 @@ def build_request_log(ratings: pd.DataFrame, cfg: RequestLogConfig) -> RequestLo
         [
             labelled.astype({"label": "Int8"}),
             unlabelled[["request_id", "user_id", "item_id", "ts"]].assign(
-                label=pd.array([pd.NA] * len(unlabelled), dtype="Int8")
+                label=pd.arrays.IntegerArray(
+                    np.zeros(len(unlabelled), np.int8), np.ones(len(unlabelled), bool)
+                )
             ),
         ],
         ignore_index=True,

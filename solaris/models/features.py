@@ -119,8 +119,10 @@ class FeatureContext:
 
         items = data.items.set_index("item_id").reindex(range(self.n_items))
         year = items["year"].to_numpy(dtype=np.float64)
-        decade = np.where(np.isnan(year), 0, np.clip((np.nan_to_num(year) - 1920) // 5, 0, 16) + 1)
-        self._item_cat = decade.astype(np.int64)[:, None]
+        half_decade = np.where(
+            np.isnan(year), 0, np.clip((np.nan_to_num(year) - 1920) // 5, 0, 16) + 1
+        )
+        self._item_cat = half_decade.astype(np.int64)[:, None]  # 5-year release bins
         self._year = np.nan_to_num((year - 1990) / 10.0).astype(np.float32)
 
         genre_lists = items["genres"].dropna()
@@ -192,7 +194,9 @@ class FeatureContext:
     def _ids(self, users: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         users = np.asarray(users, dtype=np.int64)
         items = np.asarray(items, dtype=np.int64)
-        return np.where(users < self.n_users, users, 0), np.where(items < self.n_items, items, 0)
+        known_user = (users >= 0) & (users < self.n_users)
+        known_item = (items >= 0) & (items < self.n_items)
+        return np.where(known_user, users, 0), np.where(known_item, items, 0)
 
     def fm_batch(self, users: np.ndarray, items: np.ndarray, ts: np.ndarray) -> FeatureBatch:
         """FM features of rows ``(users[b], items[b])`` as of ``ts[b]`` (strictly before)."""

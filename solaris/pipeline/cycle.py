@@ -10,8 +10,7 @@ from solaris.data.movielens import MovieLens
 from solaris.data.schemas import read_table
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
 from solaris.models.features import FeatureContext
-from solaris.models.training import TimeSplit
-from solaris.pipeline.train import load_models, score_candidates
+from solaris.pipeline.train import load_models, load_split, score_candidates
 
 SELECTORS = ("verifier", "random", "oracle")
 
@@ -24,7 +23,7 @@ def replay_from_artifacts(
         raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
     log_path = Path(cfg.artifacts_dir) / "log" / "candidates.parquet"
     models_dir = Path(cfg.artifacts_dir) / "models"
-    if not log_path.is_file() or not (models_dir / "vm.pt").is_file():
+    if not log_path.is_file() or not (models_dir / "split.json").is_file():
         raise FileNotFoundError(
             f"no request log or models under {cfg.artifacts_dir}: run `solaris demo` first"
         )
@@ -41,8 +40,7 @@ def replay_from_artifacts(
         scores = random_scores(len(candidates), cfg.train.seed)
     else:
         scores = oracle_scores(candidates, ttl_seconds=ttl_s, cadence_seconds=cadence_s)
-    labelled_ts = candidates.loc[candidates["label"].notna(), "ts"].to_numpy()
-    split = TimeSplit.from_shares(labelled_ts, cfg.train.train_share, cfg.train.val_share)
+    split = load_split(models_dir)  # the models' own test period, whatever cfg says now
     return replay(
         candidates,
         scores,

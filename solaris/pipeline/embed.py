@@ -34,7 +34,11 @@ def encode_pairs(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> np.ndarray:
-    """``[N, z_dim]`` float32 codes of the FM's last shared layer for rows as of ``ts``."""
+    """``[N, z_dim]`` float32 codes of the FM's last shared layer for rows as of ``ts``.
+
+    Moves ``fm`` and ``autoencoder`` to ``device`` (in place, as ``Module.to`` does) and
+    leaves them in eval mode there.
+    """
     device = torch.device(device)
     cuda = device.type == "cuda"
     fm.eval().to(device)
@@ -92,7 +96,7 @@ def embed_pairs(
             "user_id": pa.array(users, pa.int64()),
             "item_id": pa.array(items, pa.int64()),
             "z": pa.FixedSizeListArray.from_arrays(pa.array(z.reshape(-1), pa.float32()), z_dim),
-            "fm_version": pa.array([fm_version] * len(pairs), pa.string()),
+            "fm_version": pa.repeat(pa.scalar(fm_version, pa.string()), len(pairs)),
             "computed_at": pa.array(
                 ts * 1_000_000,
                 pa.timestamp("us", tz="UTC"),
@@ -119,7 +123,8 @@ def embed_shard(
     The output file appears atomically, so a retried task never leaves half a shard.
     Returns the number of rows written.
     """
-    table = read_table(shard, "candidates", as_of=computed_at)
+    # Rows at computed_at belong to the next interval: the shard must end strictly before it.
+    table = read_table(shard, "candidates", as_of=computed_at - 1)
     pairs = table.select(["user_id", "item_id"]).to_pandas().drop_duplicates(ignore_index=True)
     rows = embed_pairs(
         pairs,

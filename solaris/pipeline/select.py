@@ -52,10 +52,9 @@ def select_mask(
     )
     budget = request_budget(req_counts, share)
     # Rank of each request among its user's requests in this batch, by time.
-    req_first = np.zeros(len(req_codes), dtype=np.int64)
-    req_first[req_of_row] = np.arange(n)
-    req_user = np.asarray(user_id)[req_first]
-    req_ts = np.asarray(ts)[req_first]
+    _, req_first_row = np.unique(request_id, return_index=True)
+    req_user = np.asarray(user_id)[req_first_row]
+    req_ts = np.asarray(ts)[req_first_row]
     order = np.lexsort((req_codes, req_ts, req_user))
     rank_sorted = np.arange(len(order)) - np.searchsorted(req_user[order], req_user[order])
     req_rank = np.empty(len(order), dtype=np.int64)
@@ -72,12 +71,27 @@ def select_mask(
         if len(rows) == 0:
             continue
         rows = rows[np.lexsort((item_id[rows], -score[rows], req_of_row[rows]))]
+        # A pair listed twice in one request (or by two same-rank requests) costs one pass.
+        _, first = np.unique(pair_of_row[rows], return_index=True)
+        rows = rows[np.sort(first)]
         reqs = req_of_row[rows]
         position = np.arange(len(rows)) - np.searchsorted(reqs, reqs)
         chosen = rows[position < budget[reqs]]
         selected[chosen] = True
         taken[pair_of_row[chosen]] = True
     return selected
+
+
+def _epoch_seconds(column: pd.Series) -> np.ndarray:
+    """Integer epoch seconds from an integer or datetime column; anything else is an error."""
+    if pd.api.types.is_datetime64_any_dtype(column):
+        utc = pd.to_datetime(column, utc=True)
+        return (utc - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
+    if pd.api.types.is_integer_dtype(column):
+        return column.to_numpy(np.int64)
+    raise TypeError(
+        f"cache column 'expires_at' must be epoch seconds or datetimes, got {column.dtype}"
+    )
 
 
 def select_candidates(
@@ -94,7 +108,8 @@ def select_candidates(
         scores: verifier (VM) score of each row, aligned with ``candidates``.
         share: share of each request's candidates to select (the FM budget).
         cache: ``user_id, item_id, expires_at`` of cached or pending pairs; a pair is
-            skipped when ``expires_at`` is after the request's ``ts``.
+            skipped when ``expires_at`` is after the request's ``ts``. ``expires_at`` is
+            epoch seconds (integer) or a datetime column (converted to epoch seconds).
 
     Returns:
         The selected rows of ``candidates`` (original columns plus ``score``), in input order.
@@ -106,7 +121,7 @@ def select_candidates(
     if cache is not None and len(cache):
         keys = pair_keys(candidates["user_id"].to_numpy(), candidates["item_id"].to_numpy())
         expiry = pd.Series(
-            cache["expires_at"].to_numpy(),
+            _epoch_seconds(cache["expires_at"]),
             index=pair_keys(cache["user_id"].to_numpy(), cache["item_id"].to_numpy()),
         )
         expiry = expiry.groupby(level=0).max()

@@ -7,6 +7,7 @@ user's past ratings, KG entities and user rating statistics. Everything is causa
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -196,7 +197,18 @@ def train_models(
 
 
 def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
-    """Checkpoints of the three models; FM and autoencoder share ``fm_version``."""
+    """Checkpoints of the three models (FM and autoencoder share ``fm_version``) and the
+    time split they were evaluated on, so later replays use the same test period."""
+    folder.mkdir(parents=True, exist_ok=True)
+    split = {
+        "train_end": models.split.train_end,
+        "val_end": models.split.val_end,
+        "fm_version": models.fm_version,
+        "vm_version": models.vm_version,
+    }
+    tmp = folder / "split.json.tmp"
+    tmp.write_text(json.dumps(split, indent=2))
+    tmp.replace(folder / "split.json")
     versions = {"fm": models.fm_version, "autoencoder": models.fm_version, "vm": models.vm_version}
     modules = {"fm": models.fm, "autoencoder": models.autoencoder, "vm": models.vm}
     return {
@@ -209,6 +221,12 @@ def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
         )
         for kind in modules
     }
+
+
+def load_split(folder: Path) -> TimeSplit:
+    """The time split saved beside the checkpoints by ``save_models``."""
+    saved = json.loads((folder / "split.json").read_text())
+    return TimeSplit(train_end=int(saved["train_end"]), val_end=int(saved["val_end"]))
 
 
 def load_models(folder: Path) -> tuple[FoundationModel, Autoencoder, VerticalModel, str]:

@@ -87,3 +87,24 @@ def test_replay_without_artifacts_says_what_to_run(config_file: Path) -> None:
     result = CliRunner().invoke(app, ["replay", "--config", str(config_file)])
     assert result.exit_code != 0
     assert "run `solaris demo` first" in str(result.exception)
+
+
+def test_replay_rejects_a_bad_share_before_loading_anything(config_file: Path) -> None:
+    result = CliRunner().invoke(app, ["replay", "-c", str(config_file), "--share", "1.5"])
+    assert result.exit_code != 0
+    assert "share" in str(result.exception)
+
+
+def test_demo_asking_for_a_missing_gpu_fails_before_writing_anything(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setenv("SOLARIS_DEVICE", "cuda")
+    result = CliRunner().invoke(app, ["demo", "-c", str(config_file)])
+    assert isinstance(result.exception, RuntimeError)
+    assert "cuda" in str(result.exception)
+    artifacts = Path(yaml.safe_load(config_file.read_text())["artifacts_dir"])
+    assert not artifacts.exists() or not any(artifacts.iterdir())

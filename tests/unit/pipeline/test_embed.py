@@ -138,3 +138,29 @@ def test_cuda_bf16_embeddings_match_cpu(tiny_ml, models) -> None:
     a = np.stack(cpu["z"].to_numpy(zero_copy_only=False))
     b = np.stack(gpu["z"].to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(a, b, rtol=0.05, atol=0.05)
+
+
+def test_embed_shard_rejects_rows_of_the_next_interval(tiny_ml, models, tmp_path: Path) -> None:
+    ctx, fm, ae = models
+    at = int(tiny_ml.ratings["ts"].max()) + 1
+    shard = pa.table(
+        {
+            "request_id": [1],
+            "user_id": [1],
+            "item_id": [2],
+            "ts": [at],
+            "label": pa.array([None], pa.int8()),
+        }
+    )
+    write_table(shard, tmp_path / "shard.parquet", "candidates")
+    with pytest.raises(SchemaError, match="ts"):
+        embed_shard(
+            tmp_path / "shard.parquet",
+            tmp_path / "out.parquet",
+            fm=fm,
+            autoencoder=ae,
+            ctx=ctx,
+            computed_at=at,
+            fm_version="v",
+        )
+    assert not (tmp_path / "out.parquet").exists()

@@ -378,3 +378,29 @@ def test_select_is_deterministic_and_independent_of_row_order(seed):
         candidates.iloc[permutation], scores[permutation], share=0.3, cache=cache
     )
     assert _picked(shuffled) == _picked(first)
+
+
+def test_select_reads_datetime_expiry_as_epoch_seconds() -> None:
+    candidates = pd.DataFrame(
+        {"request_id": [1, 1], "user_id": [7, 7], "item_id": [1, 2], "ts": [1000, 1000]}
+    )
+    expired = pd.DataFrame(
+        {"user_id": [7], "item_id": [1], "expires_at": pd.to_datetime([500], unit="s", utc=True)}
+    )
+    chosen = select_candidates(candidates, np.array([0.9, 0.1]), share=0.5, cache=expired)
+    assert chosen["item_id"].tolist() == [1]
+
+
+def test_select_rejects_an_expiry_column_of_floats() -> None:
+    candidates = pd.DataFrame({"request_id": [1], "user_id": [7], "item_id": [1], "ts": [10]})
+    cache = pd.DataFrame({"user_id": [7], "item_id": [1], "expires_at": [5.0]})
+    with pytest.raises(TypeError, match="expires_at"):
+        select_candidates(candidates, np.array([0.5]), share=1.0, cache=cache)
+
+
+def test_a_pair_listed_twice_in_one_request_costs_one_pass() -> None:
+    candidates = pd.DataFrame(
+        {"request_id": [1] * 6, "user_id": [7] * 6, "item_id": [1, 1, 2, 3, 4, 5], "ts": [10] * 6}
+    )
+    chosen = select_candidates(candidates, np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4]), share=0.34)
+    assert chosen["item_id"].tolist() == [1, 2, 3]

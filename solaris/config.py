@@ -96,6 +96,32 @@ class SelectionConfig(BaseModel):
     )
 
 
+class StoreConfig(BaseModel):
+    """Feast feature store on Redis: connection, registry, read TTLs and serving bounds."""
+
+    redis: str | None = Field(
+        None,
+        description="Feast Redis connection string 'host:port,db=N,password=...,ssl=true'; "
+        "unset: use localhost:6379 if it answers, else start an embedded Redis (demo only)",
+    )
+    project: str = Field("solaris", pattern=r"^[a-z][a-z0-9_]*$")
+    repo_path: Path = Path("feature_repo")
+    registry: str = Field(
+        "data/registry.db",
+        description="file path (relative to repo_path) or a postgresql:// URL (SQL registry)",
+    )
+    uagg_window_hours: float = Field(24.0, gt=0)
+    uagg_ttl_hours: float = Field(24.0, gt=0)
+    iagg_ttl_hours: float = Field(24.0, gt=0)
+    unn_ttl_hours: float = Field(48.0, gt=0)
+    n_neighbors: int = Field(100, gt=0)
+    nbr_strategy: Literal["top1", "weighted"] = "top1"
+    write_chunk_rows: int = Field(10_000, gt=0)
+    fetch_timeout_ms: float = Field(50.0, gt=0, description="bound on one fetch, incl. Redis")
+    miss_stream: str = "solaris:misses"
+    miss_stream_maxlen: int = Field(100_000, gt=0)
+
+
 class SolarisConfig(BaseSettings):
     """Every setting SOLARIS reads. Build once, pass down."""
 
@@ -108,6 +134,7 @@ class SolarisConfig(BaseSettings):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
     artifacts_dir: Path = Path("artifacts")
     device: Literal["auto", "cpu", "cuda"] = "auto"
 

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from solaris.config import SolarisConfig
+
 app = typer.Typer(
     help="SOLARIS: FM embeddings precomputed for a vertical recommender.",
     no_args_is_help=True,
@@ -21,7 +23,6 @@ ConfigOption = Annotated[
 
 
 def _config(path: Path | None, **overrides: object):
-    from solaris.config import SolarisConfig
 
     return SolarisConfig.load(path, **overrides)
 

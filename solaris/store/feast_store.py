@@ -10,12 +10,18 @@ from __future__ import annotations
 import importlib.util
 import os
 import string
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
+import redis as redis_py
 import yaml
 
 from solaris.config import SolarisConfig
+
+if TYPE_CHECKING:  # feast is heavy: imported only where a store is opened
+    from feast import FeatureStore
 
 DEFINITIONS_FILE = "solaris_features.py"
 
@@ -42,7 +48,7 @@ def repo_config_dict(cfg: SolarisConfig, redis: str) -> dict:
     return raw
 
 
-def open_feature_store(cfg: SolarisConfig, redis: str):
+def open_feature_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
     """A ``feast.FeatureStore`` over ``cfg.store.repo_path`` using Redis at ``redis``."""
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
@@ -64,7 +70,7 @@ def load_definitions(repo_path: Path) -> ModuleType:
     return module
 
 
-def apply_definitions(store, repo_path: Path) -> list[str]:
+def apply_definitions(store: FeatureStore, repo_path: Path) -> list[str]:
     """Register every entity, view and service of the repo; returns their names."""
     from feast import Entity, FeatureService, FeatureView
 
@@ -76,3 +82,27 @@ def apply_definitions(store, repo_path: Path) -> list[str]:
     ]
     store.apply(objects)
     return sorted(obj.name for obj in objects)
+
+
+def delete_project_keys(
+    client: redis_py.Redis, project: str, extra_keys: Sequence[str] = ()
+) -> int:
+    """Delete the Redis hashes of one Feast project (its keys end with the project name),
+    plus ``extra_keys``; returns how many were removed. Other data is never touched.
+
+    Note that a project whose name ends with this one's (``x`` and ``my_x``) would match too.
+    """
+    suffix = project.encode()
+    removed = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=b"*" + suffix, count=1000):
+        if key.endswith(suffix):
+            batch.append(key)
+        if len(batch) >= 1000:
+            removed += client.unlink(*batch)
+            batch.clear()
+    if batch:
+        removed += client.unlink(*batch)
+    if extra_keys:
+        removed += client.unlink(*extra_keys)
+    return removed

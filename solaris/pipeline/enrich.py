@@ -1,0 +1,108 @@
+"""Enrichment views from the pair-embedding history: uagg, iagg, unn and nbr rows.
+
+Each function is one enrichment step (one task body in the enrichment and clustering DAGs):
+a pure function of the pair history as of ``as_of``, returning rows ready for
+``materialize`` (join keys, features, ``computed_at`` and ``event_ts`` = ``as_of``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from solaris.config import SolarisConfig
+from solaris.pipeline.aggregate import item_aggregate, user_aggregate
+from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
+
+
+@dataclass(frozen=True)
+class PairHistory:
+    """Pair codes computed so far: ``pairs`` (user_id, item_id, computed_at epoch s,
+    fm_version) and the aligned ``z`` ``[N, d]``."""
+
+    pairs: pd.DataFrame
+    z: np.ndarray
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> PairHistory:
+        """From a (validated) pair-embeddings table."""
+        d = table.schema.field("z").type.list_size
+        z = table["z"].combine_chunks().flatten().to_numpy().reshape(-1, d)
+        pairs = pd.DataFrame(
+            {
+                "user_id": table["user_id"].to_numpy(),
+                "item_id": table["item_id"].to_numpy(),
+                "computed_at": table["computed_at"].cast(pa.int64()).to_numpy() // 1_000_000,
+                "fm_version": table["fm_version"].to_pandas(),
+            }
+        )
+        return cls(pairs, np.asarray(z, dtype=np.float32))
+
+    def until(self, as_of: int) -> PairHistory:
+        """Only the codes computed at or before ``as_of`` (what existed then)."""
+        keep = self.pairs["computed_at"].to_numpy() <= as_of
+        return PairHistory(self.pairs[keep].reset_index(drop=True), self.z[keep])
+
+
+def _stamped(frame: pd.DataFrame, as_of: int) -> pd.DataFrame:
+    return frame.assign(computed_at=np.full(len(frame), int(as_of), dtype=np.int64))
+
+
+def user_aggregates(
+    history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
+) -> pd.DataFrame:
+    window = int(cfg.store.uagg_window_hours * 3600)
+    rows = user_aggregate(
+        history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
+    )
+    return _stamped(rows, as_of)
+
+
+def item_aggregates(
+    history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
+) -> pd.DataFrame:
+    window = int(cfg.store.uagg_window_hours * 3600)
+    rows = item_aggregate(
+        history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
+    )
+    return _stamped(rows, as_of)
+
+
+def user_neighbours(
+    history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
+) -> pd.DataFrame:
+    """``unn`` rows: cosine KNN over user embeddings (the clustering step)."""
+    window = int(cfg.store.unn_ttl_hours * 3600)
+    users, emb = user_embeddings(
+        history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
+    )
+    if len(users) < 2:
+        return pd.DataFrame(columns=["user_id", "nbr_ids", "nbr_sims", "event_ts"])
+    rows = nearest_users(users, emb, cfg.store.n_neighbors)
+    return rows.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
+
+
+def neighbour_rows(
+    targets: pd.DataFrame,
+    neighbours: pd.DataFrame,
+    history: PairHistory,
+    as_of: int,
+    cfg: SolarisConfig,
+    fm_version: str,
+) -> pd.DataFrame:
+    """``nbr`` rows for ``targets`` (user_id, item_id): recent candidates the verifier did
+    not select, imputed from similar users who have a fresh code for the item."""
+    ttl = int(cfg.selection.ttl_hours * 3600)
+    rows = neighbour_fill(
+        targets.drop_duplicates(["user_id", "item_id"]),
+        neighbours,
+        history.pairs,
+        history.z,
+        as_of=as_of,
+        ttl_seconds=ttl,
+        fm_version=fm_version,
+    )
+    return _stamped(rows, as_of)

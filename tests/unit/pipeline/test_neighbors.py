@@ -1,0 +1,289 @@
+"""user_embeddings / nearest_users / neighbour_fill, on hand-computed tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from solaris.pipeline.aggregate import unpack_f16
+from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
+
+AS_OF = 1_000_000
+TTL = 6 * 3600
+V = "fm-1"
+R = 1 / np.sqrt(2)
+
+
+def _pairs(rows: list[tuple[int, int, int, str]]) -> pd.DataFrame:
+    """(user_id, item_id, computed_at, fm_version) rows."""
+    return pd.DataFrame(rows, columns=["user_id", "item_id", "computed_at", "fm_version"]).astype(
+        {"user_id": "int64", "item_id": "int64", "computed_at": "int64"}
+    )
+
+
+def _f32(values: list[list[float]]) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
+
+
+def _by_user(unn: pd.DataFrame) -> dict[int, tuple[list[int], list[float]]]:
+    return {
+        int(u): (list(ids), list(sims))
+        for u, ids, sims in zip(unn["user_id"], unn["nbr_ids"], unn["nbr_sims"], strict=True)
+    }
+
+
+# ---------------------------------------------------------------------------- user_embeddings
+
+
+def test_user_embeddings_are_mean_codes_in_window_of_the_version() -> None:
+    pairs = _pairs(
+        [
+            (2, 1, AS_OF, V),
+            (1, 1, AS_OF, V),
+            (1, 2, AS_OF - 1, V),
+            (1, 3, AS_OF - TTL, V),  # at the window start: outside
+            (2, 2, AS_OF, "fm-0"),  # other version
+        ]
+    )
+    z = _f32([[0.5, 0.5], [1, 0], [3, 2], [100, 0], [100, 0]])
+    users, emb = user_embeddings(pairs, z, as_of=AS_OF, window_seconds=TTL, fm_version=V)
+    assert users.tolist() == [1, 2]
+    assert users.dtype == np.int64 and emb.dtype == np.float32
+    np.testing.assert_array_equal(emb, [[2, 1], [0.5, 0.5]])
+
+
+def test_user_embeddings_reject_misaligned_codes() -> None:
+    pairs = _pairs([(1, 1, AS_OF, V)])
+    with pytest.raises(ValueError, match="rows"):
+        user_embeddings(pairs, _f32([[1], [2]]), as_of=AS_OF, window_seconds=TTL, fm_version=V)
+
+
+# ---------------------------------------------------------------------------- nearest_users
+
+# 2-D hand case: cos(10,20) = cos(20,30) = 1/√2, cos(10,30) = cos(30,40) = 0,
+# cos(20,40) = −1/√2, cos(10,40) = −1.
+IDS = np.array([10, 20, 30, 40])
+EMB = _f32([[1, 0], [1, 1], [0, 2], [-3, 0]])
+
+
+def test_nearest_users_orders_by_cosine_and_excludes_self() -> None:
+    out = _by_user(nearest_users(IDS, EMB, k=2))
+    assert list(out) == [10, 20, 30, 40]
+    assert out[10][0] == [20, 30]
+    assert out[20][0] == [10, 30]  # tie at 1/√2: smaller id first
+    assert out[30][0] == [20, 10]  # tie at 0 with 40: smaller id first
+    assert out[40][0] == [30, 20]
+    np.testing.assert_allclose(out[10][1], [R, 0], atol=1e-6)
+    np.testing.assert_allclose(out[40][1], [0, -R], atol=1e-6)
+    for u, (ids, _) in out.items():
+        assert u not in ids
+
+
+def test_nearest_users_lists_have_int64_ids_and_float32_sims() -> None:
+    unn = nearest_users(IDS, EMB, k=3)
+    assert unn["user_id"].dtype == np.int64
+    assert all(np.asarray(v).dtype == np.int64 for v in unn["nbr_ids"])
+    assert all(np.asarray(v).dtype == np.float32 for v in unn["nbr_sims"])
+    np.testing.assert_allclose(_by_user(unn)[10][1], [R, 0, -1], atol=1e-6)
+
+
+def test_nearest_users_caps_k_at_number_of_other_users() -> None:
+    out = _by_user(nearest_users(IDS, EMB, k=100))
+    assert all(len(ids) == 3 and len(sims) == 3 for ids, sims in out.values())
+
+
+def test_nearest_users_zero_norm_user_has_no_neighbours_and_is_never_one() -> None:
+    ids = np.append(IDS, 50)
+    emb = np.vstack([EMB, _f32([[0, 0]])])
+    out = _by_user(nearest_users(ids, emb, k=10))
+    assert out[50] == ([], [])
+    assert all(50 not in nbrs for nbrs, _ in out.values())
+    assert all(len(nbrs) == 3 for u, (nbrs, _) in out.items() if u != 50)
+
+
+def test_nearest_users_with_one_eligible_user_gives_empty_lists() -> None:
+    out = _by_user(nearest_users(np.array([1, 2]), _f32([[1, 1], [0, 0]]), k=5))
+    assert out == {1: ([], []), 2: ([], [])}
+
+
+def test_nearest_users_identical_directions_still_exclude_self() -> None:
+    ids = np.array([1, 2, 3])
+    out = _by_user(nearest_users(ids, _f32([[1, 1], [2, 2], [3, 3]]), k=1))
+    # Which of the equally similar users is kept is arbitrary; self never is.
+    for u, (nbrs, sims) in out.items():
+        assert len(nbrs) == 1 and nbrs[0] != u
+        assert sims[0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_nearest_users_rejects_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="k must be"):
+        nearest_users(IDS, EMB, k=0)
+    with pytest.raises(ValueError, match="k must be"):
+        nearest_users(IDS, EMB, k=-3)
+    with pytest.raises(ValueError, match="rows"):
+        nearest_users(IDS[:3], EMB, k=1)
+    with pytest.raises(ValueError, match="2-D"):
+        nearest_users(IDS, EMB[:, 0], k=1)
+    with pytest.raises(ValueError, match="NaN"):
+        nearest_users(IDS, np.where(EMB == 0, np.nan, EMB).astype(np.float32), k=1)
+    with pytest.raises(ValueError, match="duplicates"):
+        nearest_users(np.array([1, 1, 2, 3]), EMB, k=1)
+
+
+# ---------------------------------------------------------------------------- neighbour_fill
+
+NEIGHBORS = pd.DataFrame(
+    {
+        "user_id": np.array([1, 6, 7], dtype=np.int64),
+        "nbr_ids": [
+            np.array([2, 3, 4], dtype=np.int64),
+            np.array([2, 3], dtype=np.int64),
+            np.array([], dtype=np.int64),
+        ],
+        "nbr_sims": [
+            np.array([0.9, 0.5, -0.2], dtype=np.float32),
+            np.array([-0.1, -0.3], dtype=np.float32),
+            np.array([], dtype=np.float32),
+        ],
+    }
+)
+
+
+def _fill(targets: list[tuple[int, int]], pairs: pd.DataFrame, z: np.ndarray) -> pd.DataFrame:
+    tg = pd.DataFrame(targets, columns=["user_id", "item_id"]).astype("int64")
+    return neighbour_fill(tg, NEIGHBORS, pairs, z, as_of=AS_OF, ttl_seconds=TTL, fm_version=V)
+
+
+def _row(out: pd.DataFrame, user: int, item: int) -> pd.Series:
+    hit = out[(out["user_id"] == user) & (out["item_id"] == item)]
+    assert len(hit) == 1
+    return hit.iloc[0]
+
+
+def _z(value: bytes, d: int = 2) -> np.ndarray:
+    z, present = unpack_f16([value], d)
+    assert present.all()
+    return z[0]
+
+
+def test_neighbour_fill_top1_is_most_similar_neighbour_that_has_the_item() -> None:
+    # User 2 (sim 0.9) lacks item 200; users 3 (0.5) and 4 (−0.2) have it.
+    pairs = _pairs([(2, 100, AS_OF, V), (3, 200, AS_OF, V), (4, 200, AS_OF, V)])
+    z = _f32([[9, 9], [2, 4], [8, 0]])
+    out = _fill([(1, 200)], pairs, z)
+    row = _row(out, 1, 200)
+    assert row["src_user"] == 3
+    assert row["similarity"] == pytest.approx(0.5)
+    np.testing.assert_array_equal(_z(row["z_top1"]), [2, 4])
+    # weights max(0.5, 0) = 0.5 and max(−0.2, 0) = 0: the mean is user 3's code.
+    np.testing.assert_array_equal(_z(row["z_mean"]), [2, 4])
+    assert row["n_nbrs"] == 2
+
+
+def test_neighbour_fill_weighted_mean_by_hand() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V), (3, 100, AS_OF - 60, V), (4, 100, AS_OF, V)])
+    z = _f32([[1, 0], [0, 2], [5, 5]])
+    row = _row(_fill([(1, 100)], pairs, z), 1, 100)
+    assert row["src_user"] == 2 and row["similarity"] == pytest.approx(0.9)
+    np.testing.assert_array_equal(_z(row["z_top1"]), [1, 0])
+    # (0.9·[1, 0] + 0.5·[0, 2] + 0·[5, 5]) / 1.4 = [0.642857, 0.714286]
+    np.testing.assert_allclose(_z(row["z_mean"]), [0.9 / 1.4, 1.0 / 1.4], atol=1e-3)
+    assert row["n_nbrs"] == 3
+
+
+def test_neighbour_fill_all_nonpositive_similarities_give_plain_mean() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V), (3, 100, AS_OF, V)])
+    z = _f32([[1, 0], [0, 3]])
+    row = _row(_fill([(6, 100)], pairs, z), 6, 100)
+    assert row["src_user"] == 2  # −0.1 beats −0.3
+    assert row["similarity"] == pytest.approx(-0.1)
+    np.testing.assert_array_equal(_z(row["z_mean"]), [0.5, 1.5])
+    assert row["n_nbrs"] == 2
+
+
+def test_neighbour_fill_ignores_stale_and_other_version_neighbour_codes() -> None:
+    pairs = _pairs(
+        [
+            (2, 300, AS_OF - TTL, V),  # at as_of − ttl: stale
+            (3, 300, AS_OF, "fm-0"),  # other version
+            (4, 300, AS_OF - TTL + 1, V),  # fresh
+            (2, 301, AS_OF + 1, V),  # computed after as_of
+            (3, 302, AS_OF - 2 * TTL, V),  # stale
+        ]
+    )
+    z = _f32([[1, 1], [2, 2], [3, 3], [4, 4], [5, 5]])
+    out = _fill([(1, 300), (1, 301), (1, 302)], pairs, z)
+    assert out[["user_id", "item_id"]].values.tolist() == [[1, 300]]
+    row = _row(out, 1, 300)
+    assert row["src_user"] == 4 and row["n_nbrs"] == 1
+    np.testing.assert_array_equal(_z(row["z_top1"]), [3, 3])
+    np.testing.assert_array_equal(_z(row["z_mean"]), [3, 3])  # only weight 0: plain mean
+
+
+def test_neighbour_fill_skips_targets_with_their_own_fresh_pair() -> None:
+    pairs = _pairs(
+        [
+            (1, 400, AS_OF, V),  # own fresh pair: served by the pair tier
+            (2, 400, AS_OF, V),
+            (1, 401, AS_OF - TTL, V),  # own pair is stale: still needs the neighbour tier
+            (2, 401, AS_OF, V),
+        ]
+    )
+    z = _f32([[1, 1], [2, 2], [3, 3], [4, 4]])
+    out = _fill([(1, 400), (1, 401)], pairs, z)
+    assert out[["user_id", "item_id"]].values.tolist() == [[1, 401]]
+    np.testing.assert_array_equal(_z(_row(out, 1, 401)["z_top1"]), [4, 4])
+
+
+def test_neighbour_fill_without_any_neighbour_having_item_gives_no_row() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V), (9, 999, AS_OF, V)])
+    z = _f32([[1, 1], [2, 2]])
+    # (1, 999): user 9 has it but is not a neighbour; 7 has no neighbours; 8 no unn row.
+    out = _fill([(1, 999), (7, 100), (8, 100)], pairs, z)
+    assert out.empty
+    assert list(out.columns) == [
+        "user_id",
+        "item_id",
+        "z_top1",
+        "src_user",
+        "similarity",
+        "z_mean",
+        "n_nbrs",
+        "fm_version",
+        "event_ts",
+    ]
+
+
+def test_neighbour_fill_output_columns_types_and_duplicate_targets() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V), (3, 200, AS_OF, V)])
+    z = _f32([[1, 0], [0, 1]])
+    out = _fill([(1, 200), (1, 100), (1, 100)], pairs, z)
+    assert out[["user_id", "item_id"]].values.tolist() == [[1, 100], [1, 200]]
+    assert out["src_user"].dtype == np.int64 and out["n_nbrs"].dtype == np.int64
+    assert out["similarity"].dtype == np.float32
+    assert (out["fm_version"] == V).all()
+    assert (out["event_ts"] == pd.Timestamp(AS_OF, unit="s", tz="UTC")).all()
+    assert all(isinstance(b, bytes) and len(b) == 2 * 2 for b in out["z_top1"])
+
+
+def test_neighbour_fill_rejects_bad_inputs() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V)])
+    z = _f32([[1, 0]])
+    tg = pd.DataFrame({"user_id": [1], "item_id": [100]})
+    kw = {"as_of": AS_OF, "ttl_seconds": TTL, "fm_version": V}
+    with pytest.raises(ValueError, match="rows"):
+        neighbour_fill(tg, NEIGHBORS, pairs, _f32([[1, 0], [0, 1]]), **kw)
+    with pytest.raises(ValueError, match="2-D"):
+        neighbour_fill(tg, NEIGHBORS, pairs, np.ones(1, np.float32), **kw)
+    with pytest.raises(ValueError, match="NaN"):
+        neighbour_fill(tg, NEIGHBORS, pairs, _f32([[np.nan, 0]]), **kw)
+    with pytest.raises(ValueError, match="targets is missing"):
+        neighbour_fill(tg[["user_id"]], NEIGHBORS, pairs, z, **kw)
+    with pytest.raises(ValueError, match="ttl_seconds"):
+        neighbour_fill(tg, NEIGHBORS, pairs, z, **{**kw, "ttl_seconds": -1})
+    bad = NEIGHBORS.assign(nbr_sims=[np.zeros(1, np.float32)] * 3)
+    with pytest.raises(ValueError, match="differ in length"):
+        neighbour_fill(tg, bad, pairs, z, **kw)
+    with pytest.raises(ValueError, match="neighbors is missing"):
+        neighbour_fill(tg, NEIGHBORS.drop(columns="nbr_sims"), pairs, z, **kw)

@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format data venv clean
+.PHONY: demo test lint format data venv clean bench feast-plan feast-apply
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,3 +36,16 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) artifacts .pytest_cache .ruff_cache
+
+# Benchmarks: ratios measured side by side in one run (not part of the tests).
+bench: $(STAMP)
+	$(BIN)/python -m bench.feature_store
+	$(BIN)/python -m bench.offline_join
+
+# The Feast CLI on the repo (it expands ${SOLARIS_STORE__REDIS} from the environment).
+SOLARIS_STORE__REDIS ?= localhost:6379
+export SOLARIS_STORE__REDIS
+feast-plan: $(STAMP)
+	$(BIN)/feast -c feature_repo plan
+feast-apply: $(STAMP)
+	$(BIN)/feast -c feature_repo apply

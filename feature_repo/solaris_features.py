@@ -17,14 +17,20 @@ from feast.types import Array, Bytes, Float32, Int64, String
 from solaris.config import SolarisConfig
 
 _cfg = SolarisConfig.load()
-_pair_ttl = timedelta(hours=_cfg.selection.ttl_hours)
+# The serving client applies the pair read TTL (selection.ttl_hours) itself. The view's TTL
+# only bounds the offline point-in-time join, and it must reach back over the whole user
+# aggregate window: removing the current item from the 24 h sum needs that pair's code even
+# when it is too old to be served as the pair tier.
+_pair_ttl = timedelta(hours=max(_cfg.selection.ttl_hours, _cfg.store.uagg_window_hours))
 
 user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
 item = Entity(name="item", join_keys=["item_id"], value_type=ValueType.INT64)
 
 
 def _source(view: str) -> FileSource:
-    return FileSource(name=f"{view}_source", path=f"data/offline/{view}", timestamp_field="event_ts")
+    return FileSource(
+        name=f"{view}_source", path=f"data/offline/{view}", timestamp_field="event_ts"
+    )
 
 
 pair = FeatureView(

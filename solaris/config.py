@@ -117,7 +117,7 @@ class StoreConfig(BaseModel):
     n_neighbors: int = Field(100, gt=0)
     nbr_strategy: Literal["top1", "weighted"] = "top1"
     write_chunk_rows: int = Field(10_000, gt=0)
-    fetch_timeout_ms: float = Field(50.0, gt=0, description="bound on one fetch, incl. Redis")
+    fetch_timeout_ms: float = Field(200.0, gt=0, description="bound on one fetch, incl. Redis")
     miss_stream: str = "solaris:misses"
     miss_stream_maxlen: int = Field(100_000, gt=0)
 

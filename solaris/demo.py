@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
@@ -28,6 +30,7 @@ from solaris.models.features import FeatureContext
 from solaris.models.training import resolve_device
 from solaris.pipeline.embed import embed_pairs
 from solaris.pipeline.train import save_models, score_candidates, train_models
+from solaris.serving.tiers import TIERS
 
 Printer = Callable[[str], None]
 
@@ -47,6 +50,98 @@ def _publish(staging: Path, final: Path) -> None:
             shutil.rmtree(target)
         os.replace(item, target)
     staging.rmdir()
+
+
+def run_online_stage(
+    cfg: SolarisConfig,
+    candidates: pd.DataFrame,
+    embeddings: pa.Table,
+    *,
+    eval_from: int,
+    fm_version: str,
+    echo: Printer = print,
+) -> dict:
+    """Materialize the replay's codes into Redis through Feast, build the enrichment views,
+    and serve every test-period request through ``SolarisFeatures``."""
+    from solaris.evaluation.online_replay import online_replay
+    from solaris.pipeline.enrich import PairHistory
+    from solaris.pipeline.materialize import pair_frame
+    from solaris.serving.client import SolarisFeatures
+    from solaris.store.feast_store import apply_definitions, delete_project_keys, open_feature_store
+    from solaris.store.local_redis import client_from_connection_string, redis_for
+
+    history = PairHistory.from_table(embeddings)
+    pair_rows = pair_frame(embeddings, z_dim=cfg.model.z_dim)
+    with redis_for(cfg.store.redis) as (redis, origin):
+        echo(f"Redis: {redis} ({origin}); Feast project '{cfg.store.project}'")
+        store = open_feature_store(cfg, redis)
+        apply_definitions(store, cfg.store.repo_path)
+        # Only this project's keys: a configured Redis is never flushed.
+        removed = delete_project_keys(
+            client_from_connection_string(redis),
+            cfg.store.project,
+            extra_keys=[cfg.store.miss_stream],
+        )
+        if removed:
+            echo(f"removed {removed:,} keys of an earlier run of project '{cfg.store.project}'")
+        client = SolarisFeatures(cfg, redis=redis, fm_version=fm_version, store=store)
+        # Like a serving process after start-up: one warm read, and the heap frozen so a
+        # full garbage collection of the Feast/pandas heap cannot stall a request.
+        client.warm_up(freeze_gc=True)
+        result = online_replay(
+            cfg,
+            store,
+            client,
+            candidates=candidates,
+            history=history,
+            pair_rows=pair_rows,
+            eval_from=eval_from,
+            fm_version=fm_version,
+        )
+        failures = client.stats.failures
+    lat = result.latencies_ms
+    echo(
+        "online writes (rows): "
+        + ", ".join(
+            f"{v} {n:,} ({n / max(result.write_seconds[v], 1e-9):,.0f} rows/s)"
+            for v, n in result.rows_written.items()
+        )
+    )
+    ex = result.example
+    if ex:
+        echo(
+            f"one served request: user {ex['user_id']} at {ex['ts']}, {ex['n_items']} candidates, "
+            f"tiers {ex['tiers']}, fetch {ex['latency_ms']:.1f} ms"
+        )
+    echo(
+        f"served {result.n_requests:,} test-period requests through Feast: fetch p50 "
+        f"{np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
+        f"{failures} failures"
+    )
+    echo(f"coverage of {result.n_impressions:,} labelled impressions, from online reads:")
+    for tier in (*TIERS,):
+        echo(
+            f"  {tier:<5} present {result.coverage(tier):6.1%}   main slot "
+            f"{result.main_tier_counts[tier] / max(result.n_impressions, 1):6.1%}"
+        )
+    echo(
+        f"  any tier {result.any_tier_coverage:.1%}; none "
+        f"{result.main_tier_counts['none'] / max(result.n_impressions, 1):.1%}"
+    )
+    return {
+        "redis_origin": origin,
+        "n_requests": result.n_requests,
+        "n_impressions": result.n_impressions,
+        "coverage_present": {t: result.coverage(t) for t in TIERS},
+        "main_tier_counts": result.main_tier_counts,
+        "any_tier_coverage": result.any_tier_coverage,
+        "fetch_ms_p50": float(np.percentile(lat, 50)),
+        "fetch_ms_p99": float(np.percentile(lat, 99)),
+        "fetch_failures": failures,
+        "rows_written": result.rows_written,
+        "write_seconds": result.write_seconds,
+        "example": ex,
+    }
 
 
 def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
@@ -145,7 +240,11 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         )
 
     verifier = results["verifier"]
-    eval_sel = verifier.selections[verifier.selections["request_ts"] >= models.split.val_end]
+    # The online stage also needs the codes that are still fresh (or in the 24 h aggregate
+    # window) when the test period starts.
+    lookback = max(ttl_s, int(cfg.store.uagg_window_hours * 3600))
+    since = models.split.val_end - lookback
+    eval_sel = verifier.selections[verifier.selections["computed_at"] >= since]
     with _timed(timings, "embed"):
         rows = embed_pairs(
             eval_sel,
@@ -159,19 +258,32 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         )
         path = write_table(
             rows,
-            out / "pair_embeddings" / "test_period.parquet",
+            out / "pair_embeddings" / "replay.parquet",
             "pair_embeddings",
             z_dim=cfg.model.z_dim,
         )
     rate = rows.num_rows / max(timings["embed"], 1e-9)
     echo(
-        f"embedded {rows.num_rows:,} selected pairs of the test period "
+        f"embedded {rows.num_rows:,} pairs selected from {lookback / 3600:g} h before the "
+        "test period on "
         f"in {timings['embed']:.1f} s "
         f"({rate:,.0f} pairs/s) -> {final / path.relative_to(out)}"
     )
 
+    with _timed(timings, "online"):
+        online = run_online_stage(
+            cfg,
+            log.candidates,
+            rows,
+            eval_from=models.split.val_end,
+            fm_version=models.fm_version,
+            echo=echo,
+        )
+    online["pair_coverage_in_memory_replay"] = verifier.coverage
+
     summary = {
         "request_log": asdict(stats),
+        "online": online,
         "models": {**m, "fm_version": models.fm_version, "vm_version": models.vm_version},
         "coverage": {name: r.coverage for name, r in results.items()},
         "fm_passes_per_1k_requests": {n: r.fm_passes_per_1k_requests for n, r in results.items()},

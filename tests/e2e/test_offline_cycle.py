@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,12 +14,28 @@ from typer.testing import CliRunner
 
 from solaris.cli import app
 from solaris.data.schemas import read_table
+from solaris.store.feast_store import delete_project_keys
+from solaris.store.local_redis import client_from_connection_string
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+REDIS = "127.0.0.1:6379,db=14"  # this suite's own database number
 
 
 @pytest.fixture
-def config_file(tiny_movielens: Path, tmp_path: Path) -> Path:
+def config_file(tiny_movielens: Path, tmp_path: Path) -> Iterator[Path]:
     # fetch_movielens finds <cache_dir>/ml-100k complete and downloads nothing.
+    repo = tmp_path / "feature_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data"))
+    project = f"e2e_{uuid.uuid4().hex[:8]}"
     config = {
+        "store": {
+            "redis": REDIS,
+            "project": project,
+            "repo_path": str(repo),
+            "miss_stream": f"{project}:misses",
+        },
         "data": {"cache_dir": str(tiny_movielens.parent)},
         "artifacts_dir": str(tmp_path / "artifacts"),
         "requests": {"retrieval_k": 8},
@@ -34,7 +53,10 @@ def config_file(tiny_movielens: Path, tmp_path: Path) -> Path:
     }
     path = tmp_path / "solaris.yaml"
     path.write_text(yaml.safe_dump(config))
-    return path
+    yield path
+    delete_project_keys(
+        client_from_connection_string(REDIS), project, extra_keys=[f"{project}:misses"]
+    )
 
 
 def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) -> None:
@@ -49,6 +71,8 @@ def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) 
         "VM test log-loss",
         "FM advantage",
         "native pair coverage",
+        "served",
+        "from online reads",
         "verifier",
         "random",
         "oracle",
@@ -57,10 +81,15 @@ def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) 
     artifacts = Path(yaml.safe_load(config_file.read_text())["artifacts_dir"])
     summary = json.loads((artifacts / "demo_summary.json").read_text())
     assert all(0.0 <= c <= 1.0 for c in summary["coverage"].values())
+    online = summary["online"]
+    assert online["redis_origin"] == "configured"
+    assert online["fetch_failures"] == 0
+    assert sum(online["main_tier_counts"].values()) == online["n_impressions"] > 0
+    # Pair hits read back from Redis are the hits of the in-memory replay (same cache rule).
+    pair_online = online["coverage_present"]["pair"]
+    assert pair_online == pytest.approx(online["pair_coverage_in_memory_replay"], abs=0.02)
     read_table(artifacts / "log" / "candidates.parquet", "candidates")
-    rows = read_table(
-        artifacts / "pair_embeddings" / "test_period.parquet", "pair_embeddings", z_dim=8
-    )
+    rows = read_table(artifacts / "pair_embeddings" / "replay.parquet", "pair_embeddings", z_dim=8)
     assert rows.num_rows == summary["embedded_pairs"]
     assert set(rows["fm_version"].to_pylist()) <= {summary["models"]["fm_version"]}
 

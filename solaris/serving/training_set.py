@@ -1,0 +1,148 @@
+"""Point-in-time training rows that equal what serving would have returned at that time.
+
+``build_training_set`` asks Feast's offline store for the ``solaris_serving`` features of each
+impression as of its timestamp (``get_historical_features``: for each view, the latest row
+with ``ts − ttl <= event_ts <= ts``; one call per view of the FeatureService, see
+``_view_as_of`` for the Feast 0.67 behaviour that forces this), then applies the *same*
+:func:`~solaris.serving.tiers.assemble_tiers` as the serving client with ``now = ts`` per row.
+The offline join only narrows what is visible; the freshness, version and exclusion rules
+are applied by ``assemble_tiers`` from the ``computed_at`` / ``fm_version`` features, exactly
+as online. So for a given (user, item, time), the training row equals the served row whenever
+the online store held that time's latest rows.
+
+One requirement on the definitions follows: the offline join drops a ``pair`` row older than
+``pair``'s ``FeatureView.ttl``, while serving still sees it in Redis and uses it (not as a
+hit, but) to remove the item from the user aggregate. For both paths to agree on that
+exclusion, the ``pair`` view's ``ttl`` must cover the user-aggregate window, as
+``feature_repo/solaris_features.py`` does (the serving TTL is applied by ``assemble_tiers``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from solaris.config import SolarisConfig
+from solaris.serving.client import FEATURE_SERVICE
+from solaris.serving.tiers import (
+    TierFeatures,
+    assemble_tiers,
+    empty_tiers,
+    required_columns,
+    tier_settings,
+)
+
+__all__ = ["build_training_set"]
+
+log = logging.getLogger(__name__)
+
+_ROW = "solaris_row"  # carried through the join to restore the input order
+
+
+def _check_impressions(impressions: pd.DataFrame) -> pd.DataFrame:
+    if not isinstance(impressions, pd.DataFrame):
+        raise ValueError(f"impressions must be a DataFrame, got {type(impressions).__name__}")
+    missing = [c for c in ("user_id", "item_id", "ts") if c not in impressions.columns]
+    if missing:
+        raise ValueError(f"impressions is missing columns {missing}")
+    out = {}
+    for c in ("user_id", "item_id", "ts"):
+        col = impressions[c]
+        if col.isna().any():
+            raise ValueError(f"impressions.{c} has missing values")
+        if pd.api.types.is_datetime64_any_dtype(col):
+            if c != "ts":
+                raise ValueError(f"impressions.{c} must be integers, got dtype {col.dtype}")
+            col = pd.to_datetime(col, utc=True).dt.as_unit("s").astype("int64")
+        elif not pd.api.types.is_integer_dtype(col):
+            raise ValueError(f"impressions.{c} must be integers, got dtype {col.dtype}")
+        values = col.to_numpy(np.int64)
+        if c != "ts" and (values < 0).any():
+            raise ValueError(f"impressions.{c} must be >= 0")
+        out[c] = values
+    return pd.DataFrame(out)
+
+
+def _has_offline_data(store, view) -> bool:
+    """False when a file source's path does not exist yet (Feast would raise on it)."""
+    path = getattr(view.batch_source, "path", None)
+    if not path or "://" in str(path):
+        return True  # not a local file source: let Feast answer
+    full = Path(path) if Path(path).is_absolute() else Path(store.repo_path) / path
+    return full.exists()
+
+
+def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
+    """One view's features as of each impression, aligned with ``imp``'s rows.
+
+    Queries the distinct (join keys, ts) of ``imp`` only, then maps the answer back to every
+    row; a (keys, ts) that Feast returns no row for gets nulls. Both steps work around the
+    file (dask) offline store of Feast 0.67, which (a) *drops* an entity row when the view
+    has rows for its keys but none inside ``[ts − ttl, ts]`` (``_filter_ttl`` keeps only
+    rows whose keys match nothing), so a stale ``pair`` row would also remove that
+    impression's ``uagg``/``iagg`` values when views are joined in one call, and (b)
+    de-duplicates on the join keys seen so far plus the timestamp, which collapses repeated
+    impressions.
+    """
+    view = store.get_feature_view(projection.name)
+    keys = [projection.join_key_map.get(c.name, c.name) for c in view.entity_columns]
+    refs = [f"{projection.name_to_use()}:{f.name}" for f in projection.features]
+    names = [f"{projection.name_to_use()}__{f.name}" for f in projection.features]
+    if not _has_offline_data(store, view):
+        log.warning("view %s has no offline data yet: its features are null", view.name)
+        return {n: pd.Series([None] * len(imp), dtype=object) for n in names}
+    distinct = imp[[*keys, "ts"]].drop_duplicates().reset_index(drop=True)
+    entity_df = distinct[keys].copy()
+    entity_df["event_timestamp"] = pd.to_datetime(distinct["ts"].to_numpy(), unit="s", utc=True)
+    entity_df[_ROW] = np.arange(len(distinct), dtype=np.int64)
+    # Feast maps view aliases back to the source columns itself; keys keep their names.
+    job = store.get_historical_features(entity_df=entity_df, features=refs, full_feature_names=True)
+    answer = job.to_df()
+    if not answer[_ROW].is_unique:
+        raise RuntimeError(f"get_historical_features gave duplicate rows for view {view.name}")
+    answer = answer.set_index(_ROW).reindex(np.arange(len(distinct)))
+    # Row of ``distinct`` for every impression (an integer-keyed merge, input order kept).
+    where = (
+        imp[[*keys, "ts"]]
+        .merge(distinct.assign(**{_ROW: np.arange(len(distinct))}), on=[*keys, "ts"], how="left")[
+            _ROW
+        ]
+        .to_numpy()
+    )
+    return {n: answer[n].iloc[where].reset_index(drop=True) for n in names}
+
+
+def build_training_set(
+    impressions: pd.DataFrame,
+    store,  # a feast.FeatureStore
+    cfg: SolarisConfig,
+    *,
+    fm_version: str,
+) -> TierFeatures:
+    """SOLARIS features of each impression as serving would have assembled them at its time.
+
+    Args:
+        impressions: ``user_id``, ``item_id`` (integers) and ``ts`` (epoch seconds, or a
+            datetime column, read as UTC). Duplicates are allowed; other columns ignored.
+        store: a ``feast.FeatureStore`` with the SOLARIS definitions applied.
+        cfg: settings (TTLs, ``model.z_dim``, ``store.nbr_strategy``), the same as serving's.
+        fm_version: the FM version the VM is trained for; rows of another version are misses.
+
+    Returns:
+        :class:`~solaris.serving.tiers.TierFeatures` with one row per impression, in the
+        input order.
+    """
+    imp = _check_impressions(impressions)
+    if len(imp) == 0:
+        return empty_tiers(0, cfg.model.z_dim)
+    service = store.get_feature_service(FEATURE_SERVICE)
+    joined: dict[str, pd.Series] = {}
+    for projection in service.feature_view_projections:
+        joined.update(_view_as_of(store, projection, imp))
+    columns = {c: joined[c] for c in required_columns(cfg.store.nbr_strategy)}
+    return assemble_tiers(
+        columns, imp["ts"].to_numpy(), fm_version=fm_version, **tier_settings(cfg)
+    )

@@ -1,0 +1,54 @@
+"""`feast plan` and `apply` on the repo; which Redis is used (configured, local, embedded)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solaris.store.local_redis import answers, embedded_redis, redis_for
+
+pytestmark = pytest.mark.integration
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FEAST = Path(sys.executable).with_name("feast")
+
+
+def _feast(repo: Path, *args: str, project_env: dict) -> subprocess.CompletedProcess:
+    env = {**os.environ, **project_env}
+    return subprocess.run(
+        [str(FEAST), "-c", str(repo), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_feast_cli_plans_and_applies_the_repo(tmp_path: Path) -> None:
+    repo = tmp_path / "feature_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data"))
+    env = {"SOLARIS_STORE__REDIS": "127.0.0.1:6379,db=11"}
+    plan = _feast(repo, "plan", project_env=env)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    for name in ("pair", "nbr", "uagg", "iagg", "unn", "solaris_serving"):
+        assert name in plan.stdout
+    applied = _feast(repo, "apply", project_env=env)
+    assert applied.returncode == 0, applied.stderr[-2000:]
+    listed = _feast(repo, "feature-views", "list", project_env=env)
+    assert {"pair", "nbr", "uagg", "iagg", "unn"} <= set(listed.stdout.split())
+
+
+def test_embedded_redis_starts_on_a_free_port_and_stops() -> None:
+    with embedded_redis() as connection:
+        assert answers(connection)
+    assert not answers(connection)
+
+
+def test_a_configured_redis_is_always_preferred() -> None:
+    with redis_for("127.0.0.1:1,db=3") as (connection, origin):
+        assert (connection, origin) == ("127.0.0.1:1,db=3", "configured")

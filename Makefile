@@ -42,9 +42,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.feature_store
 	$(BIN)/python -m bench.offline_join
 
-# The Feast CLI on the repo (it expands ${SOLARIS_STORE__REDIS} from the environment).
-SOLARIS_STORE__REDIS ?= localhost:6379
-export SOLARIS_STORE__REDIS
+# The Feast CLI on the repo (it expands ${SOLARIS_STORE__REDIS} from the environment). The
+# default is set for these two targets only: `make demo` must see "no Redis configured".
+feast-plan feast-apply: export SOLARIS_STORE__REDIS ?= localhost:6379
 feast-plan: $(STAMP)
 	$(BIN)/feast -c feature_repo plan
 feast-apply: $(STAMP)

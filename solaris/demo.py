@@ -264,8 +264,8 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         )
     rate = rows.num_rows / max(timings["embed"], 1e-9)
     echo(
-        f"embedded {rows.num_rows:,} pairs selected from {lookback / 3600:g} h before the "
-        "test period on "
+        f"embedded {rows.num_rows:,} pairs (selected from {lookback / 3600:g} h before the "
+        "test period on) "
         f"in {timings['embed']:.1f} s "
         f"({rate:,.0f} pairs/s) -> {final / path.relative_to(out)}"
     )

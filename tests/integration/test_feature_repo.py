@@ -52,3 +52,15 @@ def test_embedded_redis_starts_on_a_free_port_and_stops() -> None:
 def test_a_configured_redis_is_always_preferred() -> None:
     with redis_for("127.0.0.1:1,db=3") as (connection, origin):
         assert (connection, origin) == ("127.0.0.1:1,db=3", "configured")
+
+
+def test_with_nothing_configured_and_no_local_redis_an_embedded_one_is_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from solaris.store import local_redis
+
+    monkeypatch.setattr(local_redis, "DEFAULT_LOCAL", "127.0.0.1:1")  # nothing listens there
+    with redis_for(None) as (connection, origin):
+        assert origin == "embedded"
+        assert answers(connection)
+    assert not answers(connection)

@@ -51,24 +51,28 @@ def _stamped(frame: pd.DataFrame, as_of: int) -> pd.DataFrame:
     return frame.assign(computed_at=np.full(len(frame), int(as_of), dtype=np.int64))
 
 
-def user_aggregates(
-    history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
+def _aggregate(
+    aggregate, history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
 ) -> pd.DataFrame:
     window = int(cfg.store.uagg_window_hours * 3600)
-    rows = user_aggregate(
+    rows = aggregate(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )
     return _stamped(rows, as_of)
+
+
+def user_aggregates(
+    history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
+) -> pd.DataFrame:
+    """``uagg`` rows: the 24 h sum and count of each user's codes."""
+    return _aggregate(user_aggregate, history, as_of, cfg, fm_version)
 
 
 def item_aggregates(
     history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
 ) -> pd.DataFrame:
-    window = int(cfg.store.uagg_window_hours * 3600)
-    rows = item_aggregate(
-        history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
-    )
-    return _stamped(rows, as_of)
+    """``iagg`` rows: each item's mean code over users in the 24 h window."""
+    return _aggregate(item_aggregate, history, as_of, cfg, fm_version)
 
 
 def user_neighbours(

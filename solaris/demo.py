@@ -189,9 +189,7 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         "(upper bound on native pair coverage)"
     )
 
-    ctx = FeatureContext(
-        data, cfg.model.history_len, cfg.model.kg_entities_per_item, cfg.model.kg_buckets
-    )
+    ctx = FeatureContext.from_config(data, cfg.model)
     with _timed(timings, "train"):
         models = train_models(log.impressions, ctx, cfg)
         save_models(models, out / "models")

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -552,3 +553,12 @@ def write_table(
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def pair_codes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """``z`` as a ``[N, d]`` float32 array and ``computed_at`` as int64 epoch seconds, from a
+    validated pair-embeddings table (zero-copy where Arrow allows)."""
+    d = table.schema.field("z").type.list_size
+    z = table["z"].combine_chunks().flatten().to_numpy().reshape(-1, d)
+    computed_at = table["computed_at"].cast(pa.int64()).to_numpy() // 1_000_000
+    return np.asarray(z, dtype=np.float32), computed_at

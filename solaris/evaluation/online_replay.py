@@ -105,7 +105,8 @@ def online_replay(
     all_ts = candidates["ts"].to_numpy()  # sorted by ts (the candidates contract)
     test = candidates[all_ts >= eval_from]
     pair_rows = pair_rows.sort_values("computed_at", kind="stable")
-    pair_done = int(np.searchsorted(pair_rows["computed_at"].to_numpy(), eval_from - lookback))
+    pair_ready = pair_rows["computed_at"].to_numpy()
+    pair_done = int(np.searchsorted(pair_ready, eval_from - lookback))
     requests = test.groupby("request_id", sort=False)
     order = test.drop_duplicates("request_id")[["request_id", "user_id", "ts"]]
     latencies = []
@@ -122,7 +123,7 @@ def online_replay(
     for request_id, user_id, ts in bar:
         interval_start = (ts // cadence) * cadence
         # Pair codes usable by now: computed at the end of an earlier interval.
-        stop = int(np.searchsorted(pair_rows["computed_at"].to_numpy(), interval_start, "right"))
+        stop = int(np.searchsorted(pair_ready, interval_start, "right"))
         if stop > pair_done:
             _write(
                 store,

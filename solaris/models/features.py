@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from solaris.config import ModelConfig
 from solaris.data.movielens import LIKE_THRESHOLD, MovieLens
 from solaris.models.batch import FeatureBatch, FeatureSpec
 
@@ -146,6 +147,11 @@ class FeatureContext:
         self.kg_buckets = kg_buckets
         self._n_genres = len(vocab) + 1
         self._user_cards = (len(_AGE_EDGES) + 2, n_gender, n_occ, n_zip)
+
+    @classmethod
+    def from_config(cls, data: MovieLens, model: ModelConfig) -> FeatureContext:
+        """The context sized by the model settings (history length, KG width and buckets)."""
+        return cls(data, model.history_len, model.kg_entities_per_item, model.kg_buckets)
 
     def spec(self, model: str) -> FeatureSpec:
         """The ``FeatureSpec`` of ``model`` ("fm" or "vm")."""

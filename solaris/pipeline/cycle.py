@@ -32,9 +32,7 @@ def replay_from_artifacts(
     if selector == "verifier":
         data = MovieLens.load(fetch_movielens(cfg.data))
         _, _, vm, _ = load_models(models_dir)
-        ctx = FeatureContext(
-            data, cfg.model.history_len, cfg.model.kg_entities_per_item, cfg.model.kg_buckets
-        )
+        ctx = FeatureContext.from_config(data, cfg.model)
         scores = score_candidates(vm, ctx, candidates, progress=True)
     elif selector == "random":
         scores = random_scores(len(candidates), cfg.train.seed)

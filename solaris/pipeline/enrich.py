@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
+from solaris.data.schemas import pair_codes
 from solaris.pipeline.aggregate import item_aggregate, user_aggregate
 from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
 
@@ -29,17 +30,16 @@ class PairHistory:
     @classmethod
     def from_table(cls, table: pa.Table) -> PairHistory:
         """From a (validated) pair-embeddings table."""
-        d = table.schema.field("z").type.list_size
-        z = table["z"].combine_chunks().flatten().to_numpy().reshape(-1, d)
+        z, computed_at = pair_codes(table)
         pairs = pd.DataFrame(
             {
                 "user_id": table["user_id"].to_numpy(),
                 "item_id": table["item_id"].to_numpy(),
-                "computed_at": table["computed_at"].cast(pa.int64()).to_numpy() // 1_000_000,
+                "computed_at": computed_at,
                 "fm_version": table["fm_version"].to_pandas(),
             }
         )
-        return cls(pairs, np.asarray(z, dtype=np.float32))
+        return cls(pairs, z)
 
     def until(self, as_of: int) -> PairHistory:
         """Only the codes computed at or before ``as_of`` (what existed then)."""

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 if TYPE_CHECKING:  # feast is heavy: imported where a store is really opened
     from feast import FeatureStore
 
-from solaris.data.schemas import validate_pair_embeddings
+from solaris.data.schemas import pair_codes, validate_pair_embeddings
 
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -55,12 +55,11 @@ def pair_frame(table: pa.Table, *, z_dim: int, source: str = "pair_embeddings") 
     timestamp and an int64 feature, so training and serving see the same value.
     """
     table = validate_pair_embeddings(table, source, z_dim=z_dim)
-    z = table["z"].combine_chunks().flatten().to_numpy().reshape(-1, z_dim)
+    z, computed = pair_codes(table)
     z16 = np.ascontiguousarray(z.astype(np.float16))
     row_bytes = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(2 * z_dim), len(z16), [None, pa.py_buffer(z16.tobytes())]
     )
-    computed = table["computed_at"].cast(pa.int64()).to_numpy() // 1_000_000
     return pd.DataFrame(
         {
             "user_id": table["user_id"].to_numpy(),

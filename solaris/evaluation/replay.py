@@ -4,8 +4,10 @@ It models the asynchronous pipeline honestly: requests are grouped into scheduli
 intervals of ``cadence_seconds`` (the candidates DAG's schedule interval, aligned to epoch
 multiples like a cron schedule). Pairs selected from the requests of one interval are
 embedded and usable only from the end of that interval, never by the request that selected
-them, and expire ``ttl_seconds`` later. A labelled impression is covered when its pair's
-embedding is available and unexpired at the impression's time.
+them, and stay fresh for ``ttl_seconds`` (both ends inclusive: usable on
+``[computed_at, computed_at + ttl]``, the rule the serving client and Feast's point-in-time
+join apply). A labelled impression is covered when its pair's embedding is available and
+fresh at the impression's time.
 """
 
 from __future__ import annotations
@@ -50,16 +52,20 @@ def replay(
     scores: np.ndarray,
     *,
     share: float,
-    ttl_seconds: int,
+    ttl_seconds: int | np.ndarray,
     cadence_seconds: int,
     eval_from: int | None = None,
     progress: bool = False,
 ) -> ReplayResult:
     """Walk ``candidates`` (``request_id, user_id, item_id, ts, label``; sorted by ``ts``) in
-    scheduling intervals, select with ``scores`` and report native pair coverage."""
+    scheduling intervals, select with ``scores`` and report native pair coverage.
+
+    ``ttl_seconds`` is one TTL, or one per candidate row (an activity-aware TTL: a pair
+    selected by that row stays fresh for that row's TTL)."""
     if len(scores) != len(candidates):
         raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
-    if cadence_seconds <= 0 or ttl_seconds <= 0:
+    ttl = np.broadcast_to(np.asarray(ttl_seconds, dtype=np.int64), (len(candidates),))
+    if cadence_seconds <= 0 or (ttl <= 0).any():
         raise ValueError("cadence_seconds and ttl_seconds must be positive")
     ts = candidates["ts"].to_numpy(np.int64)
     if len(ts) > 1 and (np.diff(ts) < 0).any():
@@ -90,14 +96,14 @@ def replay(
     for a, b in bar:
         rows = slice(a, b)
         # The cache holds what earlier intervals computed; nothing from this one yet.
-        fresh = expires[pair[rows]] > ts[rows]
+        fresh = expires[pair[rows]] >= ts[rows]
         hit[rows] = fresh
         sel = select_mask(
             request_id[rows], user_id[rows], item_id[rows], ts[rows], scores[rows], fresh, share
         )
         chosen[rows] = sel
         ready = (interval[a] + 1) * cadence_seconds
-        expires[pair[rows][sel]] = ready + ttl_seconds
+        expires[pair[rows][sel]] = ready + ttl[rows][sel]
 
     in_eval = ts >= eval_from
     eval_impressions = labelled & in_eval
@@ -108,7 +114,7 @@ def replay(
             "item_id": item_id[chosen],
             "request_ts": ts[chosen],
             "computed_at": computed_at,
-            "expires_at": computed_at + ttl_seconds,
+            "expires_at": computed_at + ttl[chosen],
         }
     )
     n_eval = int(eval_impressions.sum())
@@ -151,4 +157,4 @@ def oracle_scores(
     pos = np.searchsorted(label_keys, pair * _TIME_SPAN + ready, side="left")
     next_key = label_keys[np.minimum(pos, len(label_keys) - 1)]
     same_pair = (pos < len(label_keys)) & (next_key // _TIME_SPAN == pair)
-    return (same_pair & (next_key % _TIME_SPAN < ready + ttl_seconds)).astype(np.float64)
+    return (same_pair & (next_key % _TIME_SPAN <= ready + ttl_seconds)).astype(np.float64)

@@ -108,7 +108,8 @@ def select_candidates(
         scores: verifier (VM) score of each row, aligned with ``candidates``.
         share: share of each request's candidates to select (the FM budget).
         cache: ``user_id, item_id, expires_at`` of cached or pending pairs; a pair is
-            skipped when ``expires_at`` is after the request's ``ts``. ``expires_at`` is
+            skipped when ``expires_at`` (its last fresh second) is at or after the
+            request's ``ts``. ``expires_at`` is
             epoch seconds (integer) or a datetime column (converted to epoch seconds).
 
     Returns:
@@ -126,7 +127,7 @@ def select_candidates(
         )
         expiry = expiry.groupby(level=0).max()
         expires_at = expiry.reindex(keys).to_numpy(dtype=np.float64, na_value=-np.inf)
-        skip = expires_at > candidates["ts"].to_numpy()
+        skip = expires_at >= candidates["ts"].to_numpy()
     mask = select_mask(
         candidates["request_id"].to_numpy(),
         candidates["user_id"].to_numpy(),

@@ -44,7 +44,7 @@ def _assert_selections(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
 # --------------------------------------------------------------------------- hand-built log
 
 # cadence 600 s, ttl 3600 s, share 1.0. Items 10 (X) and 11 (Y).
-#   r1 u1 t=0     X, Y unlabelled  -> interval 0 selects X, Y: usable [600, 4200)
+#   r1 u1 t=0     X, Y unlabelled  -> interval 0 selects X, Y: usable [600, 4200]
 #   r2 u1 t=100   X labelled       -> same interval: miss; X pending, not re-selected
 #   r3 u1 t=700   X, Y labelled    -> interval 1: both hit, nothing selected
 #   r4 u2 t=700   X labelled       -> user 2's pair is independent: miss; selected [1200, 4800)
@@ -139,15 +139,15 @@ def test_replay_intervals_are_aligned_to_epoch_multiples_not_the_first_request()
     assert result.n_hits == 0
 
 
-def test_replay_usable_exactly_at_interval_end_and_expired_exactly_at_expires_at():
-    # Selected at t=0 -> usable on [600, 4200).
+def test_replay_usable_from_interval_end_through_expires_at_inclusive():
+    # Selected at t=0 -> usable on [600, 4200], both ends inclusive like Feast's TTL rule.
     log = _log(
         [
             (1, 1, 10, 0, NA),
             (1, 2, 10, 0, NA),
             (2, 1, 10, 600, 1),  # == computed_at: hit
-            (3, 2, 10, 4199, 1),  # last usable second: hit
-            (4, 1, 10, 4200, 1),  # == expires_at: miss
+            (3, 2, 10, 4200, 1),  # == expires_at, the last fresh second: hit
+            (4, 1, 10, 4201, 1),  # one second later: miss
         ]
     )
     result = replay(log, np.ones(len(log)), share=1.0, ttl_seconds=3600, cadence_seconds=600)
@@ -159,7 +159,7 @@ def test_replay_expired_pair_is_selected_again_and_covers_later_impressions():
     log = _log(
         [
             (1, 1, 10, 0, NA),
-            (2, 1, 10, 5000, NA),  # expired (4200): re-selected, usable [5400, 9000)
+            (2, 1, 10, 5000, NA),  # expired (4200): re-selected, usable [5400, 9000]
             (3, 1, 10, 6000, 1),
         ]
     )
@@ -276,11 +276,11 @@ def test_oracle_scores_mark_pairs_labelled_inside_the_usable_window():
     # impression is in [interval_end(ts), interval_end(ts) + 3600).
     log = _log(
         [
-            (1, 1, 10, 0, NA),  # window [600, 4200); (1,10) labelled at 700 -> 1
+            (1, 1, 10, 0, NA),  # window [600, 4200]; (1,10) labelled at 700 -> 1
             (1, 1, 11, 0, NA),  # (1,11) labelled at 5000 -> 0 (too late)
             (1, 1, 12, 0, NA),  # (1,12) never labelled -> 0
             (2, 2, 10, 0, NA),  # (2,10) labelled at 600 == window start -> 1
-            (3, 3, 10, 0, NA),  # (3,10) labelled at 4200 == window end -> 0
+            (3, 3, 10, 0, NA),  # (3,10) labelled at 4200 == window end (inclusive) -> 1
             (4, 1, 10, 100, NA),  # same interval as t=0: window [600, 4200) -> 1
             (5, 2, 10, 600, 1),  # the impression itself: window [1200, 4800) -> 0
             (6, 1, 10, 700, 1),  # the impression itself -> 0
@@ -291,7 +291,7 @@ def test_oracle_scores_mark_pairs_labelled_inside_the_usable_window():
         ]
     )
     scores = oracle_scores(log, ttl_seconds=3600, cadence_seconds=600)
-    np.testing.assert_array_equal(scores, [1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(scores, [1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0])
     assert scores.dtype == np.float64
 
 
@@ -361,7 +361,7 @@ def _reference_replay(
         fresh = {}
         for pos in positions:
             pair = (rows[pos].user_id, rows[pos].item_id)
-            fresh[pos] = cache.get(pair, -(10**18)) > rows[pos].ts
+            fresh[pos] = cache.get(pair, -(10**18)) >= rows[pos].ts
             hit[pos] = fresh[pos]
         requests: dict[int, list[int]] = {}
         for pos in positions:
@@ -425,7 +425,7 @@ def test_replay_matches_brute_force_reference_when_expiry_falls_mid_interval():
 
 def test_replay_mid_interval_expiry_hand_case_hits_are_per_row():
     # Hits are computed per row even when the expiry is mid-interval (only selection is off).
-    # cadence 600, ttl 1000: selected at 0 -> usable [600, 1600).
+    # cadence 600, ttl 1000: selected at 0 -> usable [600, 1600].
     log = _log([(1, 1, 10, 0, NA), (2, 1, 10, 1300, 1), (3, 1, 10, 1700, 1)])
     result = replay(log, np.ones(3), share=1.0, ttl_seconds=1000, cadence_seconds=600)
     np.testing.assert_array_equal(result.hit, [False, True, False])

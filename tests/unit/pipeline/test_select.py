@@ -135,12 +135,12 @@ def test_select_skips_fresh_pairs_and_fills_the_budget_from_the_next_best():
     assert _items_of(selected, 1) == {3, 4, 5}
 
 
-def test_select_cache_entry_expiring_at_or_before_ts_is_not_fresh():
+def test_select_cache_entry_expiring_before_ts_is_not_fresh_but_at_ts_still_is():
     candidates = _frame(_request(1, 7, 100, [1, 2, 3, 4]))
     scores = np.array([0.9, 0.8, 0.7, 0.6])
     cache = _cache([(7, 1, 100), (7, 2, 50), (7, 3, 101)])  # == ts, < ts, > ts
     selected = select_candidates(candidates, scores, share=0.75, cache=cache)  # budget 3
-    assert _items_of(selected, 1) == {1, 2, 4}
+    assert _items_of(selected, 1) == {2, 4}
 
 
 def test_select_cache_of_another_user_does_not_skip():
@@ -345,7 +345,7 @@ def _reference_select(
             p
             for p in positions
             if (users[p], items[p]) not in taken
-            and not expiry.get((users[p], items[p]), -(10**18)) > ts[p]
+            and not expiry.get((users[p], items[p]), -(10**18)) >= ts[p]
         ]
         eligible.sort(key=lambda p: (-scores[p], items[p]))
         for p in eligible[:budget]:

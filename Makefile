@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format data venv clean bench feast-plan feast-apply
+.PHONY: demo test lint format data venv clean bench feast-plan feast-apply report
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ data: $(STAMP)
 
 demo: data
 	$(BIN)/solaris demo
+
+report: data
+	$(BIN)/solaris report
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -92,5 +92,21 @@ def replay_command(
     )
 
 
+@app.command("report")
+def report_command(
+    config: ConfigOption = None,
+    seeds: Annotated[
+        str, typer.Option(help="comma-separated seeds (at least 3 for the report)")
+    ] = "0,1,2",
+    out: Annotated[Path, typer.Option(help="folder of the report and its plots")] = Path("reports"),
+) -> None:
+    """Reproduce the paper's tables on the MovieLens-100K replay -> reports/solaris_report.md."""
+    from solaris.report.run import run_report
+    from solaris.report.settings import ReportSettings
+
+    settings = ReportSettings(seeds=tuple(int(s) for s in seeds.split(",") if s.strip()))
+    run_report(_config(config), settings, out_dir=out, echo=typer.echo)
+
+
 if __name__ == "__main__":
     app()

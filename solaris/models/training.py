@@ -130,7 +130,9 @@ def _mean_loss(model: nn.Module, ex: Examples, predict: Predict, batch_size: int
     with torch.inference_mode():
         for i in range(0, len(ex), batch_size):
             part = ex.take(slice(i, i + batch_size))
-            total += float(loss_fn(predict(model, part), part.targets))
+            # Only the heads that have validation targets (the task; not distillation heads).
+            logits = predict(model, part)[:, : part.targets.shape[1]]
+            total += float(loss_fn(logits, part.targets))
     return total / (len(ex) * ex.targets.shape[1])
 
 
@@ -143,15 +145,19 @@ def fit(
     *,
     desc: str,
     augment: Callable[[Examples, torch.Generator], Examples] | None = None,
+    loss_weights: torch.Tensor | None = None,
 ) -> float:
     """Adam with early stopping on validation log-loss; restores the best weights.
 
-    ``augment`` transforms each training mini-batch (the VM's tier dropout). Returns the
-    best validation log-loss.
+    ``augment`` transforms each training mini-batch (the VM's tier dropout).
+    ``loss_weights`` (``[n_tasks]``) weights the training loss per target column, e.g. the
+    soft-label heads of distillation. Targets may be soft (probabilities). Validation reads
+    only the first ``val.targets.shape[1]`` logits, unweighted. Returns the best validation
+    log-loss.
     """
     gen = seed_everything(cfg.seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loss_fn = nn.BCEWithLogitsLoss()
+    loss_fn = nn.BCEWithLogitsLoss(weight=loss_weights)
     best, best_state, stale = float("inf"), copy.deepcopy(model.state_dict()), 0
     bar = tqdm(range(cfg.max_epochs), desc=desc, unit="epoch", leave=False)
     for _epoch in bar:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -100,21 +101,43 @@ def train_autoencoder(
     return ae, mse
 
 
+@dataclass(frozen=True)
+class Distillation:
+    """Soft labels of a teacher (the FM) for the VM's training rows.
+
+    ``probs`` is ``[N_train, k]`` teacher probabilities, ``weight`` the loss weight ``λ``.
+    ``mode="task"`` (``k == 1``, the teacher's head for the VM's own task): the loss is
+    ``BCE(y) + λ·BCE(p_teacher)`` on the VM's head, i.e. a BCE on the blended target
+    ``(y + λ·p) / (1 + λ)``; ``λ = inf`` trains on ``p`` alone. ``mode="auxiliary"`` (a
+    task the teacher never trained on): the VM gets ``k`` extra heads that fit the
+    teacher's probabilities, weighted ``λ / k`` each; only the task head is validated and
+    served.
+    """
+
+    probs: np.ndarray
+    weight: float
+    mode: Literal["task", "auxiliary"] = "task"
+
+
 def train_vm(
     ctx: FeatureContext,
     train_rows: pd.DataFrame,
     val_rows: pd.DataFrame,
     cfg: SolarisConfig,
     tiers: tuple[TierInputs, TierInputs] | None = None,
+    *,
+    task: str | None = None,
+    distill: Distillation | None = None,
 ) -> tuple[VerticalModel, dict]:
     """Train a VM on its own features and, when ``tiers`` (train, val) are given, on the
     SOLARIS tiers with feature dropout at ``cfg.train.vm_tier_coverage``.
 
     Dropout makes the training rows meet missing tiers as often as serving will, so a zero
     placeholder does not shift the VM's scores. Validation uses the tiers as given (the
-    caller masks them to the coverage it expects online). Returns (vm, constructor args).
+    caller masks them to the coverage it expects online). ``task`` defaults to the FM's
+    first task; ``distill`` adds the teacher's soft labels. Returns (vm, constructor args).
     """
-    task = cfg.model.tasks[0]
+    task = task or cfg.model.tasks[0]
     n_tiers = 0 if tiers is None else tiers[0].z.shape[1]
     init = {
         "spec": ctx.spec("vm"),
@@ -124,6 +147,23 @@ def train_vm(
         "hidden": cfg.model.vm_hidden,
     }
     train, val = vm_examples(ctx, train_rows, task), vm_examples(ctx, val_rows, task)
+    loss_weights = None
+    if distill is not None:
+        soft = torch.as_tensor(np.asarray(distill.probs, dtype=np.float32)).reshape(len(train), -1)
+        lam = float(distill.weight)
+        if distill.mode == "task":
+            if soft.shape[1] != 1:
+                raise ValueError("task distillation needs one teacher probability per row")
+            # λ = inf is the limit: the teacher's soft labels alone.
+            blended = soft if np.isinf(lam) else (train.targets + lam * soft) / (1.0 + lam)
+            train = Examples(train.batch, blended)
+        else:
+            if not np.isfinite(lam):
+                raise ValueError("auxiliary distillation needs a finite weight")
+            k = soft.shape[1]
+            init["n_tasks"] = 1 + k
+            train = Examples(train.batch, torch.cat([train.targets, soft], dim=1))
+            loss_weights = torch.tensor([1.0] + [lam / k] * k)
     augment = None
     if tiers is not None:
         train = tiers[0].attach(train)
@@ -136,7 +176,9 @@ def train_vm(
 
     seed_everything(cfg.train.seed)
     vm = VerticalModel(**init)
-    fit(vm, train, val, predict_vm, cfg.train, desc="VM", augment=augment)
+    fit(
+        vm, train, val, predict_vm, cfg.train, desc="VM", augment=augment, loss_weights=loss_weights
+    )
     return vm, init
 
 

@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+
+from solaris.config import SolarisConfig
+from solaris.data.requests import build_request_log
+from solaris.models.features import FeatureContext
+from solaris.models.training import TimeSplit, predict_proba, predict_vm
+from solaris.pipeline.train import Distillation, train_vm, vm_examples
+
+
+@pytest.fixture
+def vm_rows(tiny_ml):
+    cfg = SolarisConfig(
+        requests={"retrieval_k": 5},
+        model={"history_len": 5, "embed_dim": 4, "vm_hidden": 8},
+        train={"max_epochs": 1, "batch_size": 64},
+    )
+    imp = build_request_log(tiny_ml.ratings, cfg.requests).impressions
+    split = TimeSplit.from_shares(imp["ts"].to_numpy(), 0.8, 0.1)
+    ts = imp["ts"].to_numpy()
+    ctx = FeatureContext.from_config(tiny_ml, cfg.model)
+    return ctx, imp[split.part(ts, "train")], imp[split.part(ts, "val")], cfg
+
+
+def test_auxiliary_distillation_adds_one_head_per_teacher_task(vm_rows):
+    ctx, train, val, cfg = vm_rows
+    teacher = np.full((len(train), 2), 0.5, dtype=np.float32)
+    vm, init = train_vm(
+        ctx, train, val, cfg, task="dislike", distill=Distillation(teacher, 1.0, "auxiliary")
+    )
+    assert init["n_tasks"] == 3
+    assert vm.head.out_features == 3
+
+
+def test_task_distillation_needs_one_probability_per_row(vm_rows):
+    ctx, train, val, cfg = vm_rows
+    with pytest.raises(ValueError, match="one teacher probability"):
+        train_vm(ctx, train, val, cfg, distill=Distillation(np.zeros((len(train), 2)), 1.0))
+
+
+def test_task_distillation_pulls_the_vm_towards_the_teacher(vm_rows):
+    # λ large: the blended target (y + λp) / (1 + λ) is ~p, so a constant teacher of 0.9
+    # pulls the VM's predictions above those of the VM trained on the labels alone.
+    ctx, train, val, cfg = vm_rows
+    teacher = np.full(len(train), 0.9, dtype=np.float32)
+    ex = vm_examples(ctx, train, "like")
+    plain, _ = train_vm(ctx, train, val, cfg)
+    kd, _ = train_vm(ctx, train, val, cfg, distill=Distillation(teacher, 1e6))
+    p_plain = predict_proba(plain, ex, predict_vm)[:, 0]
+    p_kd = predict_proba(kd, ex, predict_vm)[:, 0]
+    assert p_kd.mean() > p_plain.mean() + 0.03
+
+
+def test_infinite_weight_trains_on_soft_labels_alone_and_only_for_the_task_head(vm_rows):
+    ctx, train, val, cfg = vm_rows
+    teacher = np.full(len(train), 0.9, dtype=np.float32)
+    vm, _ = train_vm(ctx, train, val, cfg, distill=Distillation(teacher, float("inf")))
+    assert vm.head.out_features == 1
+    with pytest.raises(ValueError, match="finite weight"):
+        train_vm(
+            ctx,
+            train,
+            val,
+            cfg,
+            task="dislike",
+            distill=Distillation(teacher[:, None], float("inf"), "auxiliary"),
+        )

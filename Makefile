@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format data venv clean bench feast-plan feast-apply report
+.PHONY: demo test lint format data venv clean bench feast-plan feast-apply report airflow
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,3 +52,9 @@ feast-plan: $(STAMP)
 	$(BIN)/feast -c feature_repo plan
 feast-apply: $(STAMP)
 	$(BIN)/feast -c feature_repo apply
+
+# Airflow standalone (api-server, scheduler, dag-processor, triggerer) on dags/ and plugins/,
+# state in .airflow/ (SQLite; SOLARIS_AIRFLOW_DB_URL=postgresql+psycopg2://... for PostgreSQL).
+# The UI is http://localhost:8080, the SOLARIS page http://localhost:8080/solaris/.
+airflow: $(STAMP)
+	bash scripts/airflow_standalone.sh

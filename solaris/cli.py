@@ -56,11 +56,16 @@ def data_synth(
 
 
 @app.command()
-def demo(config: ConfigOption = None) -> None:
-    """Run the offline SOLARIS cycle on MovieLens-100K and print its figures."""
-    from solaris.demo import run_offline_cycle
+def demo(
+    config: ConfigOption = None,
+    airflow: Annotated[
+        bool, typer.Option(help="after the offline stage, run the cycle through Airflow DAGs")
+    ] = True,
+) -> None:
+    """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures."""
+    from solaris.demo import run_demo
 
-    run_offline_cycle(_config(config), echo=typer.echo)
+    run_demo(_config(config), airflow=airflow, echo=typer.echo)
 
 
 @app.command("replay")

@@ -122,6 +122,44 @@ class StoreConfig(BaseModel):
     miss_stream_maxlen: int = Field(100_000, gt=0)
 
 
+class CycleConfig(BaseModel):
+    """The Airflow cycle: schedules, sharding and the verifier's retraining.
+
+    The candidates DAG's schedule interval is ``selection.cadence_minutes``; the cycle's
+    state (selection ledger, shards, run records) lives under ``artifacts_dir/cycle``.
+    """
+
+    start: str = Field(
+        "1997-09-20T00:00:00+00:00",
+        description="start_date of every DAG (ISO 8601); the MovieLens-100K log starts then",
+    )
+    shard_rows: int = Field(2_000, gt=0, description="pairs per mapped embedding task")
+    embed_retries: int = Field(3, ge=0)
+    retry_delay_seconds: float = Field(30.0, gt=0, description="first retry delay (doubles)")
+    gpu_pool: str = Field("gpu", description="Airflow pool of the embedding tasks")
+    clustering_cron: str = "0 0 * * *"
+    training_cron: str = "30 0 * * *"
+    training_window_days: float = Field(
+        30.0, gt=0, description="labelled impressions the retrained VM learns from"
+    )
+    val_share: float = Field(0.2, gt=0, lt=1, description="latest share held out to compare")
+    dags_folder: Path = Field(Path("dags"), description="the project's DAG files")
+    demo_days: float = Field(
+        2.0, gt=0, description="test-period days the demo replays through Airflow DAG runs"
+    )
+    demo_cadence_minutes: float = Field(
+        60.0,
+        ge=1 / 60,
+        description="refresh cadence of the demo's Airflow window (coarser than production "
+        "so that the window needs fewer DAG runs)",
+    )
+    measure_coverage: bool = Field(
+        True,
+        description="read each interval's labelled impressions back through SolarisFeatures "
+        "at their own times (replays and backfills; production reads its serving logs)",
+    )
+
+
 class SolarisConfig(BaseSettings):
     """Every setting SOLARIS reads. Build once, pass down."""
 
@@ -135,6 +173,7 @@ class SolarisConfig(BaseSettings):
     train: TrainConfig = Field(default_factory=TrainConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    cycle: CycleConfig = Field(default_factory=CycleConfig)
     artifacts_dir: Path = Path("artifacts")
     device: Literal["auto", "cpu", "cuda"] = "auto"
 

@@ -1,8 +1,9 @@
-"""The offline SOLARIS cycle on MovieLens-100K, end to end: what ``make demo`` runs.
+"""The SOLARIS cycle on MovieLens-100K, end to end: what ``make demo`` runs.
 
-fetch → request log → FM / autoencoder / VM on a time split → verifier scores every
-candidate → time-ordered replay with a TTL cache at the configured cadence → the FM embeds
-the pairs the verifier selected during the test period → validated parquet.
+Offline stage: fetch → request log → FM / autoencoder / VM on a time split → verifier scores
+every candidate → time-ordered replays (verifier, random, oracle) with a TTL cache at the
+configured cadence. Airflow stage (:mod:`solaris.orchestration.demo`): the five DAGs replay
+a window of the test period, writing to Redis through Feast and serving every request.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
@@ -28,9 +27,7 @@ from solaris.data.schemas import write_table
 from solaris.evaluation.replay import oracle_scores, random_scores, replay
 from solaris.models.features import FeatureContext
 from solaris.models.training import resolve_device
-from solaris.pipeline.embed import embed_pairs
 from solaris.pipeline.train import save_models, score_candidates, train_models
-from solaris.serving.tiers import TIERS
 
 Printer = Callable[[str], None]
 
@@ -52,101 +49,9 @@ def _publish(staging: Path, final: Path) -> None:
     staging.rmdir()
 
 
-def run_online_stage(
-    cfg: SolarisConfig,
-    candidates: pd.DataFrame,
-    embeddings: pa.Table,
-    *,
-    eval_from: int,
-    fm_version: str,
-    echo: Printer = print,
-) -> dict:
-    """Materialize the replay's codes into Redis through Feast, build the enrichment views,
-    and serve every test-period request through ``SolarisFeatures``."""
-    from solaris.evaluation.online_replay import online_replay
-    from solaris.pipeline.enrich import PairHistory
-    from solaris.pipeline.materialize import pair_frame
-    from solaris.serving.client import SolarisFeatures
-    from solaris.store.feast_store import apply_definitions, delete_project_keys, open_feature_store
-    from solaris.store.local_redis import client_from_connection_string, redis_for
-
-    history = PairHistory.from_table(embeddings)
-    pair_rows = pair_frame(embeddings, z_dim=cfg.model.z_dim)
-    with redis_for(cfg.store.redis) as (redis, origin):
-        echo(f"Redis: {redis} ({origin}); Feast project '{cfg.store.project}'")
-        store = open_feature_store(cfg, redis)
-        apply_definitions(store, cfg.store.repo_path)
-        # Only this project's keys: a configured Redis is never flushed.
-        removed = delete_project_keys(
-            client_from_connection_string(redis),
-            cfg.store.project,
-            extra_keys=[cfg.store.miss_stream],
-        )
-        if removed:
-            echo(f"removed {removed:,} keys of an earlier run of project '{cfg.store.project}'")
-        client = SolarisFeatures(cfg, redis=redis, fm_version=fm_version, store=store)
-        # Like a serving process after start-up: one warm read, and the heap frozen so a
-        # full garbage collection of the Feast/pandas heap cannot stall a request.
-        client.warm_up(freeze_gc=True)
-        result = online_replay(
-            cfg,
-            store,
-            client,
-            candidates=candidates,
-            history=history,
-            pair_rows=pair_rows,
-            eval_from=eval_from,
-            fm_version=fm_version,
-        )
-        failures = client.stats.failures
-    lat = result.latencies_ms
-    echo(
-        "online writes (rows): "
-        + ", ".join(
-            f"{v} {n:,} ({n / max(result.write_seconds[v], 1e-9):,.0f} rows/s)"
-            for v, n in result.rows_written.items()
-        )
-    )
-    ex = result.example
-    if ex:
-        echo(
-            f"one served request: user {ex['user_id']} at {ex['ts']}, {ex['n_items']} candidates, "
-            f"tiers {ex['tiers']}, fetch {ex['latency_ms']:.1f} ms"
-        )
-    echo(
-        f"served {result.n_requests:,} test-period requests through Feast: fetch p50 "
-        f"{np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
-        f"{failures} failures"
-    )
-    echo(f"coverage of {result.n_impressions:,} labelled impressions, from online reads:")
-    for tier in (*TIERS,):
-        echo(
-            f"  {tier:<5} present {result.coverage(tier):6.1%}   main slot "
-            f"{result.main_tier_counts[tier] / max(result.n_impressions, 1):6.1%}"
-        )
-    echo(
-        f"  any tier {result.any_tier_coverage:.1%}; none "
-        f"{result.main_tier_counts['none'] / max(result.n_impressions, 1):.1%}"
-    )
-    return {
-        "redis_origin": origin,
-        "n_requests": result.n_requests,
-        "n_impressions": result.n_impressions,
-        "coverage_present": {t: result.coverage(t) for t in TIERS},
-        "main_tier_counts": result.main_tier_counts,
-        "any_tier_coverage": result.any_tier_coverage,
-        "fetch_ms_p50": float(np.percentile(lat, 50)),
-        "fetch_ms_p99": float(np.percentile(lat, 99)),
-        "fetch_failures": failures,
-        "rows_written": result.rows_written,
-        "write_seconds": result.write_seconds,
-        "example": ex,
-    }
-
-
 def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
     """Run the offline cycle, print each figure with its label, return them all."""
-    device = resolve_device(cfg.device)  # fail before any work, not after it
+    resolve_device(cfg.device)  # fail before any work, not after it
     timings: dict[str, float] = {}
     final = Path(cfg.artifacts_dir)
     # Everything is written to a staging folder and published only when the run succeeds,
@@ -237,59 +142,40 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
             f"{res.fm_passes_per_1k_requests:,.0f} FM passes per 1,000 requests)"
         )
 
-    verifier = results["verifier"]
-    # The online stage also needs the codes that are still fresh (or in the 24 h aggregate
-    # window) when the test period starts.
-    lookback = max(ttl_s, int(cfg.store.uagg_window_hours * 3600))
-    since = models.split.val_end - lookback
-    eval_sel = verifier.selections[verifier.selections["computed_at"] >= since]
-    with _timed(timings, "embed"):
-        rows = embed_pairs(
-            eval_sel,
-            fm=models.fm,
-            autoencoder=models.autoencoder,
-            ctx=ctx,
-            computed_at=eval_sel["computed_at"].to_numpy(),
-            fm_version=models.fm_version,
-            device=device,
-            progress=True,
-        )
-        path = write_table(
-            rows,
-            out / "pair_embeddings" / "replay.parquet",
-            "pair_embeddings",
-            z_dim=cfg.model.z_dim,
-        )
-    rate = rows.num_rows / max(timings["embed"], 1e-9)
-    echo(
-        f"embedded {rows.num_rows:,} pairs (selected from {lookback / 3600:g} h before the "
-        "test period on) "
-        f"in {timings['embed']:.1f} s "
-        f"({rate:,.0f} pairs/s) -> {final / path.relative_to(out)}"
-    )
-
-    with _timed(timings, "online"):
-        online = run_online_stage(
-            cfg,
-            log.candidates,
-            rows,
-            eval_from=models.split.val_end,
-            fm_version=models.fm_version,
-            echo=echo,
-        )
-    online["pair_coverage_in_memory_replay"] = verifier.coverage
-
     summary = {
         "request_log": asdict(stats),
-        "online": online,
-        "models": {**m, "fm_version": models.fm_version, "vm_version": models.vm_version},
+        "models": {
+            **m,
+            "fm_version": models.fm_version,
+            "vm_version": models.vm_version,
+            "val_end": models.split.val_end,
+        },
         "coverage": {name: r.coverage for name, r in results.items()},
         "fm_passes_per_1k_requests": {n: r.fm_passes_per_1k_requests for n, r in results.items()},
-        "embedded_pairs": rows.num_rows,
         "timings_s": timings,
         "config": json.loads(cfg.model_dump_json()),
     }
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
     _publish(out, final)
     echo("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    return summary
+
+
+def run_demo(cfg: SolarisConfig, *, airflow: bool = True, echo: Printer = print) -> dict:
+    """The offline stage, then (unless ``airflow=False``) the cycle through Airflow DAG runs;
+    the summary of both is written to ``artifacts_dir/demo_summary.json``."""
+    summary = run_offline_cycle(cfg, echo=echo)
+    if not airflow:
+        return summary
+    from solaris.orchestration.demo import run_airflow_stage
+
+    start = time.perf_counter()
+    models = summary["models"]
+    summary["airflow"] = run_airflow_stage(
+        cfg, eval_from=int(models["val_end"]), fm_version=models["fm_version"], echo=echo
+    )
+    summary["timings_s"]["airflow"] = round(time.perf_counter() - start, 2)
+    path = Path(cfg.artifacts_dir) / "demo_summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=str))
+    echo(f"airflow stage {summary['timings_s']['airflow']:.1f} s; summary -> {path}")
     return summary

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from feast import FeatureStore
 
     from solaris.serving.client import SolarisFeatures
+    from solaris.serving.tiers import TierFeatures
 
 DAY = 86_400
 
@@ -52,6 +53,19 @@ class OnlineReplayResult:
 
     def coverage(self, tier: str) -> float:
         return self.tier_present_counts.get(tier, 0) / max(self.n_impressions, 1)
+
+    def count(self, served: TierFeatures, labelled: np.ndarray) -> None:
+        """Add one served request: its labelled impressions by tier."""
+        self.n_requests += 1
+        self.n_impressions += int(labelled.sum())
+        for tier, n in pd.Series(served.tier[labelled]).value_counts().items():
+            self.main_tier_counts[str(tier)] += int(n)
+        for k, tier in enumerate(TIERS):
+            self.tier_present_counts[tier] += int(served.mask[labelled, k].sum())
+
+    @classmethod
+    def empty(cls) -> OnlineReplayResult:
+        return cls(0, 0, dict.fromkeys((*TIERS, "none"), 0), dict.fromkeys(TIERS, 0), np.empty(0))
 
     @property
     def any_tier_coverage(self) -> float:
@@ -98,9 +112,7 @@ def online_replay(
     cadence = int(cfg.selection.cadence_minutes * 60)
     ttl = int(cfg.selection.ttl_hours * 3600)
     lookback = max(ttl, int(cfg.store.uagg_window_hours * 3600), enrich_every_s)
-    result = OnlineReplayResult(
-        0, 0, dict.fromkeys((*TIERS, "none"), 0), dict.fromkeys(TIERS, 0), np.empty(0)
-    )
+    result = OnlineReplayResult.empty()
 
     all_ts = candidates["ts"].to_numpy()  # sorted by ts (the candidates contract)
     test = candidates[all_ts >= eval_from]
@@ -176,12 +188,7 @@ def online_replay(
         served = client.fetch(int(user_id), rows["item_id"].to_numpy(), now=int(ts))
         latencies.append((time.perf_counter() - start) * 1000)
         labelled = rows["label"].notna().to_numpy()
-        result.n_requests += 1
-        result.n_impressions += int(labelled.sum())
-        for tier, n in pd.Series(served.tier[labelled]).value_counts().items():
-            result.main_tier_counts[str(tier)] += int(n)
-        for k, tier in enumerate(TIERS):
-            result.tier_present_counts[tier] += int(served.mask[labelled, k].sum())
+        result.count(served, labelled)
         if not result.example and served.mask.any(axis=0).sum() >= 3:
             result.example = {
                 "user_id": int(user_id),

@@ -75,6 +75,24 @@ def _has_offline_data(store, view) -> bool:
     return full.exists()
 
 
+def _first_events(store, view, keys: list[str]) -> pd.DataFrame | None:
+    """The first event time (epoch s, ``first_ts``) of each key in a local file source, or
+    ``None`` for other sources."""
+    import pyarrow.dataset as ds
+
+    path = getattr(view.batch_source, "path", None)
+    if not path or "://" in str(path):
+        return None
+    full = Path(path) if Path(path).is_absolute() else Path(store.repo_path) / path
+    ts_col = view.batch_source.timestamp_field
+    table = ds.dataset(full, format="parquet", partitioning="hive").to_table(
+        columns=[*keys, ts_col]
+    )
+    frame = table.to_pandas()
+    frame["first_ts"] = pd.to_datetime(frame[ts_col], utc=True).dt.as_unit("s").astype("int64")
+    return frame.groupby(keys, as_index=False)["first_ts"].min()
+
+
 def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
     """One view's features as of each impression, aligned with ``imp``'s rows.
 
@@ -83,9 +101,9 @@ def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
     file (dask) offline store of Feast 0.67, which (a) *drops* an entity row when the view
     has rows for its keys but none inside ``[ts − ttl, ts]`` (``_filter_ttl`` keeps only
     rows whose keys match nothing), so a stale ``pair`` row would also remove that
-    impression's ``uagg``/``iagg`` values when views are joined in one call, and (b)
+    impression's ``uagg``/``iagg`` values when views are joined in one call, (b)
     de-duplicates on the join keys seen so far plus the timestamp, which collapses repeated
-    impressions.
+    impressions, and (c) fails on an entity row whose keys have no event at or before it.
     """
     view = store.get_feature_view(projection.name)
     keys = [projection.join_key_map.get(c.name, c.name) for c in view.entity_columns]
@@ -95,15 +113,28 @@ def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
         log.warning("view %s has no offline data yet: its features are null", view.name)
         return {n: pd.Series([None] * len(imp), dtype=object) for n in names}
     distinct = imp[[*keys, "ts"]].drop_duplicates().reset_index(drop=True)
-    entity_df = distinct[keys].copy()
-    entity_df["event_timestamp"] = pd.to_datetime(distinct["ts"].to_numpy(), unit="s", utc=True)
-    entity_df[_ROW] = np.arange(len(distinct), dtype=np.int64)
-    # Feast maps view aliases back to the source columns itself; keys keep their names.
-    job = store.get_historical_features(entity_df=entity_df, features=refs, full_feature_names=True)
-    answer = job.to_df()
-    if not answer[_ROW].is_unique:
-        raise RuntimeError(f"get_historical_features gave duplicate rows for view {view.name}")
-    answer = answer.set_index(_ROW).reindex(np.arange(len(distinct)))
+    # (c) a row whose keys have no event at or before its time makes the dask join fail
+    # ("Divisions calculation failed": a null event_ts). Its answer is null anyway, so
+    # only rows with an earlier event of their keys are asked for.
+    query = distinct
+    first = _first_events(store, view, keys)
+    if first is not None:
+        seen = distinct.merge(first, on=keys, how="left")["first_ts"].to_numpy(np.float64)
+        query = distinct[distinct["ts"].to_numpy() >= seen]  # NaN (never seen) is False
+    answer = pd.DataFrame({n: pd.Series(dtype=object) for n in names})
+    if len(query):
+        entity_df = query[keys].copy()
+        entity_df["event_timestamp"] = pd.to_datetime(query["ts"].to_numpy(), unit="s", utc=True)
+        entity_df[_ROW] = query.index.to_numpy(np.int64)
+        # Feast maps view aliases back to the source columns itself; keys keep their names.
+        job = store.get_historical_features(
+            entity_df=entity_df, features=refs, full_feature_names=True
+        )
+        answer = job.to_df()
+        if not answer[_ROW].is_unique:
+            raise RuntimeError(f"get_historical_features gave duplicate rows for view {view.name}")
+        answer = answer.set_index(_ROW)
+    answer = answer.reindex(np.arange(len(distinct)))
     # Row of ``distinct`` for every impression (an integer-keyed merge, input order kept).
     where = (
         imp[[*keys, "ts"]]

@@ -1,0 +1,38 @@
+"""User clustering, daily (``SOLARIS_CYCLE__CLUSTERING_CRON``) or on demand.
+
+Rebuilds the user embeddings from the codes of the neighbour window and their cosine KNN
+table (``unn``); the enrichment DAG's neighbour fill reads the newest table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import Asset, dag, task
+
+from solaris.orchestration import tasks
+
+SETTINGS = tasks.config()
+USER_NEIGHBOURS = Asset(tasks.USER_NEIGHBOURS)
+
+
+@dag(
+    schedule=SETTINGS.cycle.clustering_cron,
+    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    catchup=False,
+    tags=["solaris"],
+    doc_md=__doc__,
+)
+def solaris_clustering():
+    @task(outlets=[USER_NEIGHBOURS])
+    def cluster_users(
+        params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
+    ):
+        outlet_events[USER_NEIGHBOURS].extra = tasks.cluster_users(
+            params, data_interval_start, data_interval_end
+        )
+
+    cluster_users()
+
+
+solaris_clustering()

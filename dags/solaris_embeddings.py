@@ -1,0 +1,54 @@
+"""The FM's last shared layer for the selected pairs, sharded over mapped tasks.
+
+Runs on every ``candidates`` asset event. Each shard of the interval's selection is one
+mapped task on the ``gpu`` pool: FM → autoencoder → ``z``, written to the offline history
+and to Redis through Feast, with ``computed_at`` = the interval's end. Failed shards retry
+with exponential back-off; a retry rewrites the same files.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import Asset, dag, task
+
+from solaris.orchestration import tasks
+
+SETTINGS = tasks.config()
+CANDIDATES = Asset(tasks.CANDIDATES)
+PAIR_EMBEDDINGS = Asset(tasks.PAIR_EMBEDDINGS)
+
+
+@dag(
+    schedule=[CANDIDATES],
+    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    catchup=False,
+    tags=["solaris"],
+    doc_md=__doc__,
+)
+def solaris_embeddings():
+    @task
+    def plan_shards(params=None, triggering_asset_events=None):
+        return tasks.plan_shards(params, triggering_asset_events, CANDIDATES)
+
+    @task(
+        pool=SETTINGS.cycle.gpu_pool,
+        retries=SETTINGS.cycle.embed_retries,
+        retry_delay=timedelta(seconds=SETTINGS.cycle.retry_delay_seconds),
+        retry_exponential_backoff=2.0,
+    )
+    def embed_shard(shard):
+        return tasks.embed_shard(shard)
+
+    # none_failed: an interval with nothing selected maps zero shards (a skip); the event
+    # is still published, so enrichment moves on to this interval.
+    @task(outlets=[PAIR_EMBEDDINGS], trigger_rule="none_failed")
+    def publish(shards, params=None, triggering_asset_events=None, outlet_events=None):
+        outlet_events[PAIR_EMBEDDINGS].extra = tasks.summarize_embeddings(
+            params, shards, triggering_asset_events, CANDIDATES
+        )
+
+    publish(embed_shard.expand(shard=plan_shards()))
+
+
+solaris_embeddings()

@@ -1,0 +1,54 @@
+"""Coverage beyond the selected pairs, refreshed on every ``pair_embeddings`` event.
+
+User aggregates (24 h code sum and count), item aggregates, and the neighbour fill for the
+candidates the verifier did not select (from the clustering DAG's newest neighbour table),
+each as of the newest interval end that triggered the run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import Asset, dag, task
+
+from solaris.orchestration import tasks
+
+SETTINGS = tasks.config()
+PAIR_EMBEDDINGS = Asset(tasks.PAIR_EMBEDDINGS)
+USER_AGGREGATES = Asset(tasks.USER_AGGREGATES)
+ITEM_AGGREGATES = Asset(tasks.ITEM_AGGREGATES)
+NEIGHBOUR_FILL = Asset(tasks.NEIGHBOUR_FILL)
+
+
+@dag(
+    schedule=[PAIR_EMBEDDINGS],
+    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    catchup=False,
+    tags=["solaris"],
+    doc_md=__doc__,
+)
+def solaris_enrichment():
+    @task(outlets=[USER_AGGREGATES])
+    def user_aggregates(params=None, triggering_asset_events=None, outlet_events=None):
+        outlet_events[USER_AGGREGATES].extra = tasks.user_aggregates(
+            params, triggering_asset_events, PAIR_EMBEDDINGS
+        )
+
+    @task(outlets=[ITEM_AGGREGATES])
+    def item_aggregates(params=None, triggering_asset_events=None, outlet_events=None):
+        outlet_events[ITEM_AGGREGATES].extra = tasks.item_aggregates(
+            params, triggering_asset_events, PAIR_EMBEDDINGS
+        )
+
+    @task(outlets=[NEIGHBOUR_FILL])
+    def neighbour_fill(params=None, triggering_asset_events=None, outlet_events=None):
+        outlet_events[NEIGHBOUR_FILL].extra = tasks.neighbour_fill(
+            params, triggering_asset_events, PAIR_EMBEDDINGS
+        )
+
+    user_aggregates()
+    item_aggregates()
+    neighbour_fill()
+
+
+solaris_enrichment()

@@ -1,0 +1,40 @@
+"""Daily VM retraining (``SOLARIS_CYCLE__TRAINING_CRON``).
+
+Builds the training set with Feast's ``get_historical_features`` (point-in-time, so no
+feature from after an impression leaks into it), retrains the VM with tier dropout, and
+publishes it as the candidates DAG's verifier only when its validation log-loss is no worse
+than the current verifier's on the same rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import Asset, dag, task
+
+from solaris.orchestration import tasks
+
+SETTINGS = tasks.config()
+VERIFIER = Asset(tasks.VERIFIER)
+
+
+@dag(
+    schedule=SETTINGS.cycle.training_cron,
+    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    catchup=False,
+    tags=["solaris"],
+    doc_md=__doc__,
+)
+def solaris_training():
+    @task(outlets=[VERIFIER])
+    def retrain_verifier(
+        params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
+    ):
+        outlet_events[VERIFIER].extra = tasks.retrain_verifier(
+            params, data_interval_start, data_interval_end
+        )
+
+    retrain_verifier()
+
+
+solaris_training()

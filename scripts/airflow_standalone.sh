@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `make airflow`: the SOLARIS DAGs and the SOLARIS UI page in a local `airflow standalone`.
+#
+# Everything Airflow keeps lives in AIRFLOW_HOME (default <repo>/.airflow, git-ignored). The
+# metadata DB is SQLite in AIRFLOW_HOME unless SOLARIS_AIRFLOW_DB_URL (or
+# AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) names another, for instance
+#   SOLARIS_AIRFLOW_DB_URL=postgresql+psycopg2://postgres@127.0.0.1:5432/airflow make airflow
+# (the database must exist; `airflow db migrate` creates the tables).
+#
+# Steps: migrate the DB, create the "gpu" pool (one slot: one FM embedding task at a time),
+# print the UI address and how to log in, then `exec airflow standalone` (api-server,
+# scheduler, dag-processor and triggerer in one process tree; Ctrl-C stops them all).
+#
+# Check mode, for CI: `scripts/airflow_standalone.sh --check` (or SOLARIS_AIRFLOW_CHECK=1)
+# does the same set-up and then lists the DAGs and plugins instead of starting Airflow.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+check="${SOLARIS_AIRFLOW_CHECK:-0}"
+for arg in "$@"; do
+    case "$arg" in
+        --check) check=1 ;;
+        -h | --help)
+            sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *)
+            echo "airflow_standalone.sh: unknown argument '$arg' (try --help)" >&2
+            exit 2
+            ;;
+    esac
+done
+
+AIRFLOW="${SOLARIS_AIRFLOW_BIN:-$ROOT/.venv/bin/airflow}"
+if [[ ! -x "$AIRFLOW" ]]; then
+    echo "airflow_standalone.sh: no Airflow at $AIRFLOW; run 'make venv' first" >&2
+    exit 1
+fi
+
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.airflow}"
+export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
+# [dag_processor] refresh_interval: how often the DAGs folder is listed for new files
+# (default 300 s); min_file_process_interval: how often a known file is re-parsed (default 30).
+export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
+export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
+export SOLARIS_ARTIFACTS_DIR="$ROOT/artifacts"
+
+if [[ -n "${SOLARIS_AIRFLOW_DB_URL:-}" ]]; then
+    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$SOLARIS_AIRFLOW_DB_URL"
+elif [[ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then
+    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$AIRFLOW_HOME/airflow.db"
+fi
+
+mkdir -p "$AIRFLOW_HOME" "$AIRFLOW__CORE__DAGS_FOLDER" "$AIRFLOW__CORE__PLUGINS_FOLDER" \
+    "$SOLARIS_ARTIFACTS_DIR"
+
+# The DB URL without its password, for the log.
+db_shown="$(sed -E 's#(://[^:/@]*):[^@]*@#\1:***@#' <<<"$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")"
+echo "AIRFLOW_HOME  $AIRFLOW_HOME"
+echo "metadata DB   $db_shown"
+echo "DAGs          $AIRFLOW__CORE__DAGS_FOLDER"
+echo "plugins       $AIRFLOW__CORE__PLUGINS_FOLDER"
+echo "artifacts     $SOLARIS_ARTIFACTS_DIR"
+
+"$AIRFLOW" db migrate
+"$AIRFLOW" pools set gpu 1 "SOLARIS FM embedding"
+
+port="${AIRFLOW__API__PORT:-8080}"
+passwords="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
+cat <<EOF
+
+Airflow UI    http://localhost:$port   (the SOLARIS page: http://localhost:$port/solaris/)
+Log in as     admin; the password is generated on the first start and kept in
+              $passwords
+EOF
+
+if [[ "$check" == 1 ]]; then
+    echo
+    echo "check mode: not starting Airflow"
+    "$AIRFLOW" dags list
+    "$AIRFLOW" plugins
+    exit 0
+fi
+
+exec "$AIRFLOW" standalone

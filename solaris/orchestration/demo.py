@@ -1,0 +1,191 @@
+"""The demo's last stage: the SOLARIS cycle through Airflow DAG runs, then a served request.
+
+It runs after the offline stage (:func:`solaris.demo.run_offline_cycle`) has written the
+request log and the models. The window starts one warm-up day before the test period (the
+user aggregates need 24 h of codes) and covers ``cycle.demo_days`` of it at
+``cycle.demo_cadence_minutes``. Coverage is counted over the test-period part only, from what
+the candidates runs served through Feast at each request's own time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solaris.config import SolarisConfig
+from solaris.orchestration.airflow_cycle import (
+    DAY,
+    TIER_NAMES,
+    export_config,
+    reset_cycle,
+    run_window,
+    window_intervals,
+)
+from solaris.orchestration.layout import CycleLayout
+
+Printer = Callable[[str], None]
+
+
+@contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the task runs of this process, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
+    """:func:`solaris.evaluation.replay.replay` of the log rows in ``[start, end)``, scored
+    by the VM trained with the FM: what the candidates DAG runs over the same intervals
+    must reproduce (pair coverage of impressions from ``eval_from`` on)."""
+    from solaris.evaluation.replay import replay
+    from solaris.orchestration.resources import feature_context, read_requests
+    from solaris.pipeline.train import load_models, score_candidates
+
+    layout = CycleLayout(cfg.artifacts_dir)
+    rows = read_requests(layout, start, end)
+    _, _, vm, _ = load_models(layout.models_dir)
+    scores = score_candidates(vm, feature_context(cfg), rows)
+    sel = cfg.selection
+    return replay(
+        rows,
+        scores,
+        share=sel.share,
+        ttl_seconds=round(sel.ttl_hours * 3600),
+        cadence_seconds=round(sel.cadence_minutes * 60),
+        eval_from=eval_from,
+    )
+
+
+def served_example(cfg: SolarisConfig, redis: str, fm_version: str, as_of: int) -> dict:
+    """The last labelled request of the window, served through ``SolarisFeatures`` as if it
+    came again at the window's end (the online store holds each key's latest row only)."""
+    from solaris.orchestration.resources import feature_store, read_requests
+    from solaris.serving.client import SolarisFeatures
+
+    layout = CycleLayout(cfg.artifacts_dir)
+    cadence = round(cfg.selection.cadence_minutes * 60)
+    rows = read_requests(layout, as_of - cadence, as_of)
+    if not len(rows):
+        return {}
+    request_id = rows.loc[rows["label"].notna(), "request_id"].iloc[-1]
+    request = rows[rows["request_id"] == request_id]
+    user_id, ts = int(request["user_id"].iloc[0]), int(request["ts"].iloc[0])
+    with SolarisFeatures(
+        cfg, redis=redis, fm_version=fm_version, store=feature_store(cfg, redis)
+    ) as client:
+        client.warm_up()
+        served = client.fetch(user_id, request["item_id"].to_numpy(), now=as_of)
+    tiers, counts = np.unique(served.tier, return_counts=True)
+    return {
+        "user_id": user_id,
+        "ts": ts,
+        "n_items": len(request),
+        "tiers": dict(zip(tiers.tolist(), counts.tolist(), strict=True)),
+    }
+
+
+def run_airflow_stage(
+    cfg: SolarisConfig, *, eval_from: int, fm_version: str, echo: Printer = print
+) -> dict[str, Any]:
+    """Replay a window of the test period through the five DAGs; print and return figures."""
+    from solaris.orchestration.local_airflow import LocalAirflow, configure_airflow
+    from solaris.store.local_redis import redis_for
+
+    cadence_min = cfg.cycle.demo_cadence_minutes
+    artifacts = Path(cfg.artifacts_dir).resolve()
+    dags = Path(cfg.cycle.dags_folder).resolve()
+    if not dags.is_dir():
+        raise FileNotFoundError(f"no DAGs folder at {dags} (cycle.dags_folder)")
+    with redis_for(cfg.store.redis) as (redis, origin):
+        # The task runs read their settings from the environment, like on a worker.
+        cfg = cfg.model_copy(
+            update={
+                "artifacts_dir": artifacts,
+                "store": cfg.store.model_copy(update={"redis": redis}),
+                "selection": cfg.selection.model_copy(update={"cadence_minutes": cadence_min}),
+            }
+        )
+        config_path = export_config(cfg, artifacts / "airflow" / "solaris.yaml")
+        env = {
+            "SOLARIS_CONFIG": str(config_path),
+            "SOLARIS_STORE__REDIS": redis,
+            "SOLARIS_SELECTION__CADENCE_MINUTES": str(cadence_min),
+            "SOLARIS_ARTIFACTS_DIR": str(artifacts),
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
+        }
+        with _environ(**env):
+            reset_cycle(cfg, redis)
+            configure_airflow(artifacts / "airflow", dags)
+            airflow = LocalAirflow(dags, gpu_pool=cfg.cycle.gpu_pool)
+            cadence = round(cadence_min * 60)
+            warm_up = round(max(cfg.store.uagg_window_hours * 3600, DAY))
+            end = eval_from + round(cfg.cycle.demo_days * DAY)
+            intervals = window_intervals(eval_from - warm_up, end, cadence)
+            since = -(-eval_from // cadence) * cadence  # first whole test-period interval
+            echo(
+                f"Airflow cycle: {len(intervals)} intervals of {cadence_min:g} min from "
+                f"{warm_up / 3600:g} h before the test period through {cfg.cycle.demo_days:g} "
+                f"days of it; Redis {redis} ({origin}); metadata DB in {artifacts / 'airflow'}"
+            )
+            report = run_window(airflow, intervals)
+            example = served_example(cfg, redis, fm_version, intervals[-1].end)
+            library = library_replay(cfg, intervals[0].start, intervals[-1].end, since)
+
+    echo("DAG runs (count, mean s, total s):")
+    for dag_id, secs in report.seconds.items():
+        echo(f"  {dag_id:<20} {len(secs):4d} {np.mean(secs):7.2f} {np.sum(secs):8.1f}")
+    selected = sum(r["selected"] for r in report.candidates)
+    passes = sum(r["fm_passes"] for r in report.embeddings)
+    requests = sum(r["requests"] for r in report.candidates)
+    echo(
+        f"selected {selected:,} candidates, {passes:,} FM passes over {requests:,} requests "
+        f"({1000 * passes / max(requests, 1):,.0f} per 1,000 requests)"
+    )
+    n, coverage = report.coverage(since=since)
+    echo(f"coverage of {n:,} test-period labelled impressions, served through Feast:")
+    for tier in (*TIER_NAMES, "any"):
+        echo(f"  {tier:<5} {coverage[tier]:6.1%}")
+    echo(
+        f"library replay of the same intervals: pair {library.coverage:.1%} of "
+        f"{library.n_eval_impressions:,} impressions (the DAG runs must match it)"
+    )
+    if report.training:
+        t = report.training
+        echo(
+            f"training run: candidate VM val log-loss {t['val_logloss']:.4f} vs current "
+            f"{t['current_val_logloss']:.4f} -> "
+            f"{'published' if t['published'] else 'kept the current verifier'}"
+        )
+    if example:
+        echo(
+            f"one served request: user {example['user_id']} at {example['ts']}, "
+            f"{example['n_items']} candidates, served at the window's end: tiers {example['tiers']}"
+        )
+    return {
+        "intervals": len(intervals),
+        "cadence_minutes": cadence_min,
+        "redis_origin": origin,
+        "dag_seconds": {k: [round(v, 3) for v in s] for k, s in report.seconds.items()},
+        "selected": selected,
+        "fm_passes": passes,
+        "requests": requests,
+        "labelled_impressions": n,
+        "coverage": coverage,
+        "library_replay_pair_coverage": library.coverage,
+        "library_replay_impressions": library.n_eval_impressions,
+        "training": report.training,
+        "example": example,
+    }

@@ -1,0 +1,170 @@
+"""Where the Airflow cycle keeps its state, and the small file formats it uses.
+
+Everything lives under ``artifacts_dir/cycle`` (one folder a kind, one file an interval, named
+by epoch seconds so that names sort by time)::
+
+    selections/<start>-<end>.parquet   the verifier's selection of one interval (the ledger)
+    misses/<start>-<end>.parquet       miss-stream entries drained by that interval's run
+    shards/<start>-<end>/shard-K.parquet          the ledger split for the mapped tasks
+    pair_embeddings/<start>-<end>/shard-K.parquet the codes those tasks computed
+    neighbours/<as_of>.parquet         the clustering DAG's user-neighbour table
+    training/<as_of>/                  the training DAG's set, candidate VM and metrics
+    verifier/current.json              which VM checkpoint the candidates DAG scores with
+    runs/<dag_id>/<key>.json           one record per DAG run, read by the SOLARIS UI page
+
+Every file appears atomically (temporary name, then ``os.replace``), so a retried or killed
+task never leaves half a file for the next one to read. This module imports nothing heavy:
+the Airflow plugin reads run records through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_INTERVAL = re.compile(r"^(\d+)-(\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class Interval:
+    """One scheduling interval ``[start, end)`` in epoch seconds."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.start, int) and isinstance(self.end, int)):
+            raise TypeError(f"interval bounds must be int epoch seconds, got {self!r}")
+        if self.end <= self.start:
+            raise ValueError(f"interval end {self.end} must be after its start {self.start}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.start:011d}-{self.end:011d}"
+
+    @classmethod
+    def from_key(cls, key: str) -> Interval:
+        match = _INTERVAL.match(key)
+        if not match:
+            raise ValueError(f"not an interval key: {key!r}")
+        return cls(int(match[1]), int(match[2]))
+
+    def as_dict(self) -> dict[str, int]:
+        return {"interval_start": self.start, "interval_end": self.end}
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def atomic_write_json(path: Path, payload: dict[str, Any]) -> Path:
+    return atomic_write_bytes(path, json.dumps(payload, indent=2, default=str).encode())
+
+
+@dataclass(frozen=True)
+class CycleLayout:
+    """Paths of the cycle's inputs (request log, trained models) and of its state."""
+
+    artifacts_dir: Path
+
+    @property
+    def root(self) -> Path:
+        return Path(self.artifacts_dir) / "cycle"
+
+    @property
+    def request_log(self) -> Path:
+        return Path(self.artifacts_dir) / "log" / "candidates.parquet"
+
+    @property
+    def models_dir(self) -> Path:
+        return Path(self.artifacts_dir) / "models"
+
+    def selections(self, interval: Interval) -> Path:
+        return self.root / "selections" / f"{interval.key}.parquet"
+
+    def misses(self, interval: Interval) -> Path:
+        return self.root / "misses" / f"{interval.key}.parquet"
+
+    def shard(self, interval: Interval, index: int) -> Path:
+        return self.root / "shards" / interval.key / f"shard-{index:04d}.parquet"
+
+    def embeddings(self, interval: Interval, index: int) -> Path:
+        return self.root / "pair_embeddings" / interval.key / f"shard-{index:04d}.parquet"
+
+    def neighbours(self, as_of: int) -> Path:
+        return self.root / "neighbours" / f"{as_of:011d}.parquet"
+
+    def training(self, as_of: int) -> Path:
+        return self.root / "training" / f"{as_of:011d}"
+
+    @property
+    def current_verifier(self) -> Path:
+        return self.root / "verifier" / "current.json"
+
+    def run_record(self, dag_id: str, key: str) -> Path:
+        return self.root / "runs" / dag_id / f"{key}.json"
+
+    # -- listing ----------------------------------------------------------------------------
+
+    def intervals(self, kind: str, *, ending_after: int, ending_by: int) -> list[Interval]:
+        """Intervals of ``kind`` (``selections``, ``pair_embeddings``) whose end is in
+        ``(ending_after, ending_by]``, oldest first."""
+        folder = self.root / kind
+        if not folder.is_dir():
+            return []
+        found = []
+        for entry in folder.iterdir():
+            name = entry.name.removesuffix(".parquet")
+            if entry.name.startswith(".") or not _INTERVAL.match(name):
+                continue
+            interval = Interval.from_key(name)
+            if ending_after < interval.end <= ending_by:
+                found.append(interval)
+        return sorted(found)
+
+    def latest_neighbours(self, as_of: int) -> Path | None:
+        """The newest neighbour table built at or before ``as_of``."""
+        folder = self.root / "neighbours"
+        if not folder.is_dir():
+            return None
+        built = sorted(
+            int(p.stem)
+            for p in folder.glob("*.parquet")
+            if p.stem.isdigit() and int(p.stem) <= as_of
+        )
+        return folder / f"{built[-1]:011d}.parquet" if built else None
+
+
+def write_run_record(layout: CycleLayout, dag_id: str, key: str, record: dict[str, Any]) -> Path:
+    """The figures of one DAG run, for the SOLARIS page (written by the task, not the UI)."""
+    return atomic_write_json(
+        layout.run_record(dag_id, key), {"dag_id": dag_id, "key": key, **record}
+    )
+
+
+def read_run_records(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every run record under ``root`` (``artifacts_dir/cycle``), by DAG id, newest first.
+
+    A record that cannot be parsed is reported as such rather than dropped silently.
+    """
+    runs = Path(root) / "runs"
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not runs.is_dir():
+        return out
+    for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
+        records = []
+        for path in sorted(folder.glob("*.json"), reverse=True):
+            try:
+                records.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:
+                records.append({"dag_id": folder.name, "key": path.stem, "error": str(exc)})
+        out[folder.name] = records
+    return out

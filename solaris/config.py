@@ -144,6 +144,11 @@ class CycleConfig(BaseModel):
     )
     val_share: float = Field(0.2, gt=0, lt=1, description="latest share held out to compare")
     dags_folder: Path = Field(Path("dags"), description="the project's DAG files")
+    airflow_home: Path | None = Field(
+        None,
+        description="AIRFLOW_HOME of the demo's in-process DAG runs (SQLite metadata DB "
+        "there); default artifacts_dir/airflow",
+    )
     demo_days: float = Field(
         2.0, gt=0, description="test-period days the demo replays through Airflow DAG runs"
     )

@@ -15,12 +15,29 @@ a small synthetic data set with the same file names, headers and quirks:
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from solaris.data.movielens import MovieLens
+
+# Airflow reads its settings once, on first import, so the whole test session gets one
+# private AIRFLOW_HOME (SQLite metadata DB inside) before any test module imports airflow;
+# nothing of the developer's own Airflow is read or written.
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="solaris-test-airflow-"))
+atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
+os.environ.update(
+    AIRFLOW_HOME=str(AIRFLOW_HOME),
+    AIRFLOW__CORE__DAGS_FOLDER=str(Path(__file__).resolve().parents[1] / "dags"),
+    AIRFLOW__CORE__LOAD_EXAMPLES="False",
+    AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+    AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{AIRFLOW_HOME}/airflow.db",
+)
 
 TINY_N_USERS = 30
 TINY_N_ITEMS = 40
@@ -100,6 +117,12 @@ def write_tiny_movielens(folder: Path, seed: int = 0) -> Path:
     triples += [f"m.e{k}\t{_RELATIONS[2]}\tm.e{(k + 1) % 25}" for k in range(5)]  # unlinked heads
     _write(folder, "kg", triples)
     return folder
+
+
+@pytest.fixture(scope="session")
+def write_movielens():
+    """:func:`write_tiny_movielens`, for fixtures of a wider scope than ``tiny_movielens``."""
+    return write_tiny_movielens
 
 
 @pytest.fixture

@@ -128,7 +128,8 @@ def run_airflow_stage(
         }
         with _environ(**env):
             reset_cycle(cfg, redis)
-            configure_airflow(artifacts / "airflow", dags)
+            home = Path(cfg.cycle.airflow_home or artifacts / "airflow").resolve()
+            configure_airflow(home, dags)
             airflow = LocalAirflow(dags, gpu_pool=cfg.cycle.gpu_pool)
             cadence = round(cadence_min * 60)
             warm_up = round(max(cfg.store.uagg_window_hours * 3600, DAY))
@@ -138,7 +139,7 @@ def run_airflow_stage(
             echo(
                 f"Airflow cycle: {len(intervals)} intervals of {cadence_min:g} min from "
                 f"{warm_up / 3600:g} h before the test period through {cfg.cycle.demo_days:g} "
-                f"days of it; Redis {redis} ({origin}); metadata DB in {artifacts / 'airflow'}"
+                f"days of it; Redis {redis} ({origin}); AIRFLOW_HOME {home}"
             )
             report = run_window(airflow, intervals)
             example = served_example(cfg, redis, fm_version, intervals[-1].end)
@@ -184,6 +185,10 @@ def run_airflow_stage(
         "requests": requests,
         "labelled_impressions": n,
         "coverage": coverage,
+        "candidates_intervals": [
+            {"interval_start": r["interval_start"], "interval_end": r["interval_end"]}
+            for r in report.candidates
+        ],
         "library_replay_pair_coverage": library.coverage,
         "library_replay_impressions": library.n_eval_impressions,
         "training": report.training,

@@ -37,6 +37,8 @@ def configure_airflow(home: Path, dags_folder: Path, db_url: str | None = None) 
         AIRFLOW_HOME=str(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(Path(dags_folder).resolve()),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        # Asset events queue runs of unpaused DAGs only, as with `make airflow`.
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=db_url or f"sqlite:///{home}/airflow.db",
     )
 

@@ -125,7 +125,10 @@ def summarize_embeddings(
     """The run's record: the ``pair_embeddings`` asset event's extra."""
     from solaris.orchestration.embeddings import summarize_embeddings as summarize
 
-    return summarize(config(), _triggered_intervals(params, events, asset), list(shards))
+    # Indexing, not iterating: iterating Airflow's lazy sequence of mapped results probes one
+    # past its end and logs that probe's 404 as an error.
+    results = [shards[i] for i in range(len(shards))]
+    return summarize(config(), _triggered_intervals(params, events, asset), results)
 
 
 # -- solaris_enrichment ---------------------------------------------------------------------

@@ -1,0 +1,227 @@
+"""The five DAGs run end to end with ``dag.test()`` against the real Redis and FeatureStore.
+
+One module-scoped run of ``solaris demo`` on the tiny fake MovieLens: the offline stage
+trains the models, then the Airflow stage replays a window of the test period through real
+DAG runs (candidates → embeddings → enrichment per interval, clustering at midnight,
+training at the end), each downstream run fed from the asset events of its upstream run.
+The tests read back what the runs wrote: the metadata DB's asset events and queues, the
+cycle's files, Feast's offline parquet and Redis (database 12, a project of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from solaris.config import SolarisConfig
+from solaris.orchestration import tasks
+from solaris.orchestration.airflow_cycle import window_intervals
+from solaris.orchestration.layout import CycleLayout, Interval
+from solaris.store.feast_store import delete_project_keys
+from solaris.store.local_redis import client_from_connection_string
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+REDIS = "127.0.0.1:6379,db=12"  # this module's own database number
+DAG_IDS = (
+    "solaris_candidates",
+    "solaris_embeddings",
+    "solaris_enrichment",
+    "solaris_clustering",
+    "solaris_training",
+)
+
+
+def _tiny_config(tmp: Path, project: str) -> dict:
+    repo = tmp / "feature_repo"
+    shutil.copytree(REPO / "feature_repo", repo, ignore=shutil.ignore_patterns("data"))
+    return {
+        "store": {
+            "redis": REDIS,
+            "project": project,
+            "repo_path": str(repo),
+            "miss_stream": f"{project}:misses",
+        },
+        "data": {"cache_dir": str(tmp)},
+        "artifacts_dir": str(tmp / "artifacts"),
+        "requests": {"retrieval_k": 8},
+        "model": {
+            "history_len": 5,
+            "embed_dim": 4,
+            "shared_dim": 16,
+            "z_dim": 8,
+            "kg_buckets": 64,
+            "kg_entities_per_item": 4,
+            "vm_hidden": 8,
+        },
+        "train": {"max_epochs": 2, "ae_epochs": 2, "batch_size": 64},
+        # A budget and TTL under which the tiny log's few recurring pairs give pair hits.
+        "selection": {"cadence_minutes": 60, "ttl_hours": 72, "share": 0.5},
+        "cycle": {
+            "dags_folder": str(REPO / "dags"),
+            "airflow_home": os.environ["AIRFLOW_HOME"],  # the session's (tests/conftest.py)
+            "demo_days": 1.5,
+            "demo_cadence_minutes": 360,
+            "shard_rows": 40,  # several mapped shards per interval
+            "training_window_days": 10,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def cycle(
+    tmp_path_factory: pytest.TempPathFactory, write_movielens
+) -> Iterator[tuple[SolarisConfig, dict]]:
+    """(settings as the task runs read them, the demo's summary)."""
+    from solaris.demo import run_demo
+
+    tmp = tmp_path_factory.mktemp("cycle")
+    write_movielens(tmp / "ml-100k")
+    project = f"dag_{uuid.uuid4().hex[:8]}"
+    path = tmp / "solaris.yaml"
+    path.write_text(yaml.safe_dump(_tiny_config(tmp, project)))
+    cfg = SolarisConfig.load(path)
+    summary = run_demo(cfg, echo=lambda _: None)
+    # What the task runs read (the demo's copy: absolute paths, the demo cadence).
+    run_cfg = SolarisConfig.load(Path(cfg.artifacts_dir).resolve() / "airflow" / "solaris.yaml")
+    yield run_cfg, summary
+    delete_project_keys(
+        client_from_connection_string(REDIS), project, extra_keys=[f"{project}:misses"]
+    )
+
+
+def _intervals(summary: dict) -> int:
+    return summary["airflow"]["intervals"]
+
+
+def test_every_dag_ran_in_cycle_order_and_succeeded(cycle) -> None:
+    _, summary = cycle
+    runs = summary["airflow"]["dag_seconds"]
+    n = _intervals(summary)
+    eval_from = summary["models"]["val_end"]
+    # 24 h of warm-up, then 1.5 days of the test period, at 6 h.
+    assert n == len(window_intervals(eval_from - 86_400, eval_from + 36 * 3600, 6 * 3600))
+    assert [len(runs[d]) for d in DAG_IDS[:3]] == [n, n, n]
+    assert len(runs["solaris_clustering"]) >= 2  # one per midnight of the window
+    assert len(runs["solaris_training"]) == 1
+
+
+def test_backfill_pair_coverage_equals_the_library_replay(cycle) -> None:
+    _, summary = cycle
+    airflow = summary["airflow"]
+    assert airflow["labelled_impressions"] == airflow["library_replay_impressions"] > 0
+    assert airflow["coverage"]["pair"] > 0
+    assert airflow["coverage"]["pair"] == pytest.approx(
+        airflow["library_replay_pair_coverage"], abs=1e-12
+    )
+
+
+def test_asset_events_chain_candidates_to_embeddings_to_enrichment(cycle) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from solaris.orchestration.local_airflow import LocalAirflow
+
+    _, summary = cycle
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.name, AssetEvent.extra, AssetEvent.source_dag_id).join(
+                AssetModel, AssetModel.id == AssetEvent.asset_id
+            )
+        ).all()
+    project_intervals = {
+        (r["interval_start"], r["interval_end"])
+        for r in json.loads(json.dumps(summary["airflow"]["candidates_intervals"]))
+    }
+
+    def intervals_of(name: str) -> set[tuple[int, int]]:
+        return {
+            (extra["interval_start"], extra["interval_end"])
+            for asset, extra, _ in rows
+            if asset == name
+            and (extra["interval_start"], extra["interval_end"]) in project_intervals
+        }
+
+    assert intervals_of(tasks.CANDIDATES) == project_intervals
+    assert intervals_of(tasks.PAIR_EMBEDDINGS) == project_intervals
+    sources = {asset: dag for asset, _, dag in rows}
+    assert sources[tasks.CANDIDATES] == "solaris_candidates"
+    assert sources[tasks.PAIR_EMBEDDINGS] == "solaris_embeddings"
+    assert sources[tasks.USER_AGGREGATES] == "solaris_enrichment"
+    assert sources[tasks.USER_NEIGHBOURS] == "solaris_clustering"
+    assert sources[tasks.VERIFIER] == "solaris_training"
+    # What the scheduler would start next from these events.
+    assert "solaris_embeddings" in LocalAirflow.queued_dags(tasks.CANDIDATES)
+    assert "solaris_enrichment" in LocalAirflow.queued_dags(tasks.PAIR_EMBEDDINGS)
+
+
+def test_runs_wrote_ledgers_codes_views_and_run_records(cycle) -> None:
+    from solaris.data.schemas import read_table
+    from solaris.serving.client import SolarisFeatures
+
+    cfg, summary = cycle
+    layout = CycleLayout(cfg.artifacts_dir)
+    embedded = 0
+    last = None
+    for start, end in (
+        (r["interval_start"], r["interval_end"]) for r in summary["airflow"]["candidates_intervals"]
+    ):
+        interval = Interval(start, end)
+        assert layout.selections(interval).is_file()
+        folder = layout.embeddings(interval, 0).parent
+        if folder.is_dir() and any(folder.glob("shard-*.parquet")):
+            table = read_table(folder, "pair_embeddings", z_dim=cfg.model.z_dim)
+            assert {int(t.timestamp()) for t in table["computed_at"].to_pylist()} == {end}
+            embedded += table.num_rows
+            last = table
+    assert embedded == summary["airflow"]["fm_passes"] > 0
+    for view in ("pair", "uagg", "iagg"):
+        assert any((Path(cfg.store.repo_path) / "data" / "offline" / view).rglob("*.parquet"))
+
+    # The newest codes are in Redis: served as pair hits right after their interval.
+    users = last["user_id"].to_numpy()
+    items = last["item_id"].to_numpy()[users == users[0]]
+    computed_at = int(last["computed_at"][0].as_py().timestamp())
+    version = json.loads((layout.models_dir / "split.json").read_text())["fm_version"]
+    with SolarisFeatures(cfg, redis=REDIS, fm_version=version) as client:
+        served = client.fetch(int(users[0]), items, now=computed_at)
+    assert served.mask[:, 0].all()
+
+    from solaris.orchestration.layout import read_run_records
+
+    records = read_run_records(layout.root)
+    assert set(records) == set(DAG_IDS)
+    assert all("error" not in r for runs in records.values() for r in runs)
+
+
+def test_training_publishes_the_new_verifier_only_if_no_worse(cycle) -> None:
+    cfg, summary = cycle
+    record = summary["airflow"]["training"]
+    assert record["published"] == (record["val_logloss"] <= record["current_val_logloss"])
+    pointer = CycleLayout(cfg.artifacts_dir).current_verifier
+    assert pointer.is_file() == record["published"]
+
+
+def test_candidates_run_without_redis_fails_and_writes_no_ledger(
+    cycle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from solaris.orchestration.local_airflow import AirflowRunError, LocalAirflow
+
+    cfg, _ = cycle
+    config_path = Path(cfg.artifacts_dir) / "airflow" / "solaris.yaml"
+    monkeypatch.setenv("SOLARIS_CONFIG", str(config_path))
+    monkeypatch.setenv("SOLARIS_STORE__REDIS", "127.0.0.1:1")  # nothing listens there
+    interval = Interval(0, 6 * 3600)  # long before the log: no earlier ledger either
+    airflow = LocalAirflow(REPO / "dags")
+    with pytest.raises(AirflowRunError, match="ended failed"):
+        airflow.run("solaris_candidates", interval.as_dict())
+    assert not CycleLayout(cfg.artifacts_dir).selections(interval).exists()

@@ -41,11 +41,11 @@ def served_coverage(
 ) -> dict[str, Any]:
     """Serve each request of the interval through ``SolarisFeatures`` at its own time and
     count its labelled impressions by tier: what the VM received during the interval."""
-    from solaris.evaluation.online_replay import OnlineReplayResult
+    from solaris.evaluation.served_coverage import ServedCoverage
     from solaris.serving.client import SolarisFeatures
     from solaris.serving.tiers import TIERS
 
-    result = OnlineReplayResult.empty()
+    result = ServedCoverage()
     # This replays history to measure coverage: a fetch slowed by the replaying machine must
     # count as what the cache held, not as a miss, so the serving time bound is lifted.
     cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"fetch_timeout_ms": 30e3})})
@@ -168,7 +168,10 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
         computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
     )
     write_parquet(ledger, layout.selections(interval))
+    embedded = layout.intervals("pair_embeddings", ending_after=-1, ending_by=interval.start)
     record.update(
+        # Age of the newest pair codes when the interval began (None: none yet).
+        freshness_s=interval.start - embedded[-1].end if embedded else None,
         candidates=len(batch),
         misses_drained=len(misses),
         miss_candidates_added=len(batch) - len(requests),

@@ -60,7 +60,8 @@ def config_file(tiny_movielens: Path, tmp_path: Path) -> Iterator[Path]:
 
 
 def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) -> None:
-    result = CliRunner().invoke(app, ["demo", "--config", str(config_file)])
+    # The Airflow stage has its own end-to-end tests (tests/integration/test_dag_runs.py).
+    result = CliRunner().invoke(app, ["demo", "--config", str(config_file), "--no-airflow"])
     assert result.exit_code == 0, result.output
     for label in (
         "requests (60 s buckets)",
@@ -71,8 +72,6 @@ def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) 
         "VM test log-loss",
         "FM advantage",
         "native pair coverage",
-        "served",
-        "from online reads",
         "verifier",
         "random",
         "oracle",
@@ -81,17 +80,8 @@ def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) 
     artifacts = Path(yaml.safe_load(config_file.read_text())["artifacts_dir"])
     summary = json.loads((artifacts / "demo_summary.json").read_text())
     assert all(0.0 <= c <= 1.0 for c in summary["coverage"].values())
-    online = summary["online"]
-    assert online["redis_origin"] == "configured"
-    assert online["fetch_failures"] == 0
-    assert sum(online["main_tier_counts"].values()) == online["n_impressions"] > 0
-    # Pair hits read back from Redis are the hits of the in-memory replay (same cache rule).
-    pair_online = online["coverage_present"]["pair"]
-    assert pair_online == pytest.approx(online["pair_coverage_in_memory_replay"], abs=0.02)
     read_table(artifacts / "log" / "candidates.parquet", "candidates")
-    rows = read_table(artifacts / "pair_embeddings" / "replay.parquet", "pair_embeddings", z_dim=8)
-    assert rows.num_rows == summary["embedded_pairs"]
-    assert set(rows["fm_version"].to_pylist()) <= {summary["models"]["fm_version"]}
+    assert "airflow" not in summary
 
     # `solaris replay` reads the same artifacts back and reproduces the demo's coverage.
     replayed = CliRunner().invoke(app, ["replay", "--config", str(config_file)])
@@ -106,7 +96,7 @@ def test_demo_is_deterministic_under_a_fixed_seed(config_file: Path, tmp_path: P
         config["artifacts_dir"] = str(tmp_path / name)
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        assert CliRunner().invoke(app, ["demo", "-c", str(path)]).exit_code == 0
+        assert CliRunner().invoke(app, ["demo", "-c", str(path), "--no-airflow"]).exit_code == 0
         summary = json.loads((tmp_path / name / "demo_summary.json").read_text())
         runs.append((summary["models"]["fm_version"], summary["coverage"]))
     assert runs[0] == runs[1]

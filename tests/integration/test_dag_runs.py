@@ -89,7 +89,9 @@ def cycle(
     path = tmp / "solaris.yaml"
     path.write_text(yaml.safe_dump(_tiny_config(tmp, project)))
     cfg = SolarisConfig.load(path)
-    summary = run_demo(cfg, echo=lambda _: None)
+    printed: list[str] = []
+    summary = run_demo(cfg, echo=printed.append)
+    summary["printed"] = "\n".join(printed)
     # What the task runs read (the demo's copy: absolute paths, the demo cadence).
     run_cfg = SolarisConfig.load(Path(cfg.artifacts_dir).resolve() / "airflow" / "solaris.yaml")
     yield run_cfg, summary
@@ -112,6 +114,24 @@ def test_every_dag_ran_in_cycle_order_and_succeeded(cycle) -> None:
     assert [len(runs[d]) for d in DAG_IDS[:3]] == [n, n, n]
     assert len(runs["solaris_clustering"]) >= 2  # one per midnight of the window
     assert len(runs["solaris_training"]) == 1
+
+
+def test_demo_prints_per_dag_timings_coverage_by_tier_and_a_served_request(cycle) -> None:
+    _, summary = cycle
+    printed = summary["printed"]
+    for label in (
+        "Airflow cycle:",
+        "DAG runs (count, mean s, total s):",
+        *DAG_IDS,
+        "FM passes over",
+        "served through Feast:",
+        "library replay of the same intervals",
+        "training run:",
+        "one served request:",
+    ):
+        assert label in printed
+    for tier in ("pair", "nbr", "uagg", "iagg", "any"):
+        assert f"  {tier:<5} " in printed
 
 
 def test_backfill_pair_coverage_equals_the_library_replay(cycle) -> None:
@@ -201,6 +221,9 @@ def test_runs_wrote_ledgers_codes_views_and_run_records(cycle) -> None:
     records = read_run_records(layout.root)
     assert set(records) == set(DAG_IDS)
     assert all("error" not in r for runs in records.values() for r in runs)
+    # The SOLARIS page's freshness: the newest codes are whole cadences old.
+    ages = [r["freshness_s"] for r in records["solaris_candidates"] if r["freshness_s"]]
+    assert ages and all(a > 0 and a % (6 * 3600) == 0 for a in ages)
 
 
 def test_training_publishes_the_new_verifier_only_if_no_worse(cycle) -> None:

@@ -15,7 +15,9 @@ from airflow.sdk import Asset, AssetOrTimeSchedule, DeltaDataIntervalTimetable, 
 
 from solaris.orchestration import tasks
 
-SETTINGS = tasks.config()  # the schedule is configuration: env and YAML only, no I/O
+# The schedule is configuration (SOLARIS_* and the SOLARIS_CONFIG YAML); no data, Redis or
+# models are touched at parse time.
+SETTINGS = tasks.config()
 REQUEST_LOG = Asset(tasks.REQUEST_LOG)
 CANDIDATES = Asset(tasks.CANDIDATES)
 

@@ -23,6 +23,7 @@ PAIR_EMBEDDINGS = Asset(tasks.PAIR_EMBEDDINGS)
     schedule=[CANDIDATES],
     start_date=datetime.fromisoformat(SETTINGS.cycle.start),
     catchup=False,
+    max_active_runs=1,  # intervals in order: a later write must not land before an earlier
     tags=["solaris"],
     doc_md=__doc__,
 )

@@ -24,6 +24,7 @@ NEIGHBOUR_FILL = Asset(tasks.NEIGHBOUR_FILL)
     schedule=[PAIR_EMBEDDINGS],
     start_date=datetime.fromisoformat(SETTINGS.cycle.start),
     catchup=False,
+    max_active_runs=1,  # intervals in order: a later write must not land before an earlier
     tags=["solaris"],
     doc_md=__doc__,
 )

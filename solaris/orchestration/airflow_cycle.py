@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,11 @@ from solaris.orchestration.embeddings import DAG_ID as EMBEDDINGS_DAG
 from solaris.orchestration.enrichment import CLUSTERING_DAG_ID, ENRICHMENT_DAG_ID
 from solaris.orchestration.layout import CycleLayout, Interval
 from solaris.orchestration.local_airflow import LocalAirflow
+from solaris.orchestration.resources import flatten_intervals
 from solaris.orchestration.training import DAG_ID as TRAINING_DAG
+from solaris.serving.tiers import TIERS
 
 DAY = 86_400
-Printer = Callable[[str], None]
-TIER_NAMES = ("pair", "nbr", "uagg", "iagg")
 
 
 def window_intervals(start: int, end: int, cadence_s: int) -> list[Interval]:
@@ -54,7 +53,7 @@ class CycleReport:
         the share that had each tier (and any tier), weighted by impressions."""
         rows = [r for r in self.candidates if r["interval_start"] >= since and r.get("labelled")]
         n = sum(r["labelled"] for r in rows)
-        names = (*TIER_NAMES, "any")
+        names = (*TIERS, "any")
         return n, {
             t: sum(r["coverage"][t] * r["labelled"] for r in rows) / max(n, 1) for t in names
         }
@@ -84,16 +83,6 @@ def export_config(cfg: SolarisConfig, path: Path) -> Path:
     return path
 
 
-def _intervals_of(extras: list[dict[str, Any]]) -> list[dict[str, int]]:
-    out = []
-    for extra in extras:
-        for item in extra.get("intervals") or [extra]:
-            out.append(
-                {"interval_start": item["interval_start"], "interval_end": item["interval_end"]}
-            )
-    return out
-
-
 def run_window(
     airflow: LocalAirflow,
     intervals: list[Interval],
@@ -116,10 +105,10 @@ def run_window(
         cand = run(CANDIDATES_DAG, interval.as_dict())
         [record] = cand.asset_extras[tasks.CANDIDATES]
         report.candidates.append(record)
-        emb = run(EMBEDDINGS_DAG, {"intervals": _intervals_of([record])})
+        emb = run(EMBEDDINGS_DAG, {"intervals": flatten_intervals([record])})
         [embedded] = emb.asset_extras[tasks.PAIR_EMBEDDINGS]
         report.embeddings.append(embedded)
-        run(ENRICHMENT_DAG_ID, {"intervals": _intervals_of([embedded])})
+        run(ENRICHMENT_DAG_ID, {"intervals": flatten_intervals([embedded])})
         if interval.end % DAY == 0:  # the daily clustering run, after midnight's enrichment
             run(CLUSTERING_DAG_ID, {"interval_end": interval.end})
     if train_at_end and intervals:

@@ -72,17 +72,24 @@ def served_coverage(
 def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) -> pd.DataFrame:
     """Drain the miss stream; misses from after the interval go back for the next run.
 
-    Nothing is lost on the way: the drained rows are written to ``misses/<key>.parquet``
-    before anything else happens with them.
+    Nothing is lost on the way: the drained rows are added to ``misses/<key>.parquet``
+    before anything else happens with them, and a retried run starts from that file, so
+    misses a failed attempt drained are still selected from.
     """
     from solaris.serving.misses import append_misses, drain_misses
     from solaris.store.local_redis import client_from_connection_string
 
+    path = CycleLayout(cfg.artifacts_dir).misses(interval)
     client = client_from_connection_string(redis)
     try:
         misses = drain_misses(client, cfg.store.miss_stream)
+        if path.is_file():  # an earlier attempt of this run drained these
+            earlier = read_parquet(path)
+            misses = pd.concat([earlier, misses], ignore_index=True).drop_duplicates(
+                _KEY, ignore_index=True
+            )
         if len(misses):
-            write_parquet(misses, CycleLayout(cfg.artifacts_dir).misses(interval))
+            write_parquet(misses, path)
         later = misses[misses["ts"].to_numpy() >= interval.end]
         for (user_id, ts), rows in later.groupby(["user_id", "ts"], sort=True):
             append_misses(
@@ -121,9 +128,11 @@ def with_misses(requests: pd.DataFrame, misses: pd.DataFrame) -> pd.DataFrame:
 
 
 def ledger_cache(layout: CycleLayout, interval: Interval, ttl_s: int) -> pd.DataFrame:
-    """Pairs selected by earlier intervals that are still fresh at some point of this one."""
+    """Pairs selected by earlier intervals that are still fresh at some point of this one:
+    a code computed at ``end`` is fresh through ``end + ttl_s`` inclusive, so every interval
+    with ``end >= interval.start - ttl_s`` counts."""
     earlier = layout.intervals(
-        "selections", ending_after=interval.start - ttl_s, ending_by=interval.start
+        "selections", ending_after=interval.start - ttl_s - 1, ending_by=interval.start
     )
     frames = [
         read_parquet(layout.selections(i), ["user_id", "item_id", "expires_at"]) for i in earlier
@@ -155,7 +164,7 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
         record.update(served_coverage(cfg, feature_store(cfg, redis), redis, requests, version))
     misses = drain_interval_misses(cfg, redis, interval)
     batch = with_misses(requests, misses)
-    verifier = current_verifier(layout)
+    verifier = current_verifier(layout, as_of=interval.start)
     scores = (
         score_candidates(verifier.vm, feature_context(cfg), batch)
         if len(batch)
@@ -170,8 +179,9 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
     write_parquet(ledger, layout.selections(interval))
     embedded = layout.intervals("pair_embeddings", ending_after=-1, ending_by=interval.start)
     record.update(
-        # Age of the newest pair codes when the interval began (None: none yet).
-        freshness_s=interval.start - embedded[-1].end if embedded else None,
+        # How old the newest pair codes had grown by the end of the interval they served
+        # (one cadence when the cycle keeps up; None before the first codes).
+        freshness_s=interval.end - embedded[-1].end if embedded else None,
         candidates=len(batch),
         misses_drained=len(misses),
         miss_candidates_added=len(batch) - len(requests),

@@ -20,13 +20,13 @@ import numpy as np
 from solaris.config import SolarisConfig
 from solaris.orchestration.airflow_cycle import (
     DAY,
-    TIER_NAMES,
     export_config,
     reset_cycle,
     run_window,
     window_intervals,
 )
 from solaris.orchestration.layout import CycleLayout
+from solaris.serving.tiers import TIERS
 
 Printer = Callable[[str], None]
 
@@ -76,9 +76,8 @@ def served_example(cfg: SolarisConfig, redis: str, fm_version: str, as_of: int) 
     from solaris.serving.client import SolarisFeatures
 
     layout = CycleLayout(cfg.artifacts_dir)
-    cadence = round(cfg.selection.cadence_minutes * 60)
-    rows = read_requests(layout, as_of - cadence, as_of)
-    if not len(rows):
+    rows = read_requests(layout, as_of - DAY, as_of)
+    if not rows["label"].notna().any():
         return {}
     request_id = rows.loc[rows["label"].notna(), "request_id"].iloc[-1]
     request = rows[rows["request_id"] == request_id]
@@ -157,14 +156,16 @@ def run_airflow_stage(
     )
     n, coverage = report.coverage(since=since)
     echo(f"coverage of {n:,} test-period labelled impressions, served through Feast:")
-    for tier in (*TIER_NAMES, "any"):
+    for tier in (*TIERS, "any"):
         echo(f"  {tier:<5} {coverage[tier]:6.1%}")
     echo(
         f"library replay of the same intervals: pair {library.coverage:.1%} of "
         f"{library.n_eval_impressions:,} impressions (the DAG runs must match it)"
     )
-    if report.training:
-        t = report.training
+    t = report.training
+    if t and "reason" in t:
+        echo(f"training run: kept the current verifier: {t['reason']}")
+    elif t:
         echo(
             f"training run: candidate VM val log-loss {t['val_logloss']:.4f} vs current "
             f"{t['current_val_logloss']:.4f} -> "

@@ -7,6 +7,7 @@ offline history first and Redis second. A retried shard rewrites the same files.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +39,7 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     layout = CycleLayout(cfg.artifacts_dir)
     shards = []
     for interval in intervals:
+        forget_embeddings(cfg, interval)  # a rerun may cut fewer or different shards
         ledger = read_parquet(layout.selections(interval), _CANDIDATE_COLUMNS)
         pairs = ledger.drop_duplicates(["user_id", "item_id"], ignore_index=True)
         pairs["label"] = pairs["label"].astype("Int8")
@@ -49,6 +51,26 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
                 {**interval.as_dict(), "shard": index, "rows": min(size, len(pairs) - lo)}
             )
     return shards
+
+
+def forget_embeddings(cfg: SolarisConfig, interval: Interval) -> None:
+    """Remove what an earlier run of ``interval`` wrote (shards, codes, completion marker,
+    offline ``pair`` rows), so that nothing stale is read beside the rerun's files. Its
+    Redis rows stay: the rerun overwrites the same keys."""
+    from solaris.pipeline.materialize import offline_dir
+
+    layout = CycleLayout(cfg.artifacts_dir)
+    layout.embeddings_done(interval).unlink(missing_ok=True)
+    for folder in (layout.shard(interval, 0).parent, layout.embeddings(interval, 0).parent):
+        shutil.rmtree(folder, ignore_errors=True)
+    pattern = f"date=*/{_batch_id(interval, '*')}.parquet"
+    for path in offline_dir(cfg.store.repo_path, "pair").glob(pattern):
+        path.unlink(missing_ok=True)
+
+
+def _batch_id(interval: Interval, shard: int | str) -> str:
+    suffix = f"{shard:04d}" if isinstance(shard, int) else shard
+    return f"batch-{interval.key}-shard-{suffix}"
 
 
 def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str, Any]:
@@ -83,7 +105,7 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
         cfg.store.repo_path,
         "pair",
         pair_frame(table, z_dim=cfg.model.z_dim, source=str(out)),
-        batch_id=f"{interval.key}-shard-{index:04d}",
+        batch_id=_batch_id(interval, index).removeprefix("batch-"),
         chunk_rows=cfg.store.write_chunk_rows,
     )
     return {
@@ -115,6 +137,10 @@ def summarize_embeddings(
         "seconds": round(embed_s + float(np.sum([s["online_seconds"] for s in shards])), 3),
         "computed_at": latest,
     }
+    for interval in intervals:  # every shard is in: readers may take these codes now
+        done = layout.embeddings_done(interval)
+        done.parent.mkdir(parents=True, exist_ok=True)
+        done.touch()
     key = Interval(record["interval_start"], latest).key
     write_run_record(layout, DAG_ID, key, record)
     return record

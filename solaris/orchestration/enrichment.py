@@ -37,7 +37,10 @@ def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
 
     layout = CycleLayout(cfg.artifacts_dir)
     intervals = layout.intervals("pair_embeddings", ending_after=as_of - window_s, ending_by=as_of)
-    folders = [layout.embeddings(i, 0).parent for i in intervals]
+    # Only completely embedded intervals (their marker is written after the last shard).
+    folders = [
+        layout.embeddings(i, 0).parent for i in intervals if layout.embeddings_done(i).is_file()
+    ]
     tables = [
         read_table(folder, "pair_embeddings", z_dim=cfg.model.z_dim)
         for folder in folders

@@ -6,10 +6,10 @@ by epoch seconds so that names sort by time)::
     selections/<start>-<end>.parquet   the verifier's selection of one interval (the ledger)
     misses/<start>-<end>.parquet       miss-stream entries drained by that interval's run
     shards/<start>-<end>/shard-K.parquet          the ledger split for the mapped tasks
-    pair_embeddings/<start>-<end>/shard-K.parquet the codes those tasks computed
+    pair_embeddings/<start>-<end>/shard-K.parquet the codes those tasks computed (_SUCCESS: all in)
     neighbours/<as_of>.parquet         the clustering DAG's user-neighbour table
     training/<as_of>/                  the training DAG's set, candidate VM and metrics
-    verifier/current.json              which VM checkpoint the candidates DAG scores with
+    verifier/<as_of>.json              each VM the training DAG published, in force from as_of
     runs/<dag_id>/<key>.json           one record per DAG run, read by the SOLARIS UI page
 
 Every file appears atomically (temporary name, then ``os.replace``), so a retried or killed
@@ -99,15 +99,34 @@ class CycleLayout:
     def embeddings(self, interval: Interval, index: int) -> Path:
         return self.root / "pair_embeddings" / interval.key / f"shard-{index:04d}.parquet"
 
+    def embeddings_done(self, interval: Interval) -> Path:
+        """Written by the embeddings run once every shard of ``interval`` is in: readers
+        take an interval's codes only with it, never a half-embedded interval."""
+        return self.root / "pair_embeddings" / interval.key / "_SUCCESS"
+
     def neighbours(self, as_of: int) -> Path:
         return self.root / "neighbours" / f"{as_of:011d}.parquet"
 
     def training(self, as_of: int) -> Path:
         return self.root / "training" / f"{as_of:011d}"
 
-    @property
-    def current_verifier(self) -> Path:
-        return self.root / "verifier" / "current.json"
+    def verifier_publication(self, as_of: int) -> Path:
+        """The training run of ``as_of`` published its VM as the verifier from then on."""
+        return self.root / "verifier" / f"{as_of:011d}.json"
+
+    def verifier_in_force(self, as_of: int) -> Path | None:
+        """The newest publication at or before ``as_of`` (None: the VM trained with the FM).
+
+        Looked up by time, not "the latest", so a backfill or a rerun of an old interval
+        never scores with a VM trained on labels from after it.
+        """
+        folder = self.root / "verifier"
+        if not folder.is_dir():
+            return None
+        published = sorted(
+            int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit() and int(p.stem) <= as_of
+        )
+        return self.verifier_publication(published[-1]) if published else None
 
     def run_record(self, dag_id: str, key: str) -> Path:
         return self.root / "runs" / dag_id / f"{key}.json"

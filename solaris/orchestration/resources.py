@@ -102,15 +102,16 @@ class Verifier:
     path: Path
 
 
-def current_verifier(layout: CycleLayout) -> Verifier:
-    """The VM the candidates DAG scores with: the last one the training DAG published, else
-    the one trained with the FM."""
+def current_verifier(layout: CycleLayout, *, as_of: int) -> Verifier:
+    """The VM in force at ``as_of``: the newest the training DAG published at or before it,
+    else the one trained with the FM."""
     from solaris.models.training import load_checkpoint
     from solaris.models.vm import VerticalModel
 
     path = layout.models_dir / "vm.pt"
-    if layout.current_verifier.is_file():
-        path = Path(json.loads(layout.current_verifier.read_text())["path"])
+    publication = layout.verifier_in_force(as_of)
+    if publication is not None:
+        path = Path(json.loads(publication.read_text())["path"])
     vm, version = load_checkpoint(_require(path, "verifier checkpoint"), VerticalModel)
     return Verifier(vm, version, path)
 
@@ -143,8 +144,8 @@ def _feature_store(cfg_json: str, redis: str) -> FeatureStore:
 
 
 def interval_of(cfg: SolarisConfig, start: int | None, end: int) -> Interval:
-    """The run's interval; a zero-length data interval (a manual run) means the cadence
-    interval that ends at ``end``."""
+    """The run's interval; a zero-length data interval (a cron-triggered run, as the daily
+    DAGs have) means the cadence interval that ends at ``end``."""
     cadence = round(cfg.selection.cadence_minutes * 60)
     if start is None or start >= end:
         start = end - cadence
@@ -194,6 +195,19 @@ def run_interval(
     return interval_of(cfg, start_s, end_s)
 
 
+def flatten_intervals(extras: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+    """The ``interval_start``/``interval_end`` of each asset-event extra; an extra for several
+    intervals lists them under ``intervals``."""
+    flat = []
+    for extra in extras:
+        for item in extra.get("intervals") or [extra]:  # type: ignore[union-attr]
+            if item.get("interval_end") is not None:
+                flat.append(
+                    {"interval_start": item["interval_start"], "interval_end": item["interval_end"]}
+                )
+    return flat
+
+
 def intervals_from(
     events: Sequence[Mapping[str, object]], params: Mapping[str, object] | None
 ) -> list[Interval]:
@@ -240,3 +254,25 @@ def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFra
         return pq.read_table(path, columns=list(columns) if columns else None).to_pandas()
     except Exception as exc:
         raise CycleInputError(f"cannot read the cycle file {path}: {exc}") from exc
+
+
+def on_cadence_grid(interval: Interval, cadence_s: int, *, snap: bool) -> Interval:
+    """``interval`` as one interval of the cadence grid (epoch-aligned, ``cadence_s`` long).
+
+    Selections of overlapping intervals would select the same requests twice, so the
+    candidates DAG works on grid intervals only. With ``snap`` (a run's own data interval,
+    e.g. a manual run's ``[run_after - cadence, run_after)``) the interval becomes the last
+    whole grid interval ending at or before its end; an interval someone named explicitly
+    (conf, asset event) must already be on the grid.
+    """
+    if interval.start % cadence_s == 0 and interval.end - interval.start == cadence_s:
+        return interval
+    if not snap:
+        end = interval.end // cadence_s * cadence_s
+        raise CycleInputError(
+            f"interval [{interval.start}, {interval.end}) is not on the {cadence_s} s cadence "
+            f"grid: name an interval whose start is a multiple of {cadence_s} and whose "
+            f"length is {cadence_s}, e.g. [{end - cadence_s}, {end})"
+        )
+    end = interval.end // cadence_s * cadence_s
+    return Interval(end - cadence_s, end)

@@ -71,11 +71,15 @@ def select(params: Params, start: object, end: object, events: Any = None, asset
     """Verifier selection for the run's interval(s); the record is the ``candidates``
     asset event's extra (row counts and the interval the embeddings DAG will read)."""
     from solaris.orchestration.candidates import select_interval
+    from solaris.orchestration.resources import on_cadence_grid
 
     cfg = config()
+    extras = event_extras(events, asset)
+    named = bool(extras) or any(k in (params or {}) for k in ("interval_end", "intervals"))
+    cadence = round(cfg.selection.cadence_minutes * 60)
     records = [
-        select_interval(cfg, interval)
-        for interval in _run_intervals(cfg, params, start, end, event_extras(events, asset))
+        select_interval(cfg, on_cadence_grid(interval, cadence, snap=not named))
+        for interval in _run_intervals(cfg, params, start, end, extras)
     ]
     if len(records) == 1:
         return records[0]
@@ -95,14 +99,9 @@ def select(params: Params, start: object, end: object, events: Any = None, asset
 
 
 def _triggered_intervals(params: Params, events: Any, asset: object) -> list[Interval]:
-    from solaris.orchestration.resources import intervals_from
+    from solaris.orchestration.resources import flatten_intervals, intervals_from
 
-    extras = event_extras(events, asset)
-    # A candidates event for several intervals lists them under "intervals".
-    flat: list[Mapping[str, object]] = []
-    for extra in extras:
-        flat.extend(extra.get("intervals") or [extra])  # type: ignore[arg-type]
-    return intervals_from(flat, params)
+    return intervals_from(flatten_intervals(event_extras(events, asset)), params)
 
 
 def plan_shards(params: Params, events: Any = None, asset: object = None) -> list[dict]:

@@ -13,7 +13,6 @@ import pandas as pd
 from solaris.config import SolarisConfig
 from solaris.orchestration.layout import CycleLayout, atomic_write_json, write_run_record
 from solaris.orchestration.resources import (
-    CycleInputError,
     current_verifier,
     cycle_redis,
     feature_context,
@@ -24,6 +23,7 @@ from solaris.orchestration.resources import (
 )
 
 DAG_ID = "solaris_training"
+MIN_ROWS = 20  # labelled impressions needed to train and compare a VM
 
 
 def labelled_impressions(cfg: SolarisConfig, as_of: int) -> pd.DataFrame:
@@ -64,11 +64,19 @@ def retrain_verifier(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     began = time.perf_counter()
     layout = CycleLayout(cfg.artifacts_dir)
     rows = labelled_impressions(cfg, as_of)
-    if len(rows) < 20:
-        raise CycleInputError(
-            f"only {len(rows)} labelled impressions in the {cfg.cycle.training_window_days:g} "
-            f"days before {as_of}: too few to train and validate a VM"
-        )
+    if len(rows) < MIN_ROWS:
+        # Not a failure: a day without traffic (or a scheduled run past the log's end) keeps
+        # the current verifier, and the run record says why.
+        record = {
+            "interval_end": as_of,
+            "labelled": len(rows),
+            "published": False,
+            "reason": f"only {len(rows)} labelled impressions in the "
+            f"{cfg.cycle.training_window_days:g} days before {as_of} (fewer than {MIN_ROWS})",
+            "seconds": round(time.perf_counter() - began, 3),
+        }
+        write_run_record(layout, DAG_ID, f"{as_of:011d}", record)
+        return record
     version = fm_version(layout)
     store = feature_store(cfg, cycle_redis(cfg))
     served = build_training_set(rows, store, cfg, fm_version=version)
@@ -85,7 +93,7 @@ def retrain_verifier(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     task = cfg.model.tasks[0]
     vm, init = train_vm(ctx, train_rows, val_rows, cfg, tiers=(train_tiers, val_tiers))
     candidate_ll = _val_logloss(vm, ctx, val_rows, val_tiers, task)
-    current = current_verifier(layout)
+    current = current_verifier(layout, as_of=as_of)
     current_ll = _val_logloss(current.vm, ctx, val_rows, val_tiers, task)
     vm_version = "vm-" + weights_digest(vm, config={"vm_hidden": cfg.model.vm_hidden})
     folder = layout.training(as_of)
@@ -112,9 +120,10 @@ def retrain_verifier(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     }
     atomic_write_json(folder / "metrics.json", record)
     if published:
-        # The candidates DAG reads this pointer; os.replace makes the switch atomic.
+        # In force from as_of on (the candidates DAG looks publications up by time); the
+        # file appears atomically.
         atomic_write_json(
-            layout.current_verifier,
+            layout.verifier_publication(as_of),
             {
                 "path": str(path.resolve()),
                 "version": vm_version,

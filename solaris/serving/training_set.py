@@ -66,31 +66,37 @@ def _check_impressions(impressions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _has_offline_data(store, view) -> bool:
-    """False when a file source's path does not exist yet (Feast would raise on it)."""
-    path = getattr(view.batch_source, "path", None)
-    if not path or "://" in str(path):
-        return True  # not a local file source: let Feast answer
-    full = Path(path) if Path(path).is_absolute() else Path(store.repo_path) / path
-    return full.exists()
-
-
-def _first_events(store, view, keys: list[str]) -> pd.DataFrame | None:
-    """The first event time (epoch s, ``first_ts``) of each key in a local file source, or
-    ``None`` for other sources."""
-    import pyarrow.dataset as ds
-
+def _local_source(store, view) -> Path | None:
+    """The folder or file a local file source reads; ``None`` for other sources."""
     path = getattr(view.batch_source, "path", None)
     if not path or "://" in str(path):
         return None
-    full = Path(path) if Path(path).is_absolute() else Path(store.repo_path) / path
+    return Path(path) if Path(path).is_absolute() else Path(store.repo_path) / path
+
+
+def _has_offline_data(store, view) -> bool:
+    """False when a file source's path does not exist yet (Feast would raise on it)."""
+    full = _local_source(store, view)
+    return full is None or full.exists()  # not a local file source: let Feast answer
+
+
+def _first_events(store, view, keys: list[str], until: int) -> pd.DataFrame | None:
+    """The first event time (epoch s, ``first_ts``) of each key in a local file source, over
+    events up to ``until`` only; ``None`` for other sources."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    full = _local_source(store, view)
+    if full is None:
+        return None
     ts_col = view.batch_source.timestamp_field
-    table = ds.dataset(full, format="parquet", partitioning="hive").to_table(
-        columns=[*keys, ts_col]
-    )
-    frame = table.to_pandas()
-    frame["first_ts"] = pd.to_datetime(frame[ts_col], utc=True).dt.as_unit("s").astype("int64")
-    return frame.groupby(keys, as_index=False)["first_ts"].min()
+    dataset = ds.dataset(full, format="parquet", partitioning="hive")
+    bound = pa.scalar(until * 1_000_000, pa.timestamp("us", tz="UTC"))
+    table = dataset.to_table(columns=[*keys, ts_col], filter=pc.field(ts_col) <= bound)
+    first = table.group_by(keys).aggregate([(ts_col, "min")])
+    seconds = pc.cast(pc.cast(first[f"{ts_col}_min"], pa.timestamp("s", tz="UTC")), pa.int64())
+    return first.drop_columns([f"{ts_col}_min"]).append_column("first_ts", seconds).to_pandas()
 
 
 def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
@@ -117,7 +123,7 @@ def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
     # ("Divisions calculation failed": a null event_ts). Its answer is null anyway, so
     # only rows with an earlier event of their keys are asked for.
     query = distinct
-    first = _first_events(store, view, keys)
+    first = _first_events(store, view, keys, until=int(distinct["ts"].max()))
     if first is not None:
         seen = distinct.merge(first, on=keys, how="left")["first_ts"].to_numpy(np.float64)
         query = distinct[distinct["ts"].to_numpy() >= seen]  # NaN (never seen) is False

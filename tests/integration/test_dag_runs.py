@@ -230,7 +230,7 @@ def test_training_publishes_the_new_verifier_only_if_no_worse(cycle) -> None:
     cfg, summary = cycle
     record = summary["airflow"]["training"]
     assert record["published"] == (record["val_logloss"] <= record["current_val_logloss"])
-    pointer = CycleLayout(cfg.artifacts_dir).current_verifier
+    pointer = CycleLayout(cfg.artifacts_dir).verifier_publication(record["interval_end"])
     assert pointer.is_file() == record["published"]
 
 

@@ -128,3 +128,36 @@ def test_misses_become_unlabelled_pseudo_requests_unless_the_log_has_them() -> N
     assert added["label"].isna().all()
     assert added["request_id"].nunique() == 2  # one pseudo-request per (user, ts)
     assert got["ts"].is_monotonic_increasing
+
+
+def test_ledger_cache_keeps_a_pair_that_expires_exactly_when_the_interval_starts(
+    tmp_path,
+) -> None:
+    from solaris.orchestration.candidates import ledger_cache
+    from solaris.orchestration.layout import CycleLayout
+    from solaris.orchestration.resources import write_parquet
+
+    layout = CycleLayout(tmp_path)
+    hour, ttl = 3_600, 6 * 3_600
+    for start, item in ((-3_600, 1), (0, 2), (3_600, 3)):  # ends at 0 h, 1 h, 2 h
+        end = start + hour
+        write_parquet(
+            pd.DataFrame({"user_id": [7], "item_id": [item], "expires_at": [end + ttl]}),
+            layout.selections(Interval(start, end)),
+        )
+    # Interval [7 h, 8 h): the code of [0 h, 1 h) expires at 7 h, inclusive: still cached.
+    cache = ledger_cache(layout, Interval(7 * hour, 8 * hour), ttl)
+    assert sorted(cache["item_id"]) == [2, 3]
+
+
+def test_candidates_intervals_must_be_on_the_cadence_grid() -> None:
+    from solaris.orchestration.resources import on_cadence_grid
+
+    assert on_cadence_grid(Interval(900, 1_800), 900, snap=False) == Interval(900, 1_800)
+    # A manual run's own interval [run_after - cadence, run_after) is snapped.
+    assert on_cadence_grid(Interval(1_000, 1_900), 900, snap=True) == Interval(900, 1_800)
+    # An interval someone named is not guessed at.
+    with pytest.raises(CycleInputError, match="not on the 900 s cadence grid"):
+        on_cadence_grid(Interval(1_000, 1_900), 900, snap=False)
+    with pytest.raises(CycleInputError, match="length is 900"):
+        on_cadence_grid(Interval(0, 1_800), 900, snap=False)

@@ -39,6 +39,9 @@ if [[ ! -x "$AIRFLOW" ]]; then
     exit 1
 fi
 
+# `airflow standalone` starts its components as `airflow ...` subprocesses found on PATH.
+PATH="$(dirname "$AIRFLOW"):$PATH"
+export PATH
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.airflow}"
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"

@@ -85,6 +85,7 @@ EOF
 if [[ "$check" == 1 ]]; then
     echo
     echo "check mode: not starting Airflow"
+    echo "airflow on PATH: $(command -v airflow)"
     "$AIRFLOW" dags list
     "$AIRFLOW" plugins
     exit 0

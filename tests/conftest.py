@@ -119,6 +119,47 @@ def write_tiny_movielens(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+def tiny_solaris_config(tmp: Path, project: str, redis: str) -> dict:
+    """Settings (as YAML would hold them) for a whole SOLARIS run on the tiny fake data in
+    ``tmp/ml-100k``: small models, a private copy of ``feature_repo/`` and its own Feast
+    project and miss stream on ``redis``."""
+    repo = tmp / "feature_repo"
+    shutil.copytree(
+        Path(__file__).resolve().parents[1] / "feature_repo",
+        repo,
+        ignore=shutil.ignore_patterns("data"),
+    )
+    return {
+        "store": {
+            "redis": redis,
+            "project": project,
+            "repo_path": str(repo),
+            "miss_stream": f"{project}:misses",
+        },
+        # fetch_movielens finds <cache_dir>/ml-100k complete and downloads nothing.
+        "data": {"cache_dir": str(tmp)},
+        "artifacts_dir": str(tmp / "artifacts"),
+        "requests": {"retrieval_k": 8},
+        "model": {
+            "history_len": 5,
+            "embed_dim": 4,
+            "shared_dim": 16,
+            "z_dim": 8,
+            "kg_buckets": 64,
+            "kg_entities_per_item": 4,
+            "vm_hidden": 8,
+        },
+        "train": {"max_epochs": 2, "ae_epochs": 2, "batch_size": 64},
+        "selection": {"cadence_minutes": 60, "ttl_hours": 24},
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    """:func:`tiny_solaris_config`."""
+    return tiny_solaris_config
+
+
 @pytest.fixture(scope="session")
 def write_movielens():
     """:func:`write_tiny_movielens`, for fixtures of a wider scope than ``tiny_movielens``."""

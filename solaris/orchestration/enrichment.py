@@ -83,28 +83,28 @@ def _record(
     return record
 
 
+def _refresh_aggregate(cfg: SolarisConfig, as_of: int, view: str, build) -> dict[str, Any]:
+    """One aggregate view from the codes of the 24 h window as of ``as_of``."""
+    began = time.perf_counter()
+    window = round(cfg.store.uagg_window_hours * 3600)
+    history = pair_history(cfg, as_of, window)
+    rows = build(history, as_of, cfg, fm_version(CycleLayout(cfg.artifacts_dir)))
+    _materialize(cfg, view, rows, f"cycle-{as_of}")
+    return _record(ENRICHMENT_DAG_ID, cfg, as_of, view, len(rows), began)
+
+
 def refresh_user_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     """``uagg``: each user's 24 h code sum and count as of ``as_of``."""
     from solaris.pipeline.enrich import user_aggregates
 
-    began = time.perf_counter()
-    window = round(cfg.store.uagg_window_hours * 3600)
-    history = pair_history(cfg, as_of, window)
-    rows = user_aggregates(history, as_of, cfg, fm_version(CycleLayout(cfg.artifacts_dir)))
-    _materialize(cfg, "uagg", rows, f"cycle-{as_of}")
-    return _record(ENRICHMENT_DAG_ID, cfg, as_of, "uagg", len(rows), began)
+    return _refresh_aggregate(cfg, as_of, "uagg", user_aggregates)
 
 
 def refresh_item_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     """``iagg``: each item's mean code over users in the 24 h window as of ``as_of``."""
     from solaris.pipeline.enrich import item_aggregates
 
-    began = time.perf_counter()
-    window = round(cfg.store.uagg_window_hours * 3600)
-    history = pair_history(cfg, as_of, window)
-    rows = item_aggregates(history, as_of, cfg, fm_version(CycleLayout(cfg.artifacts_dir)))
-    _materialize(cfg, "iagg", rows, f"cycle-{as_of}")
-    return _record(ENRICHMENT_DAG_ID, cfg, as_of, "iagg", len(rows), began)
+    return _refresh_aggregate(cfg, as_of, "iagg", item_aggregates)
 
 
 def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:

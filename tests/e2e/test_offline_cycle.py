@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,33 +23,9 @@ REDIS = "127.0.0.1:6379,db=14"  # this suite's own database number
 
 
 @pytest.fixture
-def config_file(tiny_movielens: Path, tmp_path: Path) -> Iterator[Path]:
-    # fetch_movielens finds <cache_dir>/ml-100k complete and downloads nothing.
-    repo = tmp_path / "feature_repo"
-    shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data"))
+def config_file(tiny_movielens: Path, tmp_path: Path, tiny_config) -> Iterator[Path]:
     project = f"e2e_{uuid.uuid4().hex[:8]}"
-    config = {
-        "store": {
-            "redis": REDIS,
-            "project": project,
-            "repo_path": str(repo),
-            "miss_stream": f"{project}:misses",
-        },
-        "data": {"cache_dir": str(tiny_movielens.parent)},
-        "artifacts_dir": str(tmp_path / "artifacts"),
-        "requests": {"retrieval_k": 8},
-        "model": {
-            "history_len": 5,
-            "embed_dim": 4,
-            "shared_dim": 16,
-            "z_dim": 8,
-            "kg_buckets": 64,
-            "kg_entities_per_item": 4,
-            "vm_hidden": 8,
-        },
-        "train": {"max_epochs": 2, "ae_epochs": 2, "batch_size": 64},
-        "selection": {"cadence_minutes": 60, "ttl_hours": 24},
-    }
+    config = tiny_config(tmp_path, project, REDIS)  # tiny_movielens is tmp_path/ml-100k
     path = tmp_path / "solaris.yaml"
     path.write_text(yaml.safe_dump(config))
     yield path

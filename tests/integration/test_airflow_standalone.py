@@ -44,6 +44,8 @@ def _check_mode(env: dict[str, str], db_env: dict[str, str]) -> None:
     out = done.stdout + done.stderr
     assert "Database migration done" in out
     assert "check mode: not starting Airflow" in out
+    # `airflow standalone` starts its components as `airflow` subprocesses: from the venv.
+    assert f"airflow on PATH: {AIRFLOW}" in out
     assert "http://localhost:8080" in out
     assert "simple_auth_manager_passwords.json.generated" in out
 

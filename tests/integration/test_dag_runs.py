@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,45 +39,9 @@ DAG_IDS = (
 )
 
 
-def _tiny_config(tmp: Path, project: str) -> dict:
-    repo = tmp / "feature_repo"
-    shutil.copytree(REPO / "feature_repo", repo, ignore=shutil.ignore_patterns("data"))
-    return {
-        "store": {
-            "redis": REDIS,
-            "project": project,
-            "repo_path": str(repo),
-            "miss_stream": f"{project}:misses",
-        },
-        "data": {"cache_dir": str(tmp)},
-        "artifacts_dir": str(tmp / "artifacts"),
-        "requests": {"retrieval_k": 8},
-        "model": {
-            "history_len": 5,
-            "embed_dim": 4,
-            "shared_dim": 16,
-            "z_dim": 8,
-            "kg_buckets": 64,
-            "kg_entities_per_item": 4,
-            "vm_hidden": 8,
-        },
-        "train": {"max_epochs": 2, "ae_epochs": 2, "batch_size": 64},
-        # A budget and TTL under which the tiny log's few recurring pairs give pair hits.
-        "selection": {"cadence_minutes": 60, "ttl_hours": 72, "share": 0.5},
-        "cycle": {
-            "dags_folder": str(REPO / "dags"),
-            "airflow_home": os.environ["AIRFLOW_HOME"],  # the session's (tests/conftest.py)
-            "demo_days": 1.5,
-            "demo_cadence_minutes": 360,
-            "shard_rows": 40,  # several mapped shards per interval
-            "training_window_days": 10,
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def cycle(
-    tmp_path_factory: pytest.TempPathFactory, write_movielens
+    tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config
 ) -> Iterator[tuple[SolarisConfig, dict]]:
     """(settings as the task runs read them, the demo's summary)."""
     from solaris.demo import run_demo
@@ -87,7 +50,18 @@ def cycle(
     write_movielens(tmp / "ml-100k")
     project = f"dag_{uuid.uuid4().hex[:8]}"
     path = tmp / "solaris.yaml"
-    path.write_text(yaml.safe_dump(_tiny_config(tmp, project)))
+    config = tiny_config(tmp, project, REDIS)
+    # A budget and TTL under which the tiny log's few recurring pairs give pair hits.
+    config["selection"] = {"cadence_minutes": 60, "ttl_hours": 72, "share": 0.5}
+    config["cycle"] = {
+        "dags_folder": str(REPO / "dags"),
+        "airflow_home": os.environ["AIRFLOW_HOME"],  # the session's (tests/conftest.py)
+        "demo_days": 1.5,
+        "demo_cadence_minutes": 360,
+        "shard_rows": 40,  # several mapped shards per interval
+        "training_window_days": 10,
+    }
+    path.write_text(yaml.safe_dump(config))
     cfg = SolarisConfig.load(path)
     printed: list[str] = []
     summary = run_demo(cfg, echo=printed.append)

@@ -71,7 +71,8 @@ echo "plugins       $AIRFLOW__CORE__PLUGINS_FOLDER"
 echo "artifacts     $SOLARIS_ARTIFACTS_DIR"
 
 "$AIRFLOW" db migrate
-"$AIRFLOW" pools set gpu 1 "SOLARIS FM embedding"
+# The embedding tasks' pool (cycle.gpu_pool); one slot: one FM embedding task at a time.
+"$AIRFLOW" pools set "${SOLARIS_CYCLE__GPU_POOL:-gpu}" 1 "SOLARIS FM embedding"
 
 port="${AIRFLOW__API__PORT:-8080}"
 passwords="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"

@@ -5,6 +5,9 @@ pairs selected from one interval's requests are embedded after it ends and are u
 the next interval on. The run first serves the interval's requests to measure what the VM
 got, drains the miss stream, then selects; its record becomes the ``candidates`` asset
 event's extra, which tells the embeddings DAG which interval to embed.
+
+Intervals must run in order (each skips what earlier ones cached): backfill with max active
+runs 1.
 """
 
 from __future__ import annotations

@@ -61,7 +61,9 @@ class CycleReport:
 
 def reset_cycle(cfg: SolarisConfig, redis: str) -> None:
     """Forget an earlier cycle: its state folder, the Feast project's Redis keys and the
-    offline rows its views wrote. Only this project's data is touched."""
+    feature repo's offline parquet (``<repo_path>/data/offline``, which is not namespaced by
+    project: point ``store.repo_path`` at a repo of the demo's own). Other Redis data is
+    never touched."""
     from solaris.store.feast_store import delete_project_keys
     from solaris.store.local_redis import client_from_connection_string
 

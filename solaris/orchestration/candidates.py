@@ -177,7 +177,7 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
         computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
     )
     write_parquet(ledger, layout.selections(interval))
-    embedded = layout.intervals("pair_embeddings", ending_after=-1, ending_by=interval.start)
+    embedded = layout.embedded_intervals(ending_after=-1, ending_by=interval.start)
     record.update(
         # How old the newest pair codes had grown by the end of the interval they served
         # (one cadence when the cycle keeps up; None before the first codes).

@@ -60,17 +60,18 @@ def forget_embeddings(cfg: SolarisConfig, interval: Interval) -> None:
     from solaris.pipeline.materialize import offline_dir
 
     layout = CycleLayout(cfg.artifacts_dir)
-    layout.embeddings_done(interval).unlink(missing_ok=True)
-    for folder in (layout.shard(interval, 0).parent, layout.embeddings(interval, 0).parent):
+    # The marker lives in the codes' folder, so it goes first, with that folder.
+    for folder in (layout.embeddings(interval, 0).parent, layout.shard(interval, 0).parent):
         shutil.rmtree(folder, ignore_errors=True)
-    pattern = f"date=*/{_batch_id(interval, '*')}.parquet"
+    # materialize() writes a batch as date=<day>/batch-<batch_id>.parquet.
+    pattern = f"date=*/batch-{_batch_id(interval, '*')}.parquet"
     for path in offline_dir(cfg.store.repo_path, "pair").glob(pattern):
         path.unlink(missing_ok=True)
 
 
 def _batch_id(interval: Interval, shard: int | str) -> str:
     suffix = f"{shard:04d}" if isinstance(shard, int) else shard
-    return f"batch-{interval.key}-shard-{suffix}"
+    return f"{interval.key}-shard-{suffix}"
 
 
 def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
         cfg.store.repo_path,
         "pair",
         pair_frame(table, z_dim=cfg.model.z_dim, source=str(out)),
-        batch_id=_batch_id(interval, index).removeprefix("batch-"),
+        batch_id=_batch_id(interval, index),
         chunk_rows=cfg.store.write_chunk_rows,
     )
     return {

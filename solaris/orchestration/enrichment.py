@@ -36,11 +36,8 @@ def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
     from solaris.pipeline.enrich import PairHistory
 
     layout = CycleLayout(cfg.artifacts_dir)
-    intervals = layout.intervals("pair_embeddings", ending_after=as_of - window_s, ending_by=as_of)
-    # Only completely embedded intervals (their marker is written after the last shard).
-    folders = [
-        layout.embeddings(i, 0).parent for i in intervals if layout.embeddings_done(i).is_file()
-    ]
+    intervals = layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of)
+    folders = [layout.embeddings(i, 0).parent for i in intervals]
     tables = [
         read_table(folder, "pair_embeddings", z_dim=cfg.model.z_dim)
         for folder in folders

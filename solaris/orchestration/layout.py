@@ -120,13 +120,7 @@ class CycleLayout:
         Looked up by time, not "the latest", so a backfill or a rerun of an old interval
         never scores with a VM trained on labels from after it.
         """
-        folder = self.root / "verifier"
-        if not folder.is_dir():
-            return None
-        published = sorted(
-            int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit() and int(p.stem) <= as_of
-        )
-        return self.verifier_publication(published[-1]) if published else None
+        return _newest_at_or_before(self.root / "verifier", ".json", as_of)
 
     def run_record(self, dag_id: str, key: str) -> Path:
         return self.root / "runs" / dag_id / f"{key}.json"
@@ -149,17 +143,30 @@ class CycleLayout:
                 found.append(interval)
         return sorted(found)
 
+    def embedded_intervals(self, *, ending_after: int, ending_by: int) -> list[Interval]:
+        """The completely embedded intervals (marker written) ending in
+        ``(ending_after, ending_by]``: what readers of the codes may use."""
+        return [
+            i
+            for i in self.intervals(
+                "pair_embeddings", ending_after=ending_after, ending_by=ending_by
+            )
+            if self.embeddings_done(i).is_file()
+        ]
+
     def latest_neighbours(self, as_of: int) -> Path | None:
         """The newest neighbour table built at or before ``as_of``."""
-        folder = self.root / "neighbours"
-        if not folder.is_dir():
-            return None
-        built = sorted(
-            int(p.stem)
-            for p in folder.glob("*.parquet")
-            if p.stem.isdigit() and int(p.stem) <= as_of
-        )
-        return folder / f"{built[-1]:011d}.parquet" if built else None
+        return _newest_at_or_before(self.root / "neighbours", ".parquet", as_of)
+
+
+def _newest_at_or_before(folder: Path, suffix: str, as_of: int) -> Path | None:
+    """The file ``<t>{suffix}`` of ``folder`` with the largest epoch ``t <= as_of``."""
+    if not folder.is_dir():
+        return None
+    times = [
+        int(p.stem) for p in folder.glob(f"*{suffix}") if p.stem.isdigit() and int(p.stem) <= as_of
+    ]
+    return folder / f"{max(times):011d}{suffix}" if times else None
 
 
 def write_run_record(layout: CycleLayout, dag_id: str, key: str, record: dict[str, Any]) -> Path:

@@ -104,6 +104,9 @@ class StoreConfig(BaseModel):
         description="Feast Redis connection string 'host:port,db=N,password=...,ssl=true'; "
         "unset: use localhost:6379 if it answers, else start an embedded Redis (demo only)",
     )
+    redis_type: Literal["redis", "redis_cluster"] = Field(
+        "redis", description="redis_cluster: every host:port of `redis` is a start-up node"
+    )
     project: str = Field("solaris", pattern=r"^[a-z][a-z0-9_]*$")
     repo_path: Path = Path("feature_repo")
     registry: str = Field(
@@ -116,8 +119,19 @@ class StoreConfig(BaseModel):
     unn_ttl_hours: float = Field(48.0, gt=0)
     n_neighbors: int = Field(100, gt=0)
     nbr_strategy: Literal["top1", "weighted"] = "top1"
-    write_chunk_rows: int = Field(10_000, gt=0)
     fetch_timeout_ms: float = Field(200.0, gt=0, description="bound on one fetch, incl. Redis")
+    max_candidates: int = Field(
+        5_000, gt=0, description="most items one fetch accepts (more is a ValueError)"
+    )
+    max_concurrent_fetches: int = Field(
+        64, gt=0, description="fetches in flight at once; beyond, a fetch is shed as busy"
+    )
+    breaker_failures: int = Field(
+        3, gt=0, description="consecutive failed fetches that open the circuit breaker"
+    )
+    breaker_cooldown_ms: float = Field(
+        1_000.0, gt=0, description="how long an open breaker answers zeros before a probe"
+    )
     miss_stream: str = "solaris:misses"
     miss_stream_maxlen: int = Field(100_000, gt=0)
 

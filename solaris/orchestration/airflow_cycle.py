@@ -64,12 +64,12 @@ def reset_cycle(cfg: SolarisConfig, redis: str) -> None:
     feature repo's offline parquet (``<repo_path>/data/offline``, which is not namespaced by
     project: point ``store.repo_path`` at a repo of the demo's own). Other Redis data is
     never touched."""
+    from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
-    from solaris.store.local_redis import client_from_connection_string
 
     shutil.rmtree(CycleLayout(cfg.artifacts_dir).root, ignore_errors=True)
     shutil.rmtree(Path(cfg.store.repo_path) / "data" / "offline", ignore_errors=True)
-    client = client_from_connection_string(redis)
+    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
         delete_project_keys(client, cfg.store.project, extra_keys=[cfg.store.miss_stream])
     finally:

@@ -77,10 +77,10 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
     misses a failed attempt drained are still selected from.
     """
     from solaris.serving.misses import append_misses, drain_misses
-    from solaris.store.local_redis import client_from_connection_string
+    from solaris.store.connection import redis_client
 
     path = CycleLayout(cfg.artifacts_dir).misses(interval)
-    client = client_from_connection_string(redis)
+    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
         misses = drain_misses(client, cfg.store.miss_stream)
         if path.is_file():  # an earlier attempt of this run drained these

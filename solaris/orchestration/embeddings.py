@@ -79,7 +79,7 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
     from solaris.data.schemas import read_table
     from solaris.models.training import resolve_device
     from solaris.pipeline.embed import embed_shard
-    from solaris.pipeline.materialize import materialize, pair_frame
+    from solaris.pipeline.materialize import materialize, pair_rows
     from solaris.pipeline.train import load_models
 
     began = time.perf_counter()
@@ -103,11 +103,9 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
     store = feature_store(cfg, cycle_redis(cfg))
     written = materialize(
         store,
-        cfg.store.repo_path,
         "pair",
-        pair_frame(table, z_dim=cfg.model.z_dim, source=str(out)),
+        pair_rows(table, z_dim=cfg.model.z_dim, source=str(out)),
         batch_id=_batch_id(interval, index),
-        chunk_rows=cfg.store.write_chunk_rows,
     )
     return {
         **shard,

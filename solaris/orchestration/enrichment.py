@@ -53,18 +53,8 @@ def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
 def _materialize(cfg: SolarisConfig, view: str, rows: pd.DataFrame, batch_id: str) -> float:
     from solaris.pipeline.materialize import materialize
 
-    if "event_ts" not in rows.columns and "computed_at" in rows.columns:
-        rows = rows.assign(event_ts=pd.to_datetime(rows["computed_at"], unit="s", utc=True))
     store = feature_store(cfg, cycle_redis(cfg))
-    result = materialize(
-        store,
-        cfg.store.repo_path,
-        view,
-        rows,
-        batch_id=batch_id,
-        chunk_rows=cfg.store.write_chunk_rows,
-    )
-    return result.online_seconds
+    return materialize(store, view, rows, batch_id=batch_id).online_seconds
 
 
 def _record(

@@ -119,10 +119,10 @@ def current_verifier(layout: CycleLayout, *, as_of: int) -> Verifier:
 def cycle_redis(cfg: SolarisConfig) -> str:
     """The Feast Redis connection string the tasks share. An embedded Redis would die with
     the task that started it, so the cycle needs a running one."""
-    from solaris.store.local_redis import answers
+    from solaris.store.connection import answers
 
     connection = cfg.store.redis or "localhost:6379"
-    if not answers(connection):
+    if not answers(connection, redis_type=cfg.store.redis_type):
         hint = "" if cfg.store.redis else " (SOLARIS_STORE__REDIS is unset)"
         raise CycleInputError(f"Redis at {connection} does not answer{hint}")
     return connection
@@ -139,7 +139,7 @@ def _feature_store(cfg_json: str, redis: str) -> FeatureStore:
 
     cfg = SolarisConfig.model_validate_json(cfg_json)
     store = open_feature_store(cfg, redis)
-    apply_definitions(store, cfg.store.repo_path)
+    apply_definitions(store, cfg)
     return store
 
 

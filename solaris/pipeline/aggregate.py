@@ -1,18 +1,20 @@
-"""User and item aggregates of pair codes, the leakage-free user mean, and the byte codecs.
+"""User and item aggregates of pair codes.
 
 The enrichment DAG turns the pair-embedding table (one code ``z[u,i]`` per verifier-selected
 pair) into two fallback views (DESIGN §4):
 
 * ``uagg`` (per user): the **sum** and **count** of the user's codes in the window
   ``(window_start, window_end]`` (24 h by default), so that a reader can form the user mean
-  *excluding the current item*, ``(sum − z[u,i]) / (count − 1)``, with :func:`mean_excluding`;
+  *excluding the current item*, ``(sum − z[u,i]) / (count − 1)``
+  (:func:`solaris.serving.tiers.mean_excluding`);
 * ``iagg`` (per item): the mean code of the item over users (the item-to-item fallback).
 
-**Float16 rounding.** The ``pair`` view stores ``z`` as float16 bytes, and the reader removes
-the *float16-decoded* pair code from the float32 sum. Every function here therefore aggregates
-``z.astype(float16).astype(float32)``, the values a reader actually sees, not the raw float32
-codes; otherwise ``sum − z[u,i]`` would leave a residue of the item's own rounding error in the
-"mean of the other items". Sums and means are accumulated in float64 and stored as float32.
+**Float16 rounding.** The ``pair`` view stores ``z`` as float16, and the reader removes the
+*float16-decoded* pair code from the float32 sum. Every function here therefore aggregates
+:func:`~solaris.store.codec.f16_round` codes, the values a reader actually sees, not the raw
+float32 codes; otherwise ``sum − z[u,i]`` would leave a residue of the item's own rounding
+error in the "mean of the other items". Sums and means are accumulated in float64 and
+returned as float32 vectors (one ``[d]`` array per row), which the view's codec stores.
 
 Inputs everywhere: ``pairs`` is a DataFrame with ``user_id`` and ``item_id`` (integers),
 ``computed_at`` (int64 epoch seconds; a datetime64 column, as in the offline parquet, is also
@@ -28,86 +30,29 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from solaris.store.codec import f16_round
+from solaris.store.contract import (
+    COUNT,
+    EVENT_TS,
+    FM_VERSION,
+    ITEM_ID,
+    USER_ID,
+    WINDOW_START,
+    Z_MEAN,
+    Z_SUM,
+)
+
 __all__ = [
     "check_codes",
     "check_pairs",
     "item_aggregate",
-    "mean_excluding",
-    "pack_f16",
-    "pack_f32",
     "select_window",
-    "unpack_f16",
-    "unpack_f32",
     "user_aggregate",
+    "vectors",
 ]
 
 _NS_PER_S = 1_000_000_000
 _PAIR_COLUMNS = ("user_id", "item_id", "computed_at", "fm_version")
-
-# --------------------------------------------------------------------------------------------
-# Byte codecs (little-endian, one fixed-width row per value)
-# --------------------------------------------------------------------------------------------
-
-
-def _pack(z: np.ndarray, dtype: str) -> list[bytes]:
-    arr = np.asarray(z)
-    if arr.ndim != 2:
-        raise ValueError(f"expected a 2-D array [N, d], got shape {arr.shape}")
-    if arr.shape[1] == 0:
-        raise ValueError("cannot pack vectors of dimension 0")
-    arr = np.ascontiguousarray(arr, dtype=dtype)
-    width = arr.shape[1] * arr.dtype.itemsize
-    # A void view of one row per element: ``tolist`` gives one bytes object per row, made in C.
-    return arr.view(np.dtype((np.void, width))).ravel().tolist()
-
-
-def _unpack(values: Sequence[bytes | None], d: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d <= 0:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
-    d = int(d)
-    width = d * np.dtype(dtype).itemsize
-    cells = np.empty(len(values), dtype=object)
-    cells[:] = list(values)
-    # The one per-element step is the type/length test; decoding is a single join + frombuffer.
-    present = np.fromiter(
-        (isinstance(v, bytes | bytearray) and len(v) == width for v in cells),
-        dtype=bool,
-        count=len(cells),
-    )
-    out = np.zeros((len(cells), d), dtype=np.float32)
-    if present.any():
-        buf = b"".join(cells[present].tolist())
-        out[present] = np.frombuffer(buf, dtype=dtype).reshape(-1, d)
-    return out, present
-
-
-def pack_f32(z: np.ndarray) -> list[bytes]:
-    """Rows of ``z [N, d]`` as ``N`` little-endian float32 byte strings of ``4·d`` bytes."""
-    return _pack(z, "<f4")
-
-
-def unpack_f32(values: Sequence[bytes | None], d: int) -> tuple[np.ndarray, np.ndarray]:
-    """Decode :func:`pack_f32` values: ``(z [N, d] float32, present [N] bool)``.
-
-    A value that is ``None``, not bytes, or not exactly ``4·d`` bytes long is *not present*
-    and decodes to a zero row, so a missing or foreign-dimension feature never raises here.
-    """
-    return _unpack(values, d, "<f4")
-
-
-def pack_f16(z: np.ndarray) -> list[bytes]:
-    """Rows of ``z [N, d]``, rounded to nearest float16, as little-endian ``2·d``-byte strings."""
-    return _pack(z, "<f2")
-
-
-def unpack_f16(values: Sequence[bytes | None], d: int) -> tuple[np.ndarray, np.ndarray]:
-    """Decode :func:`pack_f16` values to ``(z [N, d] float32, present [N] bool)``.
-
-    The float16 → float32 widening is exact. Rows that are ``None``, not bytes, or not exactly
-    ``2·d`` bytes long are not present and decode to zeros.
-    """
-    return _unpack(values, d, "<f2")
-
 
 # --------------------------------------------------------------------------------------------
 # Validation and the shared window selection
@@ -220,8 +165,15 @@ def select_window(
         ["user_id", "item_id"], keep="last"
     )
     rows = rows.sort_values(["user_id", "item_id"], kind="stable").reset_index(drop=True)
-    z16 = zf[rows.pop("_row").to_numpy()].astype(np.float16).astype(np.float32)
+    z16 = f16_round(zf[rows.pop("_row").to_numpy()])
     return rows, z16
+
+
+def vectors(z: np.ndarray) -> np.ndarray:
+    """``[N, d]`` as an object column of ``N`` float32 ``[d]`` rows (a DataFrame column)."""
+    out = np.empty(len(z), dtype=object)
+    out[:] = list(np.asarray(z, dtype=np.float32))
+    return out
 
 
 def _group_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -258,13 +210,13 @@ def user_aggregate(
     """``uagg`` rows: per user, the sum and count of pair codes in ``(as_of − window, as_of]``.
 
     Rows are selected by :func:`select_window` (same ``fm_version``, one row per pair, the
-    latest). ``z_sum`` is the float32 bytes (:func:`pack_f32`) of the sum of the
-    *float16-rounded* codes, so a reader that subtracts the float16-decoded ``pair`` code gets
-    the sum of the other items (see :func:`mean_excluding`).
+    latest). ``z_sum`` is the float32 sum of the *float16-rounded* codes, so a reader that
+    subtracts the float16-decoded ``pair`` code gets the sum of the other items.
 
-    Columns: ``user_id`` int64, ``z_sum`` bytes, ``count`` int64, ``window_start`` int64 epoch
-    seconds (exclusive), ``fm_version`` str, ``event_ts`` UTC timestamp = ``as_of`` (the
-    window end, inclusive). Sorted by ``user_id``; users with no row in the window are absent.
+    Columns: ``user_id`` int64, ``z_sum`` (float32 ``[d]`` per row), ``count`` int64,
+    ``window_start`` int64 epoch seconds (exclusive), ``fm_version`` str, ``event_ts`` UTC
+    timestamp = ``as_of`` (the window end, inclusive). Sorted by ``user_id``; users with no
+    row in the window are absent.
     """
     rows, z16 = select_window(
         pairs, z, as_of=as_of, window_seconds=window_seconds, fm_version=fm_version
@@ -273,12 +225,12 @@ def user_aggregate(
     n = len(users)
     return pd.DataFrame(
         {
-            "user_id": users.astype(np.int64),
-            "z_sum": pack_f32(sums) if n else [],
-            "count": counts,
-            "window_start": np.full(n, int(as_of) - int(window_seconds), dtype=np.int64),
-            "fm_version": np.full(n, fm_version, dtype=object),
-            "event_ts": _event_ts(int(as_of), n),
+            USER_ID: users.astype(np.int64),
+            Z_SUM: vectors(sums),
+            COUNT: counts,
+            WINDOW_START: np.full(n, int(as_of) - int(window_seconds), dtype=np.int64),
+            FM_VERSION: np.full(n, fm_version, dtype=object),
+            EVENT_TS: _event_ts(int(as_of), n),
         }
     )
 
@@ -293,9 +245,9 @@ def item_aggregate(
 ) -> pd.DataFrame:
     """``iagg`` rows: per item, the mean float16-rounded pair code over users in the window.
 
-    Same selection as :func:`user_aggregate`. Columns: ``item_id`` int64, ``z_mean`` float32
-    bytes, ``count`` int64 (users averaged), ``fm_version``, ``event_ts`` (UTC, ``as_of``).
-    Sorted by ``item_id``.
+    Same selection as :func:`user_aggregate`. Columns: ``item_id`` int64, ``z_mean`` (float32
+    ``[d]`` per row), ``count`` int64 (users averaged), ``fm_version``, ``event_ts`` (UTC,
+    ``as_of``). Sorted by ``item_id``.
     """
     rows, z16 = select_window(
         pairs, z, as_of=as_of, window_seconds=window_seconds, fm_version=fm_version
@@ -305,68 +257,10 @@ def item_aggregate(
     means = sums / np.maximum(counts, 1)[:, None]
     return pd.DataFrame(
         {
-            "item_id": items.astype(np.int64),
-            "z_mean": pack_f32(means) if n else [],
-            "count": counts,
-            "fm_version": np.full(n, fm_version, dtype=object),
-            "event_ts": _event_ts(int(as_of), n),
+            ITEM_ID: items.astype(np.int64),
+            Z_MEAN: vectors(means),
+            COUNT: counts,
+            FM_VERSION: np.full(n, fm_version, dtype=object),
+            EVENT_TS: _event_ts(int(as_of), n),
         }
     )
-
-
-def mean_excluding(
-    z_sum: np.ndarray,
-    count: np.ndarray,
-    z_pair: np.ndarray,
-    pair_in_window: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The user-aggregate mean without the current pair: the one formula training and serving share.
-
-    For each row ``n``::
-
-        in window:      mean = (z_sum − z_pair) / (count − 1)
-        otherwise:      mean = z_sum / count
-        valid = effective count (count − 1, or count) > 0;   invalid rows are zeros
-
-    Args:
-        z_sum: ``[N, d]`` the decoded ``uagg.z_sum`` (float32 sum of float16-rounded codes).
-        count: ``[N]`` integer ``uagg.count`` (0 for a missing ``uagg`` row).
-        z_pair: ``[N, d]`` the *float16-decoded* ``pair`` code of the current (user, item)
-            (:func:`unpack_f16`); ignored, and may be anything (zeros, NaN), where
-            ``pair_in_window`` is False.
-        pair_in_window: ``[N]`` bool, True exactly when this pair's code was counted in the
-            sum: same ``fm_version`` as the ``uagg`` row and
-            ``window_start < pair.computed_at <= uagg.event_ts``. (A pair recomputed after the
-            aggregate was built is not in the window: its new code was not summed, and the old
-            one cannot be removed; that is the price of storing only sum and count.)
-
-    Returns ``(mean [N, d] float32, valid [N] bool)``. Arithmetic is float64, so the result
-    equals the mean of the other items' float16-rounded codes up to the float32 rounding of
-    the stored sum. ``count == 0`` with ``pair_in_window`` (an inconsistent input) is invalid,
-    not an error, so one bad row cannot fail a serving request.
-    """
-    s = np.asarray(z_sum)
-    c = np.asarray(count)
-    p = np.asarray(z_pair)
-    w = np.asarray(pair_in_window)
-    if s.ndim != 2:
-        raise ValueError(f"z_sum must be 2-D [N, d], got shape {s.shape}")
-    n = s.shape[0]
-    if p.shape != s.shape:
-        raise ValueError(f"z_pair has shape {p.shape}, expected {s.shape} like z_sum")
-    if c.shape != (n,) or w.shape != (n,):
-        raise ValueError(
-            f"count and pair_in_window must have shape ({n},), got {c.shape} and {w.shape}"
-        )
-    if not np.issubdtype(c.dtype, np.integer):
-        raise ValueError(f"count must be integers, got dtype {c.dtype}")
-    if w.dtype != np.bool_:
-        raise ValueError(f"pair_in_window must be bool, got dtype {w.dtype}")
-    if (c < 0).any():
-        raise ValueError("count must be >= 0")
-
-    eff = c.astype(np.int64) - w.astype(np.int64)
-    valid = eff > 0
-    num = s.astype(np.float64) - np.where(w[:, None], p.astype(np.float64), 0.0)
-    mean = np.where(valid[:, None], num / np.maximum(eff, 1)[:, None], 0.0)
-    return mean.astype(np.float32), valid

@@ -2,7 +2,8 @@
 
 Each function is one enrichment step (one task body in the enrichment and clustering DAGs):
 a pure function of the pair history as of ``as_of``, returning rows ready for
-``materialize`` (join keys, features, ``computed_at`` and ``event_ts`` = ``as_of``).
+``materialize`` (join keys, features and ``event_ts`` = ``as_of``; the views' ``computed_at``
+is that time).
 """
 
 from __future__ import annotations
@@ -47,18 +48,13 @@ class PairHistory:
         return PairHistory(self.pairs[keep].reset_index(drop=True), self.z[keep])
 
 
-def _stamped(frame: pd.DataFrame, as_of: int) -> pd.DataFrame:
-    return frame.assign(computed_at=np.full(len(frame), int(as_of), dtype=np.int64))
-
-
 def _aggregate(
     aggregate, history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
 ) -> pd.DataFrame:
     window = int(cfg.store.uagg_window_hours * 3600)
-    rows = aggregate(
+    return aggregate(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )
-    return _stamped(rows, as_of)
 
 
 def user_aggregates(
@@ -100,7 +96,7 @@ def neighbour_rows(
     """``nbr`` rows for ``targets`` (user_id, item_id): recent candidates the verifier did
     not select, imputed from similar users who have a fresh code for the item."""
     ttl = int(cfg.selection.ttl_hours * 3600)
-    rows = neighbour_fill(
+    return neighbour_fill(
         targets.drop_duplicates(["user_id", "item_id"]),
         neighbours,
         history.pairs,
@@ -109,4 +105,3 @@ def neighbour_rows(
         ttl_seconds=ttl,
         fm_version=fm_version,
     )
-    return _stamped(rows, as_of)

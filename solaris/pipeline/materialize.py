@@ -1,10 +1,17 @@
 """Write feature rows offline (parquet history, for training) and then online (Redis).
 
-Offline files are append-only and partitioned by the date of the event timestamp:
-``<repo>/data/offline/<view>/date=YYYY-MM-DD/batch-<batch_id>.parquet``. Each file appears
-atomically (temporary file + ``os.replace``), and a batch always writes the same file names,
-so a rerun of the same batch leaves exactly the same state offline; online, the rows are
-rewritten with the same values and event timestamps.
+Every batch is validated as a whole first (:func:`solaris.store.codec.normalize`: the view is
+a SOLARIS view, every column is there with the right type, ids are in ``[0, 2**63)``,
+vectors have ``d`` finite values, versions are non-empty strings), so a bad batch writes
+nothing anywhere. Then:
+
+* **offline**, append-only and partitioned by the date of the event timestamp:
+  ``<repo>/data/offline/<view>/date=YYYY-MM-DD/batch-<batch_id>.parquet``, each file
+  appearing atomically (temporary file + ``os.replace``); a batch always writes the same file
+  names, so a rerun of the same batch leaves exactly the same state;
+* **online**, through the SOLARIS online store's bulk Arrow path
+  (:meth:`~solaris.store.online.SolarisOnlineStore.write_normalized`), where a rerun
+  rewrites the same records.
 """
 
 from __future__ import annotations
@@ -12,20 +19,25 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
+
+from solaris.data.schemas import validate_pair_embeddings
+from solaris.store import contract
+from solaris.store.codec import normalize
+from solaris.store.contract import EVENT_TS, FM_VERSION, ITEM_ID, USER_ID, InvalidWriteError, Z
 
 if TYPE_CHECKING:  # feast is heavy: imported where a store is really opened
     from feast import FeatureStore
 
-from solaris.data.schemas import pair_codes, validate_pair_embeddings
+__all__ = ["MaterializeResult", "materialize", "offline_dir", "pair_rows", "write_offline"]
 
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -44,48 +56,42 @@ class MaterializeResult:
 
 
 def offline_dir(repo_path: Path, view: str) -> Path:
-    """Where the FileSource of ``view`` reads (see feature_repo/solaris_features.py)."""
-    return Path(repo_path) / "data" / "offline" / view
+    """Where the FileSource of ``view`` reads; only SOLARIS views, always under
+    ``<repo>/data/`` (:class:`~solaris.store.contract.InvalidWriteError` otherwise)."""
+    spec = contract.view(view)
+    data = (Path(repo_path) / "data").resolve()
+    folder = (Path(repo_path) / contract.offline_path(spec)).resolve()
+    if not folder.is_relative_to(data):
+        raise InvalidWriteError(f"view {view!r}: offline path {folder} is outside {data}")
+    return folder
 
 
-def pair_frame(table: pa.Table, *, z_dim: int, source: str = "pair_embeddings") -> pd.DataFrame:
-    """``pair`` view rows from a pair-embedding table, validated first.
-
-    ``z`` becomes float16 bytes (the serving format); ``computed_at`` becomes both the event
-    timestamp and an int64 feature, so training and serving see the same value.
-    """
+def pair_rows(table: pa.Table, *, z_dim: int, source: str = "pair_embeddings") -> pa.Table:
+    """``pair`` view rows from a pair-embedding table (validated first): its ``computed_at``
+    becomes the event timestamp (the view's ``computed_at`` is that time in seconds)."""
     table = validate_pair_embeddings(table, source, z_dim=z_dim)
-    z, computed = pair_codes(table)
-    z16 = np.ascontiguousarray(z.astype(np.float16))
-    row_bytes = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(2 * z_dim), len(z16), [None, pa.py_buffer(z16.tobytes())]
-    )
-    return pd.DataFrame(
+    return pa.table(
         {
-            "user_id": table["user_id"].to_numpy(),
-            "item_id": table["item_id"].to_numpy(),
-            "z": row_bytes.to_pandas(),
-            "fm_version": table["fm_version"].to_pandas(),
-            "computed_at": computed,
-            "event_ts": pd.to_datetime(computed, unit="s", utc=True),
+            USER_ID: table[USER_ID],
+            ITEM_ID: table[ITEM_ID],
+            Z: table[Z],
+            FM_VERSION: table[FM_VERSION],
+            EVENT_TS: table["computed_at"].cast(pa.timestamp("us", tz="UTC")),
         }
     )
 
 
-def write_offline(frame: pd.DataFrame, folder: Path, batch_id: str) -> list[Path]:
+def write_offline(rows: pa.Table, folder: Path, batch_id: str) -> list[Path]:
     """One parquet file per event date for this batch; atomic per file, rerun-safe."""
-    if not _BATCH_ID.match(batch_id):
-        raise ValueError(f"batch_id must match {_BATCH_ID.pattern}, got {batch_id!r}")
-    if "event_ts" not in frame.columns:
-        raise ValueError("offline rows need an 'event_ts' column")
-    dates = frame["event_ts"].dt.strftime("%Y-%m-%d")
+    dates = pc.strftime(rows[EVENT_TS], format="%Y-%m-%d").to_numpy(zero_copy_only=False)
     written = []
-    for date, part in frame.groupby(dates, sort=True):
+    for date in np.unique(dates).tolist():
+        part = rows.filter(pa.array(dates == date))
         target = folder / f"date={date}" / f"batch-{batch_id}.parquet"
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
         try:
-            pq.write_table(pa.Table.from_pandas(part, preserve_index=False), tmp)
+            pq.write_table(part, tmp)
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
@@ -93,32 +99,53 @@ def write_offline(frame: pd.DataFrame, folder: Path, batch_id: str) -> list[Path
     return written
 
 
-def write_online(
-    store: FeatureStore, view: str, frame: pd.DataFrame, chunk_rows: int, progress: bool
-) -> None:
-    """``write_to_online_store`` in chunks (bounded memory for the protobuf conversion)."""
-    steps = range(0, len(frame), chunk_rows)
-    for start in tqdm(
-        steps, desc=f"online {view}", unit="chunk", disable=not progress, leave=False
-    ):
-        store.write_to_online_store(view, frame.iloc[start : start + chunk_rows])
-
-
 def materialize(
     store: FeatureStore,
-    repo_path: Path,
     view: str,
-    frame: pd.DataFrame,
+    rows: pa.Table | object,
     *,
     batch_id: str,
-    chunk_rows: int = 10_000,
     progress: bool = False,
 ) -> MaterializeResult:
-    """Offline first (the training history must hold everything served), then online."""
+    """Validate ``rows`` of ``view``, then write them offline, then online.
+
+    Args:
+        store: a ``feast.FeatureStore`` whose online store is the SOLARIS store.
+        view: a SOLARIS view name.
+        rows: a pyarrow Table or pandas DataFrame with the view's join keys, features and
+            ``event_ts``.
+        batch_id: names the offline files (``[A-Za-z0-9_.-]+``); rerunning a batch id
+            replaces its files.
+        progress: show a progress bar for the online part.
+
+    Raises:
+        InvalidWriteError: the view, the batch id or a row is invalid; nothing was written.
+    """
+    from solaris.store.feast_store import online_store_of
+    from solaris.store.online import view_params
+
+    if not isinstance(batch_id, str) or not _BATCH_ID.match(batch_id):
+        raise InvalidWriteError(f"batch_id must match {_BATCH_ID.pattern}, got {batch_id!r}")
+    folder = offline_dir(Path(store.repo_path), view)
+    online = online_store_of(store)
+    spec, params = view_params(store.get_feature_view(view))
+    normalized = normalize(spec, params, rows)
     start = time.perf_counter()
-    files = write_offline(frame, offline_dir(repo_path, view), batch_id) if len(frame) else []
+    files = write_offline(normalized, folder, batch_id) if normalized.num_rows else []
     offline_s = time.perf_counter() - start
     start = time.perf_counter()
-    if len(frame):
-        write_online(store, view, frame, chunk_rows, progress)
-    return MaterializeResult(view, len(frame), files, offline_s, time.perf_counter() - start)
+    bar = None
+    if progress and normalized.num_rows:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=normalized.num_rows, desc=f"online {view}", unit="row", leave=False)
+    try:
+        online.write_normalized(
+            store.config, spec, params, normalized, bar.update if bar is not None else None
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    return MaterializeResult(
+        view, normalized.num_rows, files, offline_s, time.perf_counter() - start
+    )

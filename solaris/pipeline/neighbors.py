@@ -27,8 +27,20 @@ from solaris.pipeline.aggregate import (
     _check_version,
     _event_ts,
     _group_sums,
-    pack_f16,
     select_window,
+    vectors,
+)
+from solaris.store.codec import f16_round
+from solaris.store.contract import (
+    EVENT_TS,
+    FM_VERSION,
+    ITEM_ID,
+    N_NBRS,
+    SIMILARITY,
+    SRC_USER,
+    USER_ID,
+    Z_MEAN,
+    Z_TOP1,
 )
 
 __all__ = ["nearest_users", "neighbour_fill", "user_embeddings"]
@@ -203,11 +215,11 @@ def neighbour_fill(
 
     Targets whose user has a usable code of their own for the item (they are served by the
     ``pair`` tier), and targets with no candidate, produce no row. Duplicate targets are
-    collapsed. Codes are float16 bytes (:func:`solaris.pipeline.aggregate.pack_f16`).
+    collapsed. Both codes are float16-rounded (what the view serves).
 
-    Columns: ``user_id``, ``item_id``, ``z_top1`` bytes, ``src_user`` int64, ``similarity``
-    float32, ``z_mean`` bytes, ``n_nbrs`` int64, ``fm_version``, ``event_ts`` (UTC ``as_of``);
-    sorted by (user_id, item_id).
+    Columns: ``user_id``, ``item_id``, ``z_top1`` (float32 ``[d]`` per row), ``src_user``
+    int64, ``similarity`` float32, ``z_mean`` (float32 ``[d]``), ``n_nbrs`` int64,
+    ``fm_version``, ``event_ts`` (UTC ``as_of``); sorted by (user_id, item_id).
     """
     if not isinstance(targets, pd.DataFrame):
         raise ValueError(f"targets must be a DataFrame, got {type(targets).__name__}")
@@ -260,21 +272,21 @@ def neighbour_fill(
         use_w = wsum > 0
         z_mean = np.where(use_w[:, None], wz / np.where(use_w, wsum, 1.0)[:, None], plain)
         top = cand.iloc[starts]
-        z_top1, z_mean_b = pack_f16(zc[starts]), pack_f16(z_mean)
+        z_top1, z_mean16 = zc[starts], f16_round(z_mean)
     else:
         top = cand.iloc[:0]
-        z_top1, z_mean_b = [], []
+        z_top1 = z_mean16 = np.zeros((0, z16.shape[1]), np.float32)
 
     return pd.DataFrame(
         {
-            "user_id": top["user_id"].to_numpy(np.int64),
-            "item_id": top["item_id"].to_numpy(np.int64),
-            "z_top1": z_top1,
-            "src_user": top["nbr_user"].to_numpy(np.int64),
-            "similarity": top["similarity"].to_numpy(np.float32),
-            "z_mean": z_mean_b,
-            "n_nbrs": sizes,
-            "fm_version": np.full(g, fm_version, dtype=object),
-            "event_ts": _event_ts(as_of, g),
+            USER_ID: top["user_id"].to_numpy(np.int64),
+            ITEM_ID: top["item_id"].to_numpy(np.int64),
+            Z_TOP1: vectors(z_top1),
+            SRC_USER: top["nbr_user"].to_numpy(np.int64),
+            SIMILARITY: top["similarity"].to_numpy(np.float32),
+            Z_MEAN: vectors(z_mean16),
+            N_NBRS: sizes,
+            FM_VERSION: np.full(g, fm_version, dtype=object),
+            EVENT_TS: _event_ts(as_of, g),
         }
     )

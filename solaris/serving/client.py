@@ -3,48 +3,44 @@
 ::
 
     features = SolarisFeatures(cfg, redis="10.0.0.5:6379,db=0", fm_version="fm-2024-06-01")
-    features.warm_up(freeze_gc=True)         # at start-up: first-call work, off any request
+    features.warm_up()                        # at start-up: registry, client, first call
     out = features.fetch(user_id, candidate_item_ids)
     out.features  # [N, 4·d] float32;  out.mask [N, 4] bool;  out.tier [N] str
 
 Each :meth:`SolarisFeatures.fetch` makes exactly one ``get_online_features`` call through
-the ``solaris_serving`` FeatureService (pair + nbr + uagg + iagg, one Redis pipeline inside
-Feast), then :func:`~solaris.serving.tiers.assemble_tiers` applies the read TTLs, the
-``fm_version`` guard and the leakage-free user mean (Feast's online read applies none of
-them, see DESIGN §4). Items whose pair tier is missing are appended to the miss stream off the
-request path.
+the ``solaris_serving`` FeatureService. On the SOLARIS online store
+(:mod:`solaris.store.online`) that is one Redis round trip of one command per view; the
+response keeps each view's rows as numpy arrays, and
+:func:`~solaris.serving.tiers.assemble_tiers` applies the read TTLs, the ``fm_version`` guard
+and the leakage-free user mean. Items whose pair tier is missing are appended to the miss
+stream off the request path.
 
-Freshness is read from each view's ``computed_at`` *feature*, not from Feast's per-feature
-event timestamps, so the call does not ask for them (``to_dict(include_event_timestamps=
-True)``): ``get_historical_features`` returns the feature but not the timestamps, and
-training must apply the same rule to the same value. (Asking for them cost ~1–2 ms more per
-300-item fetch here.)
+**Concurrency and faults.** ``fetch`` is thread-safe and does its I/O in the calling thread
+(redis-py's connection pool gives each concurrent caller its own connection), so a serving
+process with a thread pool gets real features on every thread. The VM never waits long nor
+sees an exception because of the feature store:
 
-Failure policy: the VM must never wait long nor see an exception because of the feature
-store. The Feast call runs on a worker thread and the caller waits at most
-``cfg.store.fetch_timeout_ms``; on a timeout or any Redis/Feast error ``fetch`` returns
-:func:`~solaris.serving.tiers.empty_tiers` (zeros, empty masks, tier ``"none"``) and counts
-it in :attr:`SolarisFeatures.stats`. The Feast connection string also gets
-``socket_timeout``/``socket_connect_timeout`` so a stuck socket ends and frees its worker
-(:func:`serving_connection_string`), redis-py's retry back-off is switched off, and while
-every worker is still stuck a request is answered with zeros at once (``stats.shed``).
-Only bad *arguments* raise (``ValueError``).
+* the Redis sockets of a store this client opens time out after ``store.fetch_timeout_ms``,
+  and redis-py's retries are off, so a hung or dead Redis answers zeros
+  (:func:`~solaris.serving.tiers.empty_tiers`) within about the bound;
+* ``store.breaker_failures`` consecutive failures open a circuit breaker: for
+  ``store.breaker_cooldown_ms`` every fetch answers zeros at once (``stats.shed_open``:
+  Redis looks hung or down), then one probe decides whether it closes again;
+* more than ``store.max_concurrent_fetches`` fetches in flight answer zeros at once
+  (``stats.shed_busy``: this process is overloaded, Redis may be fine).
 
-Latency caveat: a full garbage collection of a process that has Feast, pandas and Airflow
-loaded holds the GIL for ~130 ms, longer than any thread-based bound can cut short; serving
-processes should call ``warm_up(freeze_gc=True)`` once after start-up (see
-:meth:`SolarisFeatures.warm_up`).
+Only bad *arguments* raise (``ValueError``): ids that are not integers in
+``[0, 2**63)``, more than ``store.max_candidates`` items, a ``now`` that is not epoch seconds.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import numbers
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
@@ -53,36 +49,47 @@ import numpy as np
 
 from solaris.config import SolarisConfig
 from solaris.serving.misses import append_misses
-from solaris.serving.tiers import TierFeatures, assemble_tiers, empty_tiers, tier_settings
+from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
+from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, MAX_EPOCH_S, REQUEST_TS, USER_ID
 
-__all__ = ["FEATURE_SERVICE", "FetchStats", "SolarisFeatures", "serving_connection_string"]
+__all__ = [
+    "FEATURE_SERVICE",
+    "CircuitBreaker",
+    "FetchStats",
+    "SolarisFeatures",
+    "serving_connection_string",
+]
 
 log = logging.getLogger(__name__)
 
-FEATURE_SERVICE = "solaris_serving"
 _MAX_PENDING_MISS_WRITES = 256  # beyond this (Redis slow or down) miss entries are dropped
 _WARN_EVERY_S = 10.0
+_INT64_MAX = np.iinfo(np.int64).max
+_EXACT_FLOAT = 2**53  # floats above this cannot hold every integer id exactly
 
 
 @dataclass
 class FetchStats:
-    """Counters of one client (thread-safe increments through :meth:`SolarisFeatures`).
+    """Counters of one client (updated under a lock).
 
     Attributes:
         requests: ``fetch`` calls with at least one item.
-        failures: requests answered with :func:`empty_tiers` because the store failed or
-            was too slow (timeouts included).
-        timeouts: the subset of ``failures`` that hit ``fetch_timeout_ms``.
+        failures: requests answered with zeros because the store failed, timed out or the
+            request was shed (all of the below).
+        timeouts: failures that hit the socket timeout (``fetch_timeout_ms``).
+        shed_open: requests answered at once while the circuit breaker was open (Redis
+            hung or down).
+        shed_busy: requests answered at once because ``max_concurrent_fetches`` were
+            already in flight (this process overloaded).
         misses_logged: miss-stream entries (one per request with pair misses) written.
-        shed: the subset of ``failures`` answered at once because all ``max_workers`` workers
-            were still busy with earlier calls (a hanging Redis), without calling Feast.
         misses_dropped: miss entries not written (Redis error, or too many writes pending).
     """
 
     requests: int = 0
     failures: int = 0
     timeouts: int = 0
-    shed: int = 0
+    shed_open: int = 0
+    shed_busy: int = 0
     misses_logged: int = 0
     misses_dropped: int = 0
 
@@ -90,81 +97,101 @@ class FetchStats:
         return asdict(self)
 
 
+class CircuitBreaker:
+    """Closed → ``failures`` consecutive failures → open for ``cooldown_s`` → one probe.
+
+    While open, :meth:`allow` is False. After the cool-down the next caller is let through
+    as a probe (half-open; the others are still refused): its success closes the breaker,
+    its failure opens it for another cool-down. Thread-safe.
+    """
+
+    def __init__(
+        self, failures: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if failures < 1 or not cooldown_s > 0:  # NaN is refused too
+            raise ValueError("need failures >= 1 and cooldown_s > 0")
+        self._threshold = failures
+        self._cooldown = cooldown_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._open_until: float | None = None
+        self._probing = False
+
+    @property
+    def state(self) -> str:
+        """``closed``, ``open`` or ``half-open``."""
+        with self._lock:
+            if self._open_until is None:
+                return "closed"
+            return "half-open" if self._clock() >= self._open_until else "open"
+
+    def allow(self) -> bool:
+        with self._lock:
+            if self._open_until is None:
+                return True
+            if self._clock() < self._open_until or self._probing:
+                return False
+            self._probing = True
+            return True
+
+    def record(self, ok: bool) -> None:
+        with self._lock:
+            self._probing = False
+            if ok:
+                self._failures = 0
+                self._open_until = None
+                return
+            self._failures += 1
+            if self._open_until is not None or self._failures >= self._threshold:
+                self._open_until = self._clock() + self._cooldown
+
+
 def serving_connection_string(connection: str, timeout_s: float) -> str:
-    """``connection`` with the options the request path needs, for Feast's redis-py client.
-
-    * ``socket_timeout`` and ``socket_connect_timeout`` = ``timeout_s``: a stuck socket
-      ends, so its worker thread is freed;
-    * ``driver_info=null``: no ``CLIENT SETINFO`` on connect. redis-py otherwise calls
-      ``importlib.metadata.version("redis")`` for *every new connection*; in the test process
-      that took ~150 ms and starved the waiting caller thread, so every reconnect (after a
-      timeout) overran the fetch bound.
-
-    Options already present are kept (an operator's explicit choice wins). Feast JSON-decodes
-    each ``key=value`` and passes it to ``redis.Redis``.
-    """
+    """``connection`` with socket and connect timeouts of ``timeout_s`` (unless it sets its
+    own), so that a stuck socket ends within the fetch bound."""
     parts = [p for p in connection.split(",") if p]
-    keys = {p.split("=", 1)[0] for p in parts if "=" in p}
-    wanted = {
-        "socket_timeout": f"{timeout_s:g}",
-        "socket_connect_timeout": f"{timeout_s:g}",
-        "driver_info": "null",
-    }
-    parts += [f"{k}={v}" for k, v in wanted.items() if k not in keys]
+    given = {p.split("=", 1)[0] for p in parts if "=" in p}
+    for key in ("socket_timeout", "socket_connect_timeout"):
+        if key not in given:
+            parts.append(f"{key}={timeout_s:g}")
     return ",".join(parts)
-
-
-def _prepare_online_client(store, *, own: bool) -> None:
-    """Create the Feast online store's redis-py client now (it connects only on first use).
-
-    redis-py's client constructor may read the package metadata (``importlib.metadata``,
-    ~150 ms in the test process, starving the caller thread that waits on the worker), so a
-    first fetch would overrun its bound. For a store this client built itself (``own``),
-    redis-py's default retries (3, with exponential back-off: ~3–9 s against a refused port)
-    are also turned off: the fetch bound is the retry policy, and a worker stuck in back-off
-    sleeps is a worker lost for the next requests. Uses Feast internals
-    (``RedisOnlineStore._get_client``); if they change, this quietly does nothing.
-    """
-    try:
-        online_store = store._get_provider().online_store
-        client = online_store._get_client(store.config.online_store)
-    except Exception as exc:  # a different store type, or Feast internals moved
-        log.debug("could not pre-build the online store client: %s", exc)
-        return
-    if own and hasattr(client, "set_retry"):
-        client.set_retry(_no_retry())
-
-
-def _no_retry():
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    return Retry(NoBackoff(), 0)
 
 
 def _check_user(user_id: object) -> int:
     if isinstance(user_id, bool) or not isinstance(user_id, numbers.Real):
         raise ValueError(f"user_id must be an integer, got {user_id!r}")
-    if isinstance(user_id, numbers.Integral):
-        value = int(user_id)
-    else:
+    if not isinstance(user_id, numbers.Integral):
         f = float(user_id)
-        if not math.isfinite(f) or not f.is_integer():
-            raise ValueError(f"user_id must be a whole number, got {user_id!r}")
-        value = int(f)
-    if value < 0:
-        raise ValueError(f"user_id must be >= 0, got {value}")
+        if not math.isfinite(f) or not f.is_integer() or abs(f) >= _EXACT_FLOAT:
+            raise ValueError(f"user_id must be a whole number below 2**53, got {user_id!r}")
+    value = int(user_id)
+    if not 0 <= value <= _INT64_MAX:
+        raise ValueError(f"user_id must be in [0, 2**63), got {value}")
     return value
 
 
-def _check_items(item_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+def _check_items(item_ids: Sequence[int] | np.ndarray, cap: int) -> np.ndarray:
     if isinstance(item_ids, str | bytes):
         raise ValueError("item_ids must be a sequence of integers, not a string")
-    arr = np.asarray(item_ids)
+    arr = item_ids if isinstance(item_ids, np.ndarray) else np.asarray(item_ids)
     if arr.ndim != 1:
         raise ValueError(f"item_ids must be one-dimensional, got shape {arr.shape}")
+    if arr.size > cap:
+        raise ValueError(f"{arr.size} item_ids exceed store.max_candidates ({cap})")
     if arr.size == 0:
         return arr.astype(np.int64)
+    if arr.dtype == np.int64:
+        if arr.min() < 0:
+            raise ValueError("item_ids must be >= 0")
+        return arr
+    if arr.dtype == object and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr.tolist()
+    ):
+        try:
+            arr = np.array(arr.tolist(), dtype=np.int64)
+        except OverflowError:
+            raise ValueError("item_ids hold integers outside int64") from None
     if arr.dtype == np.bool_ or not (
         np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
     ):
@@ -172,32 +199,52 @@ def _check_items(item_ids: Sequence[int] | np.ndarray) -> np.ndarray:
     if np.issubdtype(arr.dtype, np.floating):
         if not np.isfinite(arr).all():
             raise ValueError("item_ids contain NaN or inf")
-        if (arr != np.floor(arr)).any():
-            raise ValueError("item_ids must be whole numbers")
+        if (arr != np.floor(arr)).any() or (np.abs(arr) >= _EXACT_FLOAT).any():
+            raise ValueError("item_ids must be whole numbers below 2**53")
+    elif np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > _INT64_MAX:
+        raise ValueError("item_ids hold integers outside int64")
     if (arr < 0).any():
         raise ValueError("item_ids must be >= 0")
     return arr.astype(np.int64)
+
+
+def _check_now(now: object) -> int | float:
+    if now is None:
+        return int(time.time())
+    if isinstance(now, bool) or not isinstance(now, numbers.Real):
+        raise ValueError(f"now must be epoch seconds, got {now!r}")
+    if not (math.isfinite(now) and 0 <= now < MAX_EPOCH_S):
+        raise ValueError(
+            f"now must be epoch seconds in [0, {MAX_EPOCH_S:.0e}) (not milliseconds), got {now!r}"
+        )
+    return now
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    import socket
+
+    import redis
+
+    return isinstance(exc, redis.TimeoutError | socket.timeout | TimeoutError)
 
 
 class SolarisFeatures:
     """Fetch the VM's SOLARIS features for one request in one Feast call, within a bound.
 
     Args:
-        cfg: settings; uses ``cfg.store`` (timeout, miss stream, TTLs, strategy),
-            ``cfg.selection.ttl_hours`` (pair/nbr read TTL) and ``cfg.model.z_dim``.
-        redis: Feast Redis connection string (``host:port[,db=N][,password=..][,ssl=true]``),
-            used for the online store and for the miss stream.
+        cfg: settings; uses ``cfg.store`` (bounds, breaker, miss stream, TTLs, strategy) and
+            the serving views' read TTLs and ``cfg.model.z_dim``.
+        redis: Redis connection string (``host:port[,db=N][,password=..][,ssl=true]``), for
+            the online store and the miss stream.
         fm_version: the FM/autoencoder version the VM was trained on; rows of any other
             version are misses.
         store: an already-built ``feast.FeatureStore`` (tests, or a process that shares
-            one). Without it the store is built on first use from ``cfg`` and ``redis`` with
-            the options of :func:`serving_connection_string`; a supplied store keeps its own
-            connection settings (and redis-py's default retries).
+            one); it keeps its own connection settings, so the time bound is only as good as
+            its socket timeouts. Without it the store is built from ``cfg`` and ``redis`` with
+            sockets that time out at ``fetch_timeout_ms`` and no retries.
 
-    The store (whose import alone takes seconds) is built lazily by the first fetch, inside
-    the time bound, so that first fetch may return zeros; call :meth:`warm_up` at start-up
-    to build it outside any request. Thread-safe: ``fetch`` may be called concurrently;
-    ``max_workers`` Feast calls run at once (more are shed, see :class:`FetchStats`).
+    Building the store (whose import alone takes seconds) happens in :meth:`warm_up`, or
+    lazily on the first fetch. Thread-safe.
     """
 
     def __init__(
@@ -207,7 +254,6 @@ class SolarisFeatures:
         redis: str,
         fm_version: str,
         store=None,  # feast.FeatureStore, imported lazily
-        max_workers: int = 4,
     ) -> None:
         if not isinstance(fm_version, str) or not fm_version:
             raise ValueError(f"fm_version must be a non-empty string, got {fm_version!r}")
@@ -225,21 +271,14 @@ class SolarisFeatures:
         self._service = None
         self._store_lock = threading.Lock()
         self._stats_lock = threading.Lock()
-        if max_workers < 1:
-            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
-        self._max_workers = max_workers
-        self._in_flight = 0  # Feast calls submitted and not finished (guarded by _stats_lock)
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="solaris-fetch")
+        self._slots = threading.BoundedSemaphore(s.max_concurrent_fetches)
+        self.breaker = CircuitBreaker(s.breaker_failures, s.breaker_cooldown_ms / 1000.0)
         self._miss_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solaris-miss")
         self._miss_client = None
         self._pending_misses: set[Future] = set()
         self._last_warning = -math.inf
 
     # -- set-up ------------------------------------------------------------------------------
-
-    def feast_connection_string(self) -> str:
-        """The connection string given to Feast (:func:`serving_connection_string`)."""
-        return serving_connection_string(self.redis, max(self.timeout_s, 0.001))
 
     def _ensure_store(self):
         """``(store, feature_service)``, building them once (thread-safe)."""
@@ -250,39 +289,30 @@ class SolarisFeatures:
                 if self._store is None:
                     from solaris.store.feast_store import open_feature_store
 
-                    self._store = open_feature_store(self.cfg, self.feast_connection_string())
-                    _prepare_online_client(self._store, own=True)
-                else:
-                    _prepare_online_client(self._store, own=False)
+                    self._store = open_feature_store(
+                        self.cfg,
+                        self.redis,
+                        online={
+                            "connection_string": serving_connection_string(
+                                self.redis, self.timeout_s
+                            ),
+                            "retries": 0,
+                        },
+                    )
                 self._service = self._store.get_feature_service(FEATURE_SERVICE)
         return self._store, self._service
 
-    def warm_up(self, *, freeze_gc: bool = False) -> None:
-        """Do the one-off work of a first fetch now, off any request.
-
-        Builds the Feast store, its Redis client and the miss client, then makes one
-        one-row ``get_online_features`` call whose result is discarded (it initialises
-        Feast's request path; it may fail while Redis is down, harmlessly, and is not counted
-        in :attr:`stats`). Configuration or registry errors raise.
-
-        Args:
-            freeze_gc: also run ``gc.collect(); gc.freeze()`` — a *process-wide* action, for
-                the serving process to opt into once its imports are done. Reason: with
-                Feast, pandas and Airflow loaded the heap holds ~370k objects, and a full
-                (generation-2) garbage collection of it took ~134 ms here while holding the
-                GIL, so no thread-based bound can interrupt it: a fetch that triggers one
-                overruns ``fetch_timeout_ms``. Frozen start-up objects are never rescanned
-                (measured: first fetch after warm-up 147 ms → 10 ms).
-        """
+    def warm_up(self) -> None:
+        """Do the one-off work of a first fetch now, off any request: build the Feast store
+        and the miss client, and make one one-row call whose result is discarded (it may
+        fail while Redis is down, harmlessly; it is not counted in :attr:`stats`).
+        Configuration or registry errors raise."""
         store, service = self._ensure_store()
         self._misses_client()
         try:
-            self._get_online(store, service, 0, np.zeros(1, dtype=np.int64))
+            self._get_online(store, service, 0, np.zeros(1, np.int64), int(time.time()))
         except Exception as exc:  # Redis down at start-up is not an error here
             log.info("warm-up read failed (%s: %s)", type(exc).__name__, exc)
-        if freeze_gc:
-            gc.collect()
-            gc.freeze()
 
     @property
     def store(self):
@@ -291,13 +321,14 @@ class SolarisFeatures:
 
     def _misses_client(self):
         if self._miss_client is None:
-            from solaris.store.local_redis import client_from_connection_string
+            from solaris.store.connection import redis_client
 
-            client = client_from_connection_string(self.redis, timeout_s=max(self.timeout_s, 0.001))
-            client.set_retry(_no_retry())  # best effort: never sit in back-off sleeps
-            # No CLIENT SETINFO (and its per-connection package-metadata lookup), as for Feast.
-            client.connection_pool.connection_kwargs["driver_info"] = None
-            self._miss_client = client
+            self._miss_client = redis_client(
+                self.redis,
+                redis_type=self.cfg.store.redis_type,
+                timeout_s=max(self.timeout_s, 0.001),
+                retries=0,
+            )
         return self._miss_client
 
     # -- the request path --------------------------------------------------------------------
@@ -317,89 +348,76 @@ class SolarisFeatures:
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
 
-    def _online(self, user_id: int, items: np.ndarray) -> dict:
-        """The one Feast call; runs on a worker thread."""
-        try:
-            store, service = self._ensure_store()
-            response = self._get_online(store, service, user_id, items)
-        finally:
-            with self._stats_lock:
-                self._in_flight -= 1
-        return response
-
     @staticmethod
-    def _get_online(store, service, user_id: int, items: np.ndarray) -> dict:
-        response = store.get_online_features(
+    def _get_online(store, service, user_id: int, items: np.ndarray, now: float):
+        return store.get_online_features(
             features=service,
-            entity_rows={"user_id": [user_id] * len(items), "item_id": items.tolist()},
+            entity_rows={
+                USER_ID: np.full(len(items), user_id, np.int64),
+                ITEM_ID: items,
+                REQUEST_TS: now,
+            },
             full_feature_names=True,
         )
-        return response.to_dict()
 
     def fetch(
         self,
         user_id: int,
         item_ids: Sequence[int] | np.ndarray,
-        now: int | None = None,
+        now: int | float | None = None,
     ) -> TierFeatures:
         """SOLARIS features of ``user_id`` × ``item_ids``, one row per item, input order.
 
         Args:
-            user_id: the requesting user (integer >= 0).
-            item_ids: the final-stage candidates (integers >= 0; duplicates allowed).
+            user_id: the requesting user (integer in ``[0, 2**63)``).
+            item_ids: the final-stage candidates (integers in ``[0, 2**63)``, at most
+                ``store.max_candidates``; duplicates allowed).
             now: the request time in epoch seconds (default: wall clock). TTLs are measured
                 from it and rows computed after it are not used (replays pass the log time).
 
         Returns:
             :class:`~solaris.serving.tiers.TierFeatures`; all-missing (zeros) when the store
-            failed or did not answer within ``cfg.store.fetch_timeout_ms``.
+            failed, timed out, or the request was shed (see the module docstring).
 
         Raises:
-            ValueError: for invalid ids or ``now``. Store errors never raise.
+            ValueError: for invalid arguments. Store errors never raise.
         """
         user = _check_user(user_id)
-        items = _check_items(item_ids)
-        if now is None:
-            now = int(time.time())
-        elif isinstance(now, bool) or not isinstance(now, numbers.Real) or not math.isfinite(now):
-            raise ValueError(f"now must be epoch seconds, got {now!r}")
+        items = _check_items(item_ids, self.cfg.store.max_candidates)
+        now = _check_now(now)
         if items.size == 0:
             return empty_tiers(0, self.z_dim)
-
+        self._bump(requests=1)
+        if not self.breaker.allow():
+            self._bump(failures=1, shed_open=1)
+            return empty_tiers(items.size, self.z_dim)
+        if not self._slots.acquire(blocking=False):
+            self._bump(failures=1, shed_busy=1)
+            self._warn("%d fetches in flight: shedding", self.cfg.store.max_concurrent_fetches)
+            return empty_tiers(items.size, self.z_dim)
         start = time.monotonic()
-        with self._stats_lock:
-            self.stats.requests += 1
-            if self._in_flight >= self._max_workers:
-                # Every worker is still stuck on an earlier call (Redis hanging): answer now
-                # instead of queueing work that could only time out.
-                self.stats.failures += 1
-                self.stats.shed += 1
-                return empty_tiers(items.size, self.z_dim)
-            self._in_flight += 1
-        future = self._pool.submit(self._online, user, items)
         try:
-            columns = future.result(timeout=self.timeout_s)
-        except FutureTimeout:
-            if future.cancel():  # had not started: its slot is free again
-                with self._stats_lock:
-                    self._in_flight -= 1
-            self._bump(failures=1, timeouts=1)
+            store, service = self._ensure_store()
+            response = self._get_online(store, service, user, items, now)
+            rows = {tier: response.rows(tier) for tier in TIERS}
+        except Exception as exc:  # Redis or Feast failure: never into the VM
+            self.breaker.record(False)
+            timeout = _is_timeout(exc)
+            self._bump(failures=1, timeouts=int(timeout))
             self._warn(
-                "feature fetch timed out after %.0f ms (user %d, %d items): serving zeros",
+                "feature fetch failed after %.0f ms (%s: %s): serving zeros",
                 (time.monotonic() - start) * 1000,
-                user,
-                items.size,
+                type(exc).__name__,
+                exc,
             )
             return empty_tiers(items.size, self.z_dim)
-        except Exception as exc:  # Redis or Feast failure: never into the VM
-            self._bump(failures=1)
-            self._warn("feature fetch failed (%s: %s): serving zeros", type(exc).__name__, exc)
-            return empty_tiers(items.size, self.z_dim)
-
-        out = assemble_tiers(columns, now, fm_version=self.fm_version, **self._tier_settings)
-        missed = items[~out.mask[:, 0]]
-        if missed.size:
-            self._log_misses(user, missed, int(now))
+        finally:
+            self._slots.release()
+        self.breaker.record(True)
+        out = assemble_tiers(rows, now, fm_version=self.fm_version, **self._tier_settings)
+        missed = ~out.mask[:, 0]
+        if missed.any():
+            self._log_misses(user, items[missed], int(now))
         return out
 
     # -- the miss stream ---------------------------------------------------------------------
@@ -439,8 +457,7 @@ class SolarisFeatures:
         return True
 
     def close(self) -> None:
-        """Stop the worker threads (pending miss writes finish first)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the miss writer (pending writes finish first) and close its client."""
         self._miss_pool.shutdown(wait=True)
         if self._miss_client is not None:
             self._miss_client.close()

@@ -8,17 +8,28 @@ appended since, and two concurrent drainers never return the same entry.
 
 Entry fields: ``user`` (decimal), ``ts`` (epoch seconds, decimal) and ``items`` (the item
 ids as little-endian int64 bytes: one field per request instead of one entry per item).
+
+Both ends check the entries: :func:`append_misses` refuses ids outside ``[0, 2**63)`` and
+times that are not epoch seconds, and :func:`drain_misses` skips (and reports) any entry it
+cannot read, so one bad entry, whoever wrote it, never costs the good ones.
 """
 
 from __future__ import annotations
 
+import logging
+import numbers
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import redis
 
-__all__ = ["append_misses", "drain_misses"]
+from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID
+
+__all__ = ["DrainedMisses", "append_misses", "drain_miss_entries", "drain_misses"]
+
+log = logging.getLogger(__name__)
 
 # Reads up to ARGV[1] entries from the head of the stream (ARGV[1] <= 0: all) and deletes
 # them, atomically. XDEL in chunks keeps each call's argument list small.
@@ -44,7 +55,7 @@ end
 return entries
 """
 
-_COLUMNS = ("user_id", "item_id", "ts")
+_COLUMNS = (USER_ID, ITEM_ID, "ts")
 
 
 def append_misses(
@@ -59,15 +70,32 @@ def append_misses(
 
     ``maxlen`` is applied exactly (``MAXLEN = maxlen``, not ``~``), so the stream is bounded
     by ``maxlen`` entries (requests), each holding ``8 · len(item_ids)`` bytes of ids.
-    Redis errors propagate; the serving client runs this off the request path.
+    Raises ``ValueError`` for ids outside ``[0, 2**63)`` or a ``ts`` that is not epoch
+    seconds; Redis errors propagate (the serving client runs this off the request path).
     """
     if maxlen <= 0:
         raise ValueError(f"maxlen must be > 0, got {maxlen}")
-    items = np.ascontiguousarray(item_ids, dtype="<i8")
-    if items.size == 0:
+    for name, value, high in (("user_id", user_id, 2**63), ("ts", ts, MAX_EPOCH_S)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"miss entry {name} must be an integer, got {value!r}")
+        if not 0 <= int(value) < high:
+            raise ValueError(f"miss entry {name} {value!r} is out of range")
+    raw = np.asarray(item_ids)
+    if raw.size == 0:
         return None
+    if not np.issubdtype(raw.dtype, np.integer) or (raw < 0).any() or raw.max() >= 2**63:
+        raise ValueError("miss entry item ids must be integers in [0, 2**63)")
+    items = np.ascontiguousarray(raw, dtype="<i8")
     fields = {"user": int(user_id), "ts": int(ts), "items": items.tobytes()}
     return client.xadd(stream, fields, maxlen=int(maxlen), approximate=False)
+
+
+@dataclass
+class DrainedMisses:
+    """What one drain returned: the good rows, and the entries it skipped (with why)."""
+
+    rows: pd.DataFrame
+    skipped: list[tuple[bytes, str]] = field(default_factory=list)
 
 
 def drain_misses(
@@ -79,26 +107,75 @@ def drain_misses(
 
     Returns one row per missed (user, item) with int64 columns ``user_id``, ``item_id`` and
     ``ts``, in stream order (oldest request first). An absent stream gives an empty frame.
+    Entries that cannot be read are skipped and logged (:func:`drain_miss_entries` returns
+    them).
     """
+    return drain_miss_entries(client, stream, count).rows
+
+
+def drain_miss_entries(client: redis.Redis, stream: str, count: int | None = None) -> DrainedMisses:
+    """:func:`drain_misses`, also returning the skipped entries as ``(id, reason)``."""
     if count is not None and count <= 0:
         raise ValueError(f"count must be > 0 or None, got {count}")
     entries = client.eval(_DRAIN_LUA, 1, stream, 0 if count is None else int(count))
-    if not entries:
-        return pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in _COLUMNS})
-    # One dict per *request* (not per item); the items themselves decode in one frombuffer.
-    fields = [_field_dict(raw) for _, raw in entries]
-    blobs = [f.get(b"items", b"") for f in fields]
+    users: list[int] = []
+    times: list[int] = []
+    blobs: list[bytes] = []
+    skipped: list[tuple[bytes, str]] = []
+    for entry_id, raw in entries or []:
+        try:
+            user, ts, blob = _parse_entry(raw)
+        except ValueError as exc:
+            skipped.append((_b(entry_id), str(exc)))
+            continue
+        users.append(user)
+        times.append(ts)
+        blobs.append(blob)
+    if skipped:
+        log.warning(
+            "miss stream %s: skipped %d unreadable entries (first: %s: %s)",
+            stream,
+            len(skipped),
+            skipped[0][0],
+            skipped[0][1],
+        )
+    if not blobs:
+        empty = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in _COLUMNS})
+        return DrainedMisses(empty, skipped)
+    # One entry per *request*; the items themselves decode in one frombuffer.
     lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=len(blobs))
     items = np.frombuffer(b"".join(blobs), dtype="<i8").astype(np.int64)
-    users = np.array([int(f[b"user"]) for f in fields], dtype=np.int64)
-    times = np.array([int(f[b"ts"]) for f in fields], dtype=np.int64)
-    return pd.DataFrame(
+    rows = pd.DataFrame(
         {
-            "user_id": np.repeat(users, lengths),
-            "item_id": items,
-            "ts": np.repeat(times, lengths),
+            USER_ID: np.repeat(np.asarray(users, np.int64), lengths),
+            ITEM_ID: items,
+            "ts": np.repeat(np.asarray(times, np.int64), lengths),
         }
     )
+    return DrainedMisses(rows, skipped)
+
+
+def _parse_entry(raw) -> tuple[int, int, bytes]:
+    """``(user, ts, item bytes)`` of one entry; ``ValueError`` saying what is wrong."""
+    try:
+        fields = _field_dict(raw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed fields ({exc})") from None
+    missing = [k for k in (b"user", b"ts", b"items") if k not in fields]
+    if missing:
+        raise ValueError(f"missing fields {[m.decode() for m in missing]}")
+    try:
+        user, ts = int(fields[b"user"]), int(fields[b"ts"])
+    except ValueError:
+        raise ValueError("user and ts must be decimal integers") from None
+    if not 0 <= user < 2**63 or not 0 <= ts < MAX_EPOCH_S:
+        raise ValueError(f"user {user} or ts {ts} out of range")
+    blob = fields[b"items"]
+    if not blob or len(blob) % 8:
+        raise ValueError(f"items must be int64 bytes, got {len(blob)} bytes")
+    if (np.frombuffer(blob, dtype="<i8") < 0).any():
+        raise ValueError("negative item id")
+    return user, ts, blob
 
 
 def _field_dict(raw) -> dict[bytes, bytes]:

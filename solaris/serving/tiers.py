@@ -1,55 +1,55 @@
 """Tier assembly: the one function that turns feature-store rows into the VM's SOLARIS inputs.
 
-Serving (:class:`solaris.serving.client.SolarisFeatures`, rows from ``get_online_features``)
-and training (:func:`solaris.serving.training_set.build_training_set`, rows from the
-point-in-time ``get_historical_features``) both call :func:`assemble_tiers` on the same
-columns, so a (user, item, time) gets the same features in both.
+Serving (:class:`solaris.serving.client.SolarisFeatures`, rows from the online store) and
+training (:func:`solaris.serving.training_set.build_training_set`, rows from the
+point-in-time ``get_historical_features``) both decode their rows into the same
+:class:`~solaris.store.codec.ViewRows` (one per serving view) and call :func:`assemble_tiers`,
+so a (user, item, time) gets the same features in both.
 
-Input ``columns`` maps *full* feature names (``<view>__<feature>``) to equal-length sequences
-(lists, numpy arrays or pandas Series); a missing value may be ``None``, ``NaN`` or ``pd.NA``.
-The columns read are :func:`required_columns`:
+Rules, per row ``n`` and tier (all vectorised):
 
-========  ==============================================================================
-pair      ``pair__z`` (float16 bytes, ``d`` values), ``pair__fm_version``,
-          ``pair__computed_at``
-nbr       ``nbr__z_top1`` (``nbr_strategy="top1"``) or ``nbr__z_mean`` (``"weighted"``),
-          float16 bytes; ``nbr__fm_version``, ``nbr__computed_at``
-uagg      ``uagg__z_sum`` (float32 bytes), ``uagg__count``, ``uagg__window_start``,
-          ``uagg__fm_version``, ``uagg__computed_at``
-iagg      ``iagg__z_mean`` (float32 bytes), ``iagg__count``, ``iagg__fm_version``,
-          ``iagg__computed_at``
-========  ==============================================================================
-
-Rules, per row ``n`` and tier (all vectorised; decoding goes through the byte codecs of
-:mod:`solaris.pipeline.aggregate`):
-
-* **present** only if every column above is non-null, the vector has exactly the expected
-  byte length, ``fm_version`` equals the version the VM expects, and the row is **fresh**:
-  ``now − ttl <= computed_at <= now`` (both ends inclusive, as Feast's point-in-time join
-  applies ``FeatureView.ttl``; a row computed after ``now`` is never used). Freshness is read
-  from the ``computed_at`` *feature* (epoch seconds, written equal to the event timestamp),
-  because it is the one value both the online and the offline read return.
+* **present** only if the view has a row, its ``fm_version`` equals the version the VM
+  expects, and the row is **fresh**: ``now − ttl <= computed_at <= now`` (both ends
+  inclusive, as Feast's point-in-time join applies ``FeatureView.ttl``; a row computed after
+  ``now`` is never used). ``computed_at`` is the row's event time in seconds (the contract's
+  ``Kind.EVENT_S``), which the online store and the offline join both return.
+* **nbr** takes ``z_top1`` (``nbr_strategy="top1"``) or ``z_mean`` (``"weighted"``).
 * **uagg** is the user's mean code *without the current item* (:func:`mean_excluding`):
   ``(z_sum − z[u,i]) / (count − 1)`` when the current pair's code was counted in the sum,
-  i.e. the pair value decodes, has the expected version and
+  i.e. the pair row exists, has the expected version and
   ``window_start < pair.computed_at <= uagg.computed_at``; else ``z_sum / count``. The pair
-  value does **not** have to be fresh under the pair TTL for this: a pair older than its
-  serving TTL but inside the 24 h window is still in the sum and must still be removed.
-  The tier is present only if the effective count is > 0.
+  row does **not** have to be fresh under the pair TTL for this: a pair older than its
+  serving TTL but inside the 24 h window is still in the sum and must still be removed
+  (which is why the pair view's retention spans the window). The tier is present only if
+  the effective count is > 0.
 * **iagg** additionally needs ``count > 0``.
 * ``tier[n]`` is the first present tier in :data:`TIERS` order, else ``"none"``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
-from solaris.pipeline.aggregate import mean_excluding, unpack_f16, unpack_f32
+from solaris.store.codec import ViewRows
+from solaris.store.contract import (
+    COMPUTED_AT,
+    COUNT,
+    FM_VERSION,
+    IAGG,
+    NBR,
+    PAIR,
+    SERVING_VIEWS,
+    UAGG,
+    WINDOW_START,
+    Z_MEAN,
+    Z_SUM,
+    Z_TOP1,
+    Z,
+)
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
@@ -60,16 +60,16 @@ __all__ = [
     "TierFeatures",
     "assemble_tiers",
     "empty_tiers",
-    "required_columns",
+    "mean_excluding",
     "tier_settings",
 ]
 
-TIERS: tuple[str, ...] = ("pair", "nbr", "uagg", "iagg")
+TIERS: tuple[str, ...] = tuple(spec.name for spec in SERVING_VIEWS)
 NONE = "none"
 _TIER_LABELS = np.array([*TIERS, NONE], dtype=object)
 
 NbrStrategy = Literal["top1", "weighted"]
-_NBR_COLUMN = {"top1": "nbr__z_top1", "weighted": "nbr__z_mean"}
+_NBR_FIELD = {"top1": Z_TOP1, "weighted": Z_MEAN}
 
 
 @dataclass
@@ -116,116 +116,118 @@ def empty_tiers(n: int, z_dim: int) -> TierFeatures:
     )
 
 
-def required_columns(nbr_strategy: NbrStrategy = "top1") -> tuple[str, ...]:
-    """The full feature names :func:`assemble_tiers` reads."""
-    if nbr_strategy not in _NBR_COLUMN:
-        raise ValueError(f"nbr_strategy must be 'top1' or 'weighted', got {nbr_strategy!r}")
-    return (
-        "pair__z",
-        "pair__fm_version",
-        "pair__computed_at",
-        _NBR_COLUMN[nbr_strategy],
-        "nbr__fm_version",
-        "nbr__computed_at",
-        "uagg__z_sum",
-        "uagg__count",
-        "uagg__window_start",
-        "uagg__fm_version",
-        "uagg__computed_at",
-        "iagg__z_mean",
-        "iagg__count",
-        "iagg__fm_version",
-        "iagg__computed_at",
-    )
-
-
 def tier_settings(cfg: SolarisConfig) -> dict:
     """The keyword arguments of :func:`assemble_tiers` that come from configuration.
 
     Serving and training both take them from here, so they cannot drift apart: ``z_dim``
-    (``model.z_dim``), the read TTLs in seconds (``selection.ttl_hours`` for pair and nbr,
-    ``store.uagg_ttl_hours``, ``store.iagg_ttl_hours``) and ``store.nbr_strategy``.
+    and the read TTLs in seconds of the serving views (their contract's ``read_ttl``), and
+    ``store.nbr_strategy``.
     """
     return {
         "z_dim": cfg.model.z_dim,
-        "pair_ttl_s": cfg.selection.ttl_hours * 3600.0,
-        "uagg_ttl_s": cfg.store.uagg_ttl_hours * 3600.0,
-        "iagg_ttl_s": cfg.store.iagg_ttl_hours * 3600.0,
+        "pair_ttl_s": PAIR.read_ttl(cfg),
+        "nbr_ttl_s": NBR.read_ttl(cfg),
+        "uagg_ttl_s": UAGG.read_ttl(cfg),
+        "iagg_ttl_s": IAGG.read_ttl(cfg),
         "nbr_strategy": cfg.store.nbr_strategy,
     }
 
 
-# --------------------------------------------------------------------------------------------
-# Column decoding (null-tolerant, vectorised)
-# --------------------------------------------------------------------------------------------
+def mean_excluding(
+    z_sum: np.ndarray,
+    count: np.ndarray,
+    z_pair: np.ndarray,
+    pair_in_window: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The user-aggregate mean without the current pair: the formula training and serving share.
 
+    For each row ``n``::
 
-def _values(col: Sequence) -> Sequence:
-    """A sequence the byte codecs accept (they take any sized sequence of bytes/None)."""
-    if isinstance(col, pd.Series):
-        return col.to_numpy(dtype=object)
-    return col
+        in window:      mean = (z_sum − z_pair) / (count − 1)
+        otherwise:      mean = z_sum / count
+        valid = effective count (count − 1, or count) > 0;   invalid rows are zeros
 
+    Args:
+        z_sum: ``[N, d]`` the ``uagg`` sum (float32 sum of float16-rounded codes).
+        count: ``[N]`` integer ``uagg`` count (0 for a missing row).
+        z_pair: ``[N, d]`` the float16-decoded ``pair`` code of the current (user, item);
+            ignored where ``pair_in_window`` is False.
+        pair_in_window: ``[N]`` bool, True exactly when this pair's code was counted in the
+            sum. (A pair recomputed after the aggregate was built is not in the window: its
+            new code was not summed, and the old one cannot be removed; that is the price of
+            storing only sum and count.)
 
-def _ints(col: Sequence) -> tuple[np.ndarray, np.ndarray]:
-    """``(int64 values, present)``; None/NaN/NA and non-numbers are not present.
-
-    Epoch seconds and counts are far below 2**53, so the float64 step is exact.
+    Returns ``(mean [N, d] float32, valid [N] bool)``. Arithmetic is float64, so the result
+    equals the mean of the other items' float16-rounded codes up to the float32 rounding of
+    the stored sum. ``count == 0`` with ``pair_in_window`` (an inconsistent input) is invalid,
+    not an error, so one bad row cannot fail a serving request.
     """
-    num = pd.to_numeric(pd.Series(_values(col), dtype=object), errors="coerce")
-    arr = num.to_numpy(dtype=np.float64, na_value=np.nan)
-    present = np.isfinite(arr)
-    out = np.where(present, arr, 0).astype(np.int64)
-    return out, present
+    s = np.asarray(z_sum)
+    c = np.asarray(count)
+    p = np.asarray(z_pair)
+    w = np.asarray(pair_in_window)
+    if s.ndim != 2:
+        raise ValueError(f"z_sum must be 2-D [N, d], got shape {s.shape}")
+    n = s.shape[0]
+    if p.shape != s.shape:
+        raise ValueError(f"z_pair has shape {p.shape}, expected {s.shape} like z_sum")
+    if c.shape != (n,) or w.shape != (n,):
+        raise ValueError(
+            f"count and pair_in_window must have shape ({n},), got {c.shape} and {w.shape}"
+        )
+    if not np.issubdtype(c.dtype, np.integer):
+        raise ValueError(f"count must be integers, got dtype {c.dtype}")
+    if w.dtype != np.bool_:
+        raise ValueError(f"pair_in_window must be bool, got dtype {w.dtype}")
+    if (c < 0).any():
+        raise ValueError("count must be >= 0")
+    return _mean_excluding(s, c.astype(np.int64), p, w)
 
 
-def _version_ok(col: Sequence, fm_version: str) -> np.ndarray:
-    """Rows whose version string equals ``fm_version`` (null never does)."""
-    s = pd.Series(_values(col), dtype=object)
-    eq = s.where(s.notna(), None).to_numpy(dtype=object) == fm_version
-    return np.asarray(eq, dtype=bool)
+def _mean_excluding(
+    s: np.ndarray, c: np.ndarray, p: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`mean_excluding` without the argument checks (the request path)."""
+    eff = c - w
+    valid = eff > 0
+    num = s.astype(np.float64)
+    np.subtract(num, p, out=num, where=w[:, None])
+    num /= np.maximum(eff, 1)[:, None]
+    mean = num.astype(np.float32)
+    if not valid.all():
+        mean[~valid] = 0.0
+    return mean, valid
 
 
-def _fresh(computed: np.ndarray, present: np.ndarray, now: np.ndarray, ttl_s: float):
-    """``now − ttl <= computed_at <= now`` where ``computed_at`` is present."""
-    return present & (computed >= now - ttl_s) & (computed <= now)
-
-
-def _now_array(now: int | np.ndarray, n: int) -> np.ndarray:
+def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray:
     arr = np.asarray(now)
     if arr.ndim == 0:
-        arr = np.full(n, arr)
+        if not np.isfinite(arr):
+            raise ValueError("now is NaN or inf")
+        return np.full(n, arr, dtype=np.int64) if arr == int(arr) else np.full(n, float(arr))
     if arr.shape != (n,):
         raise ValueError(f"now must be a scalar or have shape ({n},), got {arr.shape}")
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise ValueError(f"now must be epoch seconds (numbers), got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
         raise ValueError("now contains NaN or inf")
-    return arr.astype(np.float64)
+    return arr
 
 
-def _column_length(columns: Mapping[str, Sequence], names: Sequence[str]) -> int:
-    missing = [c for c in names if c not in columns]
-    if missing:
-        raise ValueError(f"assemble_tiers: columns {missing} are missing")
-    lengths = {c: len(columns[c]) for c in names}
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"assemble_tiers: columns have different lengths {lengths}")
-    return next(iter(lengths.values()))
-
-
-# --------------------------------------------------------------------------------------------
-# Assembly
-# --------------------------------------------------------------------------------------------
+def _fresh(rows: ViewRows, now: np.ndarray, ttl_s: float) -> np.ndarray:
+    """``now − ttl <= computed_at <= now`` where the row exists."""
+    computed = rows.values[COMPUTED_AT]
+    return rows.found & (computed >= now - ttl_s) & (computed <= now)
 
 
 def assemble_tiers(
-    columns: Mapping[str, Sequence],
-    now: int | np.ndarray,
+    views: Mapping[str, ViewRows],
+    now: int | float | np.ndarray,
     *,
     z_dim: int,
     fm_version: str,
     pair_ttl_s: float,
+    nbr_ttl_s: float,
     uagg_ttl_s: float,
     iagg_ttl_s: float,
     nbr_strategy: NbrStrategy = "top1",
@@ -233,14 +235,13 @@ def assemble_tiers(
     """Apply the presence, version, freshness and exclusion rules (module docstring).
 
     Args:
-        columns: full feature name → sequence of ``N`` values (see :func:`required_columns`;
-            extra columns are ignored).
+        views: view name → its :class:`~solaris.store.codec.ViewRows` for the ``N`` rows
+            (``pair``, ``nbr``, ``uagg``, ``iagg``; extra views are ignored).
         now: epoch seconds, a scalar (serving) or one value per row (training: the
             impression time).
         z_dim: ``d``, values per vector.
         fm_version: the FM/autoencoder version the VM was trained with; any other is a miss.
-        pair_ttl_s: read TTL of ``pair`` and ``nbr`` in seconds.
-        uagg_ttl_s, iagg_ttl_s: read TTLs of the aggregates in seconds.
+        pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s: read TTLs in seconds.
         nbr_strategy: ``"top1"`` (most similar neighbour's code) or ``"weighted"``
             (similarity-weighted mean of the neighbours' codes).
 
@@ -249,66 +250,65 @@ def assemble_tiers(
     """
     if not isinstance(fm_version, str) or not fm_version:
         raise ValueError(f"fm_version must be a non-empty string, got {fm_version!r}")
-    for name, ttl in (("pair", pair_ttl_s), ("uagg", uagg_ttl_s), ("iagg", iagg_ttl_s)):
+    ttls = {"pair": pair_ttl_s, "nbr": nbr_ttl_s, "uagg": uagg_ttl_s, "iagg": iagg_ttl_s}
+    for name, ttl in ttls.items():
         if not ttl > 0:
             raise ValueError(f"{name}_ttl_s must be > 0, got {ttl!r}")
-    names = required_columns(nbr_strategy)
-    n = _column_length(columns, names)
-    out = empty_tiers(n, z_dim)
+    if nbr_strategy not in _NBR_FIELD:
+        raise ValueError(f"nbr_strategy must be 'top1' or 'weighted', got {nbr_strategy!r}")
+    missing = [t for t in TIERS if t not in views]
+    if missing:
+        raise ValueError(f"assemble_tiers: views {missing} are missing")
+    lengths = {t: len(views[t]) for t in TIERS}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"assemble_tiers: views have different lengths {lengths}")
+    n = lengths["pair"]
     if n == 0:
-        return out
+        return empty_tiers(0, z_dim)
     t = _now_array(now, n)
-    tz = out.tier_z  # [N, 4, d] view into out.features
+    version = fm_version.encode()
+    pair, nbr, uagg, iagg = (views[name] for name in TIERS)
 
-    # pair ---------------------------------------------------------------------------------
-    z_pair, pair_bytes_ok = unpack_f16(_values(columns["pair__z"]), z_dim)
-    pair_ca, pair_ca_ok = _ints(columns["pair__computed_at"])
-    pair_known = pair_bytes_ok & pair_ca_ok & _version_ok(columns["pair__fm_version"], fm_version)
-    pair_ok = pair_known & _fresh(pair_ca, pair_ca_ok, t, pair_ttl_s)
+    pair_known = pair.found & (pair.values[FM_VERSION] == version)
+    pair_ok = pair_known & _fresh(pair, t, pair_ttl_s)
+    nbr_ok = (nbr.values[FM_VERSION] == version) & _fresh(nbr, t, nbr_ttl_s)
 
-    # nbr ----------------------------------------------------------------------------------
-    z_nbr, nbr_bytes_ok = unpack_f16(_values(columns[_NBR_COLUMN[nbr_strategy]]), z_dim)
-    nbr_ca, nbr_ca_ok = _ints(columns["nbr__computed_at"])
-    nbr_ok = (
-        nbr_bytes_ok
-        & _version_ok(columns["nbr__fm_version"], fm_version)
-        & _fresh(nbr_ca, nbr_ca_ok, t, pair_ttl_s)
+    count = uagg.values[COUNT]
+    uagg_row = (count >= 0) & (uagg.values[FM_VERSION] == version) & _fresh(uagg, t, uagg_ttl_s)
+    pair_ca = pair.values[COMPUTED_AT]
+    in_window = (
+        uagg_row
+        & pair_known
+        & (pair_ca > uagg.values[WINDOW_START])
+        & (pair_ca <= uagg.values[COMPUTED_AT])
     )
-
-    # uagg: mean of the user's codes without the current item --------------------------------
-    z_sum, sum_ok = unpack_f32(_values(columns["uagg__z_sum"]), z_dim)
-    count, count_ok = _ints(columns["uagg__count"])
-    wstart, wstart_ok = _ints(columns["uagg__window_start"])
-    uagg_ca, uagg_ca_ok = _ints(columns["uagg__computed_at"])
-    uagg_row = (
-        sum_ok
-        & count_ok
-        & (count >= 0)
-        & wstart_ok
-        & _version_ok(columns["uagg__fm_version"], fm_version)
-        & _fresh(uagg_ca, uagg_ca_ok, t, uagg_ttl_s)
+    z_user, user_valid = _mean_excluding(
+        uagg.values[Z_SUM], np.where(uagg_row, count, 0), pair.values[Z], in_window
     )
-    in_window = uagg_row & pair_known & (pair_ca > wstart) & (pair_ca <= uagg_ca)
-    z_user, user_valid = mean_excluding(z_sum, np.where(uagg_row, count, 0), z_pair, in_window)
     uagg_ok = uagg_row & user_valid
 
-    # iagg ---------------------------------------------------------------------------------
-    z_item, item_bytes_ok = unpack_f32(_values(columns["iagg__z_mean"]), z_dim)
-    icount, icount_ok = _ints(columns["iagg__count"])
-    iagg_ca, iagg_ca_ok = _ints(columns["iagg__computed_at"])
     iagg_ok = (
-        item_bytes_ok
-        & icount_ok
-        & (icount > 0)
-        & _version_ok(columns["iagg__fm_version"], fm_version)
-        & _fresh(iagg_ca, iagg_ca_ok, t, iagg_ttl_s)
+        (iagg.values[COUNT] > 0)
+        & (iagg.values[FM_VERSION] == version)
+        & _fresh(iagg, t, iagg_ttl_s)
     )
 
-    for k, (z, ok) in enumerate(
-        ((z_pair, pair_ok), (z_nbr, nbr_ok), (z_user, uagg_ok), (z_item, iagg_ok))
-    ):
-        tz[:, k] = np.where(ok[:, None], z, 0.0)
-        out.mask[:, k] = ok
-    first = np.where(out.mask.any(axis=1), out.mask.argmax(axis=1), len(TIERS))
-    out.tier = _TIER_LABELS[first]
-    return out
+    features = np.zeros((n, len(TIERS) * z_dim), dtype=np.float32)
+    tz = features.reshape(n, len(TIERS), z_dim)  # [N, 4, d] view
+    mask = np.empty((n, len(TIERS)), dtype=bool)
+    blocks = (
+        (pair.values[Z], pair_ok),
+        (nbr.values[_NBR_FIELD[nbr_strategy]], nbr_ok),
+        (z_user, uagg_ok),
+        (iagg.values[Z_MEAN], iagg_ok),
+    )
+    first = np.full(n, len(TIERS))
+    for k in reversed(range(len(TIERS))):
+        z, ok = blocks[k]
+        mask[:, k] = ok
+        if ok.all():
+            tz[:, k] = z
+        elif ok.any():
+            np.copyto(tz[:, k], z, where=ok[:, None])
+        first[ok] = k
+    return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])

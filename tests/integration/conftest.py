@@ -21,13 +21,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import redis as redis_py
 
 from solaris.config import ModelConfig, SolarisConfig, StoreConfig
-from solaris.pipeline.aggregate import pack_f16, pack_f32
-from solaris.store.feast_store import delete_project_keys
-from solaris.store.local_redis import client_from_connection_string
+from solaris.pipeline.materialize import offline_dir
+from solaris.store import contract
+from solaris.store.codec import normalize
+from solaris.store.connection import redis_client as make_redis_client
+from solaris.store.feast_store import delete_project_keys, online_store_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_REDIS = os.environ.get("SOLARIS_TEST_REDIS", "127.0.0.1:6379,db=11")
@@ -39,7 +42,7 @@ FM_VERSION = "fm-test-1"
 def redis_connection() -> str:
     """The test Redis connection string (database 11); fails loudly if Redis is down."""
     try:
-        client_from_connection_string(TEST_REDIS, timeout_s=2.0).ping()
+        make_redis_client(TEST_REDIS, timeout_s=2.0).ping()
     except (redis_py.RedisError, OSError) as exc:
         pytest.fail(
             f"integration tests need a real Redis at {TEST_REDIS!r} (set SOLARIS_TEST_REDIS "
@@ -51,7 +54,7 @@ def redis_connection() -> str:
 
 @pytest.fixture
 def redis_client(redis_connection: str) -> Iterator[redis_py.Redis]:
-    client = client_from_connection_string(redis_connection, timeout_s=2.0)
+    client = make_redis_client(redis_connection, timeout_s=2.0)
     yield client
     client.close()
 
@@ -97,7 +100,7 @@ def feast_store(solaris_cfg: SolarisConfig, redis_connection: str, redis_client)
     from solaris.store.feast_store import apply_definitions, open_feature_store
 
     store = open_feature_store(solaris_cfg, redis_connection)
-    apply_definitions(store, solaris_cfg.store.repo_path)
+    apply_definitions(store, solaris_cfg)
     yield store
     delete_project_keys(redis_client, solaris_cfg.store.project)
     redis_client.delete(solaris_cfg.store.miss_stream)
@@ -112,80 +115,79 @@ def _ts(epoch_s) -> pd.Series:
     return pd.to_datetime(pd.Series(epoch_s, dtype="int64"), unit="s", utc=True)
 
 
+def _vec(z) -> np.ndarray:
+    return np.asarray(z, np.float32).reshape(-1)
+
+
 @dataclass
 class RowWriter:
     """Writes view rows to the online store and, with ``offline=True``, to the parquet sources.
 
-    Each method takes one row (scalars; vectors as float arrays of ``Z_DIM``) and encodes it
-    as the pipeline does: float16 bytes for pair/nbr codes, float32 bytes for aggregates,
-    ``computed_at`` both as a feature and as the event timestamp ``event_ts``.
+    Each method takes one row (scalars; vectors as float arrays of ``Z_DIM``); the row's
+    ``computed_at`` is its event time. Rows go through the online store's bulk path
+    (``SolarisOnlineStore.write_table``), so they are validated and encoded as the pipeline
+    writes them; :meth:`flush_offline` writes what was written, validated the same way.
     """
 
     store: object
     repo: Path
+    cfg: SolarisConfig
     offline: bool = False
     written: dict[str, list[pd.DataFrame]] = field(default_factory=dict)
 
     def _write(self, view: str, row: dict, *, online: bool = True) -> None:
         frame = pd.DataFrame({k: [v] for k, v in row.items()})
-        frame["event_ts"] = _ts(frame["computed_at"])
+        frame[contract.EVENT_TS] = _ts(frame.pop(contract.COMPUTED_AT))
         if online:
-            self.store.write_to_online_store(view, frame)
+            online_store_of(self.store).write_table(
+                self.store.config, self.store.get_feature_view(view), frame
+            )
         self.written.setdefault(view, []).append(frame)
 
     def flush_offline(self) -> None:
         """Write everything written so far to ``data/offline/<view>/`` (one file per view)."""
         for view, frames in self.written.items():
-            folder = self.repo / "data" / "offline" / view
+            spec = contract.view(view)
+            table = normalize(spec, spec.params(self.cfg), pd.concat(frames, ignore_index=True))
+            folder = offline_dir(self.repo, view)
             folder.mkdir(parents=True, exist_ok=True)
-            pd.concat(frames, ignore_index=True).to_parquet(folder / "rows.parquet", index=False)
+            pq.write_table(table, folder / "rows.parquet")
 
     def pair(self, user, item, z, computed_at, version=FM_VERSION, *, online=True) -> None:
-        z16 = pack_f16(np.asarray(z, np.float32).reshape(1, -1))[0]
-        row = dict(user_id=user, item_id=item, z=z16, fm_version=version, computed_at=computed_at)
-        self._write("pair", row, online=online)
+        row = dict(user_id=user, item_id=item, z=_vec(z), fm_version=version)
+        self._write("pair", {**row, "computed_at": computed_at}, online=online)
 
     def nbr(self, user, item, z_top1, z_mean, computed_at, version=FM_VERSION, *, online=True):
-        top1 = pack_f16(np.asarray(z_top1, np.float32).reshape(1, -1))[0]
-        mean = pack_f16(np.asarray(z_mean, np.float32).reshape(1, -1))[0]
         row = dict(
             user_id=user,
             item_id=item,
-            z_top1=top1,
+            z_top1=_vec(z_top1),
             src_user=user + 1000,
             similarity=np.float32(0.9),
-            z_mean=mean,
+            z_mean=_vec(z_mean),
             n_nbrs=3,
             fm_version=version,
-            computed_at=computed_at,
         )
-        self._write("nbr", row, online=online)
+        self._write("nbr", {**row, "computed_at": computed_at}, online=online)
 
     def uagg(
         self, user, z_sum, count, window_start, computed_at, version=FM_VERSION, *, online=True
     ):
         row = dict(
             user_id=user,
-            z_sum=pack_f32(np.asarray(z_sum, np.float32).reshape(1, -1))[0],
+            z_sum=_vec(z_sum),
             count=count,
             window_start=window_start,
             fm_version=version,
-            computed_at=computed_at,
         )
-        self._write("uagg", row, online=online)
+        self._write("uagg", {**row, "computed_at": computed_at}, online=online)
 
     def iagg(self, item, z_mean, count, computed_at, version=FM_VERSION, *, online=True):
-        row = dict(
-            item_id=item,
-            z_mean=pack_f32(np.asarray(z_mean, np.float32).reshape(1, -1))[0],
-            count=count,
-            fm_version=version,
-            computed_at=computed_at,
-        )
-        self._write("iagg", row, online=online)
+        row = dict(item_id=item, z_mean=_vec(z_mean), count=count, fm_version=version)
+        self._write("iagg", {**row, "computed_at": computed_at}, online=online)
 
 
 @pytest.fixture
 def rows(feast_store, solaris_cfg: SolarisConfig) -> RowWriter:
     """A :class:`RowWriter` on the test's store."""
-    return RowWriter(feast_store, Path(solaris_cfg.store.repo_path))
+    return RowWriter(feast_store, Path(solaris_cfg.store.repo_path), solaris_cfg)

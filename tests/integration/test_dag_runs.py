@@ -23,8 +23,8 @@ from solaris.config import SolarisConfig
 from solaris.orchestration import tasks
 from solaris.orchestration.airflow_cycle import window_intervals
 from solaris.orchestration.layout import CycleLayout, Interval
+from solaris.store.connection import redis_client
 from solaris.store.feast_store import delete_project_keys
-from solaris.store.local_redis import client_from_connection_string
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,9 +69,7 @@ def cycle(
     # What the task runs read (the demo's copy: absolute paths, the demo cadence).
     run_cfg = SolarisConfig.load(Path(cfg.artifacts_dir).resolve() / "airflow" / "solaris.yaml")
     yield run_cfg, summary
-    delete_project_keys(
-        client_from_connection_string(REDIS), project, extra_keys=[f"{project}:misses"]
-    )
+    delete_project_keys(redis_client(REDIS), project, extra_keys=[f"{project}:misses"])
 
 
 def _intervals(summary: dict) -> int:

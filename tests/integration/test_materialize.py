@@ -8,7 +8,10 @@ import pyarrow as pa
 import pytest
 
 from solaris.data.schemas import SchemaError
-from solaris.pipeline.materialize import materialize, offline_dir, pair_frame
+from solaris.pipeline.materialize import materialize, offline_dir, pair_rows
+from solaris.store.codec import f16_round
+from solaris.store.contract import InvalidWriteError
+from solaris.store.keys import project_pattern
 
 pytestmark = pytest.mark.integration
 Z_DIM = 8  # as in conftest
@@ -30,22 +33,31 @@ def _embeddings(n: int = 6, version: str = "fm-test-1") -> pa.Table:
 
 
 def _online_state(store, n: int) -> dict:
-    rows = [{"user_id": int(u), "item_id": int(u) + 9} for u in range(1, n + 1)]
+    rows = {
+        "user_id": list(range(1, n + 1)),
+        "item_id": [u + 9 for u in range(1, n + 1)],
+        "request_ts": 1_000_000 + 3_600 * n,
+    }
     return store.get_online_features(
         features=["pair:z", "pair:fm_version", "pair:computed_at"], entity_rows=rows
     ).to_dict(include_event_timestamps=True)
 
 
+def _keys(redis_client, project: str) -> list[bytes]:
+    return sorted(redis_client.scan_iter(match=project_pattern(project), count=1000))
+
+
 def test_rerunning_a_batch_leaves_exactly_the_same_state(feast_store, solaris_cfg) -> None:
     store = feast_store
     repo = solaris_cfg.store.repo_path
-    frame = pair_frame(_embeddings(), z_dim=Z_DIM)
-    first = materialize(store, repo, "pair", frame, batch_id="b1", chunk_rows=4)
+    table = _embeddings()
+    rows = pair_rows(table, z_dim=Z_DIM)
+    first = materialize(store, "pair", rows, batch_id="b1")
     files = sorted(p.relative_to(repo) for p in offline_dir(repo, "pair").rglob("*.parquet"))
     contents = {f: pd.read_parquet(repo / f) for f in files}
     online = _online_state(store, 6)
 
-    second = materialize(store, repo, "pair", frame, batch_id="b1", chunk_rows=4)
+    second = materialize(store, "pair", rows, batch_id="b1")
     assert first.offline_files == second.offline_files
     assert (
         sorted(p.relative_to(repo) for p in offline_dir(repo, "pair").rglob("*.parquet")) == files
@@ -53,17 +65,20 @@ def test_rerunning_a_batch_leaves_exactly_the_same_state(feast_store, solaris_cf
     for f, before in contents.items():
         pd.testing.assert_frame_equal(pd.read_parquet(repo / f), before)
     assert _online_state(store, 6) == online
-    assert online["z"][0] == frame["z"][0]  # float16 bytes served as written
+    written = table["z"].combine_chunks().flatten().to_numpy().reshape(-1, Z_DIM)
+    # Served and stored offline as float16-rounded values, the same on both sides.
+    np.testing.assert_array_equal(np.asarray(online["z"][0], np.float32), f16_round(written[0]))
+    offline = pd.concat(contents.values(), ignore_index=True).sort_values("user_id")
+    np.testing.assert_array_equal(np.stack(offline["z"]), f16_round(written))
     assert not list(offline_dir(repo, "pair").rglob(".*.tmp"))
 
 
 def test_offline_rows_are_partitioned_by_event_date(feast_store, solaris_cfg) -> None:
-    store = feast_store
-    repo = solaris_cfg.store.repo_path
-    frame = pair_frame(_embeddings(30), z_dim=Z_DIM)  # 30 hours: two calendar days
-    result = materialize(store, repo, "pair", frame, batch_id="b2")
+    rows = pair_rows(_embeddings(30), z_dim=Z_DIM)  # 30 hours: two calendar days
+    result = materialize(feast_store, "pair", rows, batch_id="b2")
     dates = sorted(p.parent.name for p in result.offline_files)
-    assert dates == sorted(set(frame["event_ts"].dt.strftime("date=%Y-%m-%d")))
+    expected = rows["event_ts"].to_pandas().dt.strftime("date=%Y-%m-%d")
+    assert dates == sorted(set(expected))
     assert sum(len(pd.read_parquet(p)) for p in result.offline_files) == 30
 
 
@@ -73,5 +88,64 @@ def test_a_bad_embedding_table_is_rejected_before_anything_is_written(solaris_cf
     z[3] = np.nan
     bad = table.set_column(2, "z", pa.FixedSizeListArray.from_arrays(pa.array(z), Z_DIM))
     with pytest.raises(SchemaError, match="z"):
-        pair_frame(bad, z_dim=Z_DIM)
+        pair_rows(bad, z_dim=Z_DIM)
     assert not offline_dir(solaris_cfg.store.repo_path, "pair").exists()
+
+
+def _bad_rows(kind: str) -> pd.DataFrame:
+    n = 4
+    frame = pd.DataFrame(
+        {
+            "user_id": np.arange(n) + 1,
+            "item_id": np.arange(n) + 10,
+            "z": [np.ones(Z_DIM, np.float32)] * n,
+            "fm_version": ["fm-test-1"] * n,
+            "event_ts": pd.to_datetime(np.full(n, 1_000_000), unit="s", utc=True),
+        }
+    )
+    if kind == "short z":
+        frame.at[2, "z"] = np.ones(Z_DIM - 1, np.float32)
+    elif kind == "missing z":
+        frame = frame.drop(columns="z")
+    elif kind == "negative id":
+        frame.loc[3, "item_id"] = -5
+    elif kind == "id beyond int64":
+        frame["item_id"] = np.array([1, 2, 3, 2**63], dtype=np.uint64)
+    elif kind == "fm_version not a string":
+        frame["fm_version"] = [1, 2, 3, 4]
+    return frame
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["short z", "missing z", "negative id", "id beyond int64", "fm_version not a string"],
+)
+def test_a_bad_row_writes_nothing_offline_or_online(
+    kind: str, feast_store, solaris_cfg, redis_client
+) -> None:
+    repo = solaris_cfg.store.repo_path
+    before = _keys(redis_client, solaris_cfg.store.project)
+    with pytest.raises(InvalidWriteError, match="view 'pair'") as err:
+        materialize(feast_store, "pair", _bad_rows(kind), batch_id="bad")
+    column = {"short z": "z", "missing z": "z", "fm_version not a string": "fm_version"}
+    assert column.get(kind, "item_id") in str(err.value)
+    assert _keys(redis_client, solaris_cfg.store.project) == before
+    assert not offline_dir(repo, "pair").exists()
+
+
+@pytest.mark.parametrize("view", ["nope", "../../etc", "pair/../../x", 3])
+def test_an_unknown_view_is_refused_and_never_becomes_a_path(view, feast_store, solaris_cfg):
+    data = solaris_cfg.store.repo_path / "data"
+    before = sorted(data.rglob("*")) if data.exists() else []
+    with pytest.raises(InvalidWriteError, match="unknown view"):
+        materialize(feast_store, view, _bad_rows("none"), batch_id="x")
+    with pytest.raises(InvalidWriteError, match="unknown view"):
+        offline_dir(solaris_cfg.store.repo_path, view)
+    assert (sorted(data.rglob("*")) if data.exists() else []) == before
+
+
+def test_a_bad_batch_id_is_refused_before_writing(feast_store, solaris_cfg, redis_client) -> None:
+    with pytest.raises(InvalidWriteError, match="batch_id"):
+        materialize(feast_store, "pair", _bad_rows("none"), batch_id="../escape")
+    assert not offline_dir(solaris_cfg.store.repo_path, "pair").exists()
+    assert _keys(redis_client, solaris_cfg.store.project) == []

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from feast.protos.feast.serving.ServingService_pb2 import FieldStatus
 
 from solaris.config import SolarisConfig
 from solaris.serving.client import FEATURE_SERVICE, SolarisFeatures, serving_connection_string
@@ -48,28 +49,41 @@ def _z(seed: float) -> np.ndarray:
     return (np.arange(Z_DIM, dtype=np.float32) + seed) * 0.5
 
 
-def test_row_older_than_its_ttl_is_never_served_though_redis_holds_it(
+def test_a_stale_row_is_never_served_by_the_client_nor_by_a_plain_feast_read(
     client,
     rows,
     feast_store,
 ) -> None:
-    rows.pair(1, 10, _z(1), NOW - 3 * 24 * H)  # 3 days old, pair TTL 6 h
+    rows.pair(1, 10, _z(1), NOW - 3 * 24 * H)  # beyond the pair's 24 h retention: pruned
+    rows.pair(1, 14, _z(6), NOW - 10 * H)  # older than the 6 h read TTL, kept (retention)
     rows.pair(1, 11, _z(2), NOW - 6 * H)  # exactly at the TTL: still fresh
     rows.nbr(1, 12, _z(3), _z(4), NOW - 6 * H - 1)  # one second too old
     rows.iagg(13, _z(5), 4, NOW - 25 * H)  # aggregate TTL 24 h
-    out = client.fetch(1, [10, 11, 12, 13], now=NOW)
-    assert out.tier.tolist() == ["none", "pair", "none", "none"]
+    out = client.fetch(1, [10, 11, 12, 13, 14], now=NOW)
+    assert out.tier.tolist() == ["none", "pair", "none", "none", "none"]
     np.testing.assert_array_equal(out.tier_z[1, PAIR], _z(2))
-    assert not out.features[[0, 2, 3]].any()
+    assert not out.features[[0, 2, 3, 4]].any()
 
-    # Redis still holds the stale rows: Feast's online read returns them unfiltered.
-    raw = feast_store.get_online_features(
+    # A plain Feast read at the same time applies the same freshness inside the store.
+    response = feast_store.get_online_features(
         features=feast_store.get_feature_service(FEATURE_SERVICE),
-        entity_rows=[{"user_id": 1, "item_id": i} for i in (10, 12, 13)],
+        entity_rows={"user_id": [1] * 5, "item_id": [10, 11, 12, 13, 14], "request_ts": NOW},
         full_feature_names=True,
-    ).to_dict()
-    assert all(v is not None for v in raw["pair__z"][:1] + raw["nbr__z_top1"][1:2])
-    assert raw["iagg__z_mean"][2] is not None
+    )
+    raw = response.to_dict()
+    assert raw["pair__z"][1] is not None
+    assert raw["pair__z"][0] is None and raw["pair__z"][4] is None
+    assert raw["nbr__z_top1"][2] is None and raw["iagg__z_mean"][3] is None
+    names = list(response.proto.metadata.feature_names.val)
+    status = {n: list(r.statuses) for n, r in zip(names, response.proto.results, strict=True)}
+    stale, present, missing = (
+        FieldStatus.OUTSIDE_MAX_AGE,
+        FieldStatus.PRESENT,
+        FieldStatus.NOT_FOUND,
+    )
+    assert status["pair__z"] == [missing, present, missing, missing, stale]
+    assert status["nbr__z_top1"] == [missing, missing, stale, missing, missing]
+    assert status["iagg__z_mean"] == [missing, missing, missing, stale, missing]
 
 
 def test_wrong_version_is_a_miss_and_is_logged(client, rows, solaris_cfg, redis_client) -> None:
@@ -197,6 +211,10 @@ def blackhole() -> Iterator[str]:
     server.close()
 
 
+def _with_store(cfg: SolarisConfig, **changes) -> SolarisConfig:
+    return cfg.model_copy(update={"store": cfg.store.model_copy(update=changes)})
+
+
 @pytest.mark.parametrize("target", ["closed-port", "blackhole"])
 def test_unreachable_or_stuck_redis_gives_zeros_within_the_bound(
     target: str,
@@ -204,12 +222,14 @@ def test_unreachable_or_stuck_redis_gives_zeros_within_the_bound(
     feast_store,
     request,
 ) -> None:
-    timeout_ms = solaris_cfg.store.fetch_timeout_ms
+    # A breaker that never opens here, so every fetch really waits on the socket.
+    cfg = _with_store(solaris_cfg, breaker_failures=100)
+    timeout_ms = cfg.store.fetch_timeout_ms
     address = "127.0.0.1:1" if target == "closed-port" else request.getfixturevalue("blackhole")
-    features = SolarisFeatures(solaris_cfg, redis=address, fm_version=FM_VERSION)
+    features = SolarisFeatures(cfg, redis=address, fm_version=FM_VERSION)
     try:
         features.warm_up()  # builds the store (registry of the test project) outside the bound
-        assert "socket_timeout=" in features.feast_connection_string()
+        assert "socket_timeout=" in features.store.config.online_store.connection_string
         for k in range(3):
             start = time.perf_counter()
             out = features.fetch(1, list(range(300)), now=NOW)
@@ -228,26 +248,101 @@ def test_unreachable_or_stuck_redis_gives_zeros_within_the_bound(
 
 def test_serving_options_are_added_but_explicit_ones_kept() -> None:
     assert serving_connection_string("h:1,db=3", 0.05) == (
-        "h:1,db=3,socket_timeout=0.05,socket_connect_timeout=0.05,driver_info=null"
+        "h:1,db=3,socket_timeout=0.05,socket_connect_timeout=0.05"
     )
     assert serving_connection_string("h:1,socket_timeout=2", 0.05) == (
-        "h:1,socket_timeout=2,socket_connect_timeout=0.05,driver_info=null"
+        "h:1,socket_timeout=2,socket_connect_timeout=0.05"
     )
 
 
-def test_requests_are_shed_while_every_worker_is_stuck(solaris_cfg, feast_store, blackhole) -> None:
-    # An explicit 5 s socket timeout keeps the one worker stuck on the blackhole.
-    features = SolarisFeatures(
-        solaris_cfg, redis=f"{blackhole},socket_timeout=5", fm_version=FM_VERSION, max_workers=1
-    )
+def test_a_hung_redis_opens_the_breaker_and_later_fetches_answer_at_once(
+    solaris_cfg, feast_store, blackhole
+) -> None:
+    cfg = _with_store(solaris_cfg, fetch_timeout_ms=100.0, breaker_failures=2)
+    features = SolarisFeatures(cfg, redis=blackhole, fm_version=FM_VERSION)
     try:
-        assert features.store is not None  # built, without warm_up's read (it would block 5 s)
-        assert features.fetch(1, [1, 2], now=NOW).tier.tolist() == ["none", "none"]
+        assert features.store is not None  # built, without warm_up's read
+        for _ in range(2):  # each waits for its socket timeout
+            assert not features.fetch(1, [1, 2], now=NOW).mask.any()
+        assert features.breaker.state == "open"
         start = time.perf_counter()
-        out = features.fetch(1, [1, 2], now=NOW)  # the worker is still stuck: no wait at all
+        out = features.fetch(1, [1, 2], now=NOW)  # Redis looks hung: no wait at all
         assert (time.perf_counter() - start) * 1000 < 20
         assert not out.mask.any()
         s = features.stats
-        assert (s.requests, s.failures, s.timeouts, s.shed) == (2, 2, 1, 1)
+        assert (s.requests, s.failures, s.timeouts, s.shed_open, s.shed_busy) == (3, 3, 2, 1, 0)
     finally:
         features.close()
+
+
+def test_the_breaker_closes_again_once_redis_answers(
+    solaris_cfg, feast_store, rows, redis_connection
+) -> None:
+    cfg = _with_store(solaris_cfg, breaker_failures=1, breaker_cooldown_ms=50.0)
+    rows.pair(8, 80, _z(1), NOW - 60)
+    features = SolarisFeatures(
+        cfg, redis=redis_connection, fm_version=FM_VERSION, store=feast_store
+    )
+    try:
+        features.breaker.record(False)  # as after one failed fetch
+        assert features.breaker.state == "open"
+        assert not features.fetch(8, [80], now=NOW).mask.any()  # shed while open
+        time.sleep(0.06)
+        assert features.fetch(8, [80], now=NOW).tier.tolist() == ["pair"]  # the probe
+        assert features.breaker.state == "closed"
+        assert features.stats.shed_open == 1
+    finally:
+        features.close()
+
+
+def test_an_overloaded_process_sheds_as_busy_not_as_hung(
+    solaris_cfg, feast_store, blackhole
+) -> None:
+    # One slot, taken by a fetch stuck on the blackhole for its whole 2 s socket timeout.
+    cfg = _with_store(solaris_cfg, max_concurrent_fetches=1, fetch_timeout_ms=2_000.0)
+    features = SolarisFeatures(cfg, redis=blackhole, fm_version=FM_VERSION)
+    try:
+        assert features.store is not None
+        stuck = threading.Thread(target=features.fetch, args=(1, [1]), kwargs={"now": NOW})
+        stuck.start()
+        deadline = time.monotonic() + 2
+        while features.stats.requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)  # the first fetch is inside its read now
+        start = time.perf_counter()
+        out = features.fetch(1, [1, 2], now=NOW)
+        assert (time.perf_counter() - start) * 1000 < 20
+        assert not out.mask.any()
+        assert features.stats.shed_busy == 1 and features.stats.shed_open == 0
+        stuck.join(timeout=5)
+    finally:
+        features.close()
+
+
+def test_one_bad_miss_entry_never_costs_the_good_ones(solaris_cfg, redis_client) -> None:
+    from solaris.serving.misses import drain_miss_entries
+
+    stream, maxlen = solaris_cfg.store.miss_stream, solaris_cfg.store.miss_stream_maxlen
+    append_misses(redis_client, stream, maxlen, 1, [10, 11], NOW)
+    redis_client.xadd(stream, {"user": "x", "ts": NOW, "items": b"\x01\x02"})  # not ours
+    redis_client.xadd(stream, {"user": 2, "ts": NOW})  # no items
+    append_misses(redis_client, stream, maxlen, 3, [30], NOW + 1)
+    drained = drain_miss_entries(redis_client, stream)
+    assert drained.rows.to_dict("list") == {
+        "user_id": [1, 1, 3],
+        "item_id": [10, 11, 30],
+        "ts": [NOW, NOW, NOW + 1],
+    }
+    assert [reason for _, reason in drained.skipped] == [
+        "user and ts must be decimal integers",
+        "missing fields ['items']",
+    ]
+    assert redis_client.xlen(stream) == 0
+
+
+def test_invalid_misses_are_refused_before_reaching_the_stream(solaris_cfg, redis_client):
+    stream, maxlen = solaris_cfg.store.miss_stream, solaris_cfg.store.miss_stream_maxlen
+    for user, items, ts in ((1, [-1], NOW), (1, [1], NOW * 1000), (-3, [1], NOW)):
+        with pytest.raises(ValueError):
+            append_misses(redis_client, stream, maxlen, user, items, ts)
+    assert redis_client.xlen(stream) == 0

@@ -1,20 +1,17 @@
-"""user_aggregate / item_aggregate / mean_excluding / byte codecs, on hand-computed tables."""
+"""user_aggregate / item_aggregate, on hand-computed tables."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from solaris.pipeline.aggregate import (
-    item_aggregate,
-    mean_excluding,
-    pack_f16,
-    pack_f32,
-    unpack_f16,
-    unpack_f32,
-    user_aggregate,
-)
+from solaris.config import ModelConfig, SolarisConfig
+from solaris.pipeline.aggregate import item_aggregate, user_aggregate, vectors
+from solaris.store import codec
+from solaris.store.contract import IAGG, UAGG, ViewSpec
 
 AS_OF = 1_000_000
 WINDOW = 86_400
@@ -32,10 +29,17 @@ def _f32(values: list[list[float]]) -> np.ndarray:
     return np.asarray(values, dtype=np.float32)
 
 
+def _stack(frame: pd.DataFrame, column: str, d: int = 2) -> np.ndarray:
+    """A vector column (one float32 ``[d]`` array per row) as ``[N, d]``."""
+    assert all(
+        isinstance(v, np.ndarray) and v.dtype == np.float32 and v.shape == (d,)
+        for v in frame[column]
+    )
+    return np.stack(frame[column]) if len(frame) else np.zeros((0, d), np.float32)
+
+
 def _sum(frame: pd.DataFrame, d: int = 2) -> np.ndarray:
-    z, present = unpack_f32(frame["z_sum"].tolist(), d)
-    assert present.all()
-    return z
+    return _stack(frame, "z_sum", d)
 
 
 # ---------------------------------------------------------------------------- user_aggregate
@@ -68,7 +72,7 @@ def test_user_aggregate_excludes_window_start_and_includes_as_of() -> None:
     assert out["window_start"].tolist() == [start]
     assert out["fm_version"].tolist() == [V]
     assert out["event_ts"].iloc[0] == pd.Timestamp(AS_OF, unit="s", tz="UTC")
-    assert len(out["z_sum"].iloc[0]) == 2 * 4
+    assert out["z_sum"].iloc[0].dtype == np.float32 and out["z_sum"].iloc[0].shape == (2,)
 
 
 def test_user_aggregate_ignores_rows_of_other_fm_versions() -> None:
@@ -101,7 +105,7 @@ def test_user_aggregate_sums_the_float16_rounded_codes() -> None:
     pairs = _pairs([(1, 10, AS_OF, V), (1, 11, AS_OF, V)])
     z = _f32([[0.1, 1 / 3], [0.2, 1e-5]])
     out = user_aggregate(pairs, z, as_of=AS_OF, window_seconds=WINDOW, fm_version=V)
-    z16 = z.astype(np.float16).astype(np.float64)
+    z16 = codec.f16_round(z).astype(np.float64)
     np.testing.assert_array_equal(_sum(out), [z16.sum(axis=0).astype(np.float32)])
     assert not np.array_equal(_sum(out), [z.sum(axis=0)])
 
@@ -141,121 +145,48 @@ def test_item_aggregate_is_the_mean_over_users_in_window() -> None:
     out = item_aggregate(pairs, z, as_of=AS_OF, window_seconds=WINDOW, fm_version=V)
     assert list(out.columns) == ["item_id", "z_mean", "count", "fm_version", "event_ts"]
     assert out["item_id"].tolist() == [7, 8]
-    mean, present = unpack_f32(out["z_mean"].tolist(), 2)
-    assert present.all()
-    np.testing.assert_array_equal(mean, [[2, 2], [0.5, -1]])
+    np.testing.assert_array_equal(_stack(out, "z_mean"), [[2, 2], [0.5, -1]])
     assert out["count"].tolist() == [3, 1]
     assert (out["event_ts"] == pd.Timestamp(AS_OF, unit="s", tz="UTC")).all()
 
 
-# ---------------------------------------------------------------------------- mean_excluding
+# ---------------------------------------------------------------------------- the view contract
 
 
-def test_mean_excluding_matches_hand_computation() -> None:
-    z_sum = _f32([[6, 9], [6, 9], [3, 3], [0, 0], [0, 0], [5, -5]])
-    count = np.array([3, 3, 1, 0, 0, 1])
-    z_pair = _f32([[1, 0], [1, 0], [3, 3], [0, 0], [0, 0], [9, 9]])
-    in_window = np.array([True, False, True, False, True, False])
-    mean, valid = mean_excluding(z_sum, count, z_pair, in_window)
-    assert mean.dtype == np.float32
-    np.testing.assert_allclose(
-        mean, [[2.5, 4.5], [2, 3], [0, 0], [0, 0], [0, 0], [5, -5]], rtol=0, atol=1e-7
-    )
-    # count 1 with the pair in window (nothing else) and count 0 are invalid.
-    assert valid.tolist() == [True, True, False, False, False, True]
+def test_vectors_makes_one_float32_row_array_per_row() -> None:
+    cells = vectors(np.array([[1, 2], [3, 4]], dtype=np.float64))
+    assert cells.dtype == object and len(cells) == 2
+    assert all(c.dtype == np.float32 and c.shape == (2,) for c in cells)
+    np.testing.assert_array_equal(np.stack(cells), [[1, 2], [3, 4]])
+    assert len(vectors(np.zeros((0, 2), np.float32))) == 0
 
 
-def test_mean_excluding_ignores_the_pair_code_when_not_in_window() -> None:
-    mean, valid = mean_excluding(
-        _f32([[4, 2]]), np.array([2]), _f32([[np.nan, np.nan]]), np.array([False])
-    )
-    np.testing.assert_array_equal(mean, [[2, 1]])
-    assert valid.tolist() == [True]
-
-
-def test_mean_excluding_after_float16_round_trip_equals_mean_of_other_items() -> None:
-    rng = np.random.default_rng(0)
-    n_items, d = 9, 16
-    z = rng.standard_normal((n_items, d)).astype(np.float32) * 0.37
-    pairs = _pairs([(1, i, AS_OF - i, V) for i in range(n_items)])
-    uagg = user_aggregate(pairs, z, as_of=AS_OF, window_seconds=WINDOW, fm_version=V)
-    z_sum, _ = unpack_f32(uagg["z_sum"].tolist() * n_items, d)  # one row per current item
-    count = np.repeat(uagg["count"].to_numpy(), n_items)
-    z_pair, present = unpack_f16(pack_f16(z), d)  # what the pair view serves
-    assert present.all()
-
-    mean, valid = mean_excluding(z_sum, count, z_pair, np.ones(n_items, dtype=bool))
-
-    z16 = z.astype(np.float16).astype(np.float64)
-    others = (z16.sum(axis=0)[None, :] - z16) / (n_items - 1)
-    assert valid.all()
-    np.testing.assert_allclose(mean, others, rtol=0, atol=1e-6)
-
-
-def test_mean_excluding_rejects_inconsistent_shapes_and_dtypes() -> None:
-    s, c, p, w = _f32([[1, 1]]), np.array([2]), _f32([[1, 1]]), np.array([True])
-    with pytest.raises(ValueError, match="z_pair"):
-        mean_excluding(s, c, _f32([[1, 1, 1]]), w)
-    with pytest.raises(ValueError, match="shape"):
-        mean_excluding(s, np.array([2, 2]), p, w)
-    with pytest.raises(ValueError, match="bool"):
-        mean_excluding(s, c, p, np.array([1]))
-    with pytest.raises(ValueError, match="integers"):
-        mean_excluding(s, np.array([2.0]), p, w)
-    with pytest.raises(ValueError, match=">= 0"):
-        mean_excluding(s, np.array([-1]), p, w)
-    with pytest.raises(ValueError, match="2-D"):
-        mean_excluding(np.ones(2, np.float32), c, p, w)
-
-
-# ---------------------------------------------------------------------------- byte codecs
-
-
-def test_pack_unpack_f32_round_trip_is_exact() -> None:
-    z = np.array([[0.1, -2.5, 0.0], [1e-30, 3.4e38, 0.0]], dtype=np.float32)
-    packed = pack_f32(z)
-    assert [len(b) for b in packed] == [12, 12]
-    assert all(isinstance(b, bytes) for b in packed)
-    out, present = unpack_f32(packed, 3)
-    assert out.dtype == np.float32
-    np.testing.assert_array_equal(out, z)
-    assert present.tolist() == [True, True]
-
-
-def test_pack_unpack_f16_round_trip_gives_float16_rounded_values() -> None:
-    z = np.array([[0.1, -2.5], [1 / 3, 0.0]], dtype=np.float32)
-    packed = pack_f16(z)
-    assert [len(b) for b in packed] == [4, 4]
-    out, present = unpack_f16(packed, 2)
-    assert out.dtype == np.float32
-    np.testing.assert_array_equal(out, z.astype(np.float16).astype(np.float32))
-    assert present.all()
-
-
-def test_unpack_marks_none_and_wrong_length_rows_not_present_with_zeros() -> None:
-    good = pack_f32(_f32([[1, 2]]))[0]
-    values = [good, None, good[:4], good + b"\x00", "not bytes", good]
-    out, present = unpack_f32(values, 2)
-    assert present.tolist() == [True, False, False, False, False, True]
-    np.testing.assert_array_equal(out, [[1, 2], [0, 0], [0, 0], [0, 0], [0, 0], [1, 2]])
-
-    out16, present16 = unpack_f16([None, pack_f16(_f32([[1, 2]]))[0], good], 2)
-    assert present16.tolist() == [False, True, False]  # 8 bytes is not 2 float16
-    np.testing.assert_array_equal(out16, [[0, 0], [1, 2], [0, 0]])
-
-
-def test_unpack_of_nothing_and_of_a_series() -> None:
-    out, present = unpack_f32([], 4)
-    assert out.shape == (0, 4) and present.shape == (0,)
-    out, present = unpack_f16(pd.Series([None, None]), 3)
-    assert out.shape == (2, 3) and not present.any()
+@pytest.mark.parametrize(
+    ("fn", "spec", "column"),
+    [(user_aggregate, UAGG, "z_sum"), (item_aggregate, IAGG, "z_mean")],
+    ids=["uagg", "iagg"],
+)
+def test_aggregate_frames_are_valid_writes_of_their_view(
+    fn: Callable[..., pd.DataFrame], spec: ViewSpec, column: str
+) -> None:
+    pairs = _pairs([(1, 10, AS_OF, V), (2, 10, AS_OF - 1, V), (1, 11, AS_OF - 2, V)])
+    z = _f32([[0.1, 1 / 3], [0.2, 1e-5], [-7, 2.5]])
+    out = fn(pairs, z, as_of=AS_OF, window_seconds=WINDOW, fm_version=V)
+    params = spec.params(SolarisConfig(model=ModelConfig(z_dim=2)))
+    table = codec.normalize(spec, params, out)
+    rows = codec.decode_records(spec, params, codec.encode_records(spec, params, table))
+    assert rows.found.all()
+    np.testing.assert_array_equal(rows.values[column], _stack(out, column))
+    np.testing.assert_array_equal(rows.values["count"], out["count"].to_numpy())
+    assert (rows.values["computed_at"] == AS_OF).all()
+    assert rows.values["fm_version"].tolist() == [V.encode()] * len(out)
 
 
 # ---------------------------------------------------------------------------- validation
 
 
 @pytest.mark.parametrize("fn", [user_aggregate, item_aggregate])
-def test_aggregates_reject_bad_inputs(fn) -> None:
+def test_aggregates_reject_bad_inputs(fn: Callable[..., pd.DataFrame]) -> None:
     pairs = _pairs([(1, 10, AS_OF, V), (2, 10, AS_OF, V)])
     kw = {"as_of": AS_OF, "window_seconds": WINDOW, "fm_version": V}
     with pytest.raises(ValueError, match="rows"):

@@ -6,8 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from solaris.pipeline.aggregate import unpack_f16
+from solaris.config import ModelConfig, SolarisConfig
 from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
+from solaris.store import codec
+from solaris.store.contract import NBR
 
 AS_OF = 1_000_000
 TTL = 6 * 3600
@@ -161,10 +163,12 @@ def _row(out: pd.DataFrame, user: int, item: int) -> pd.Series:
     return hit.iloc[0]
 
 
-def _z(value: bytes, d: int = 2) -> np.ndarray:
-    z, present = unpack_f16([value], d)
-    assert present.all()
-    return z[0]
+def _z(value: np.ndarray, d: int = 2) -> np.ndarray:
+    """One vector cell: a float32 ``[d]`` array of float16-rounded values."""
+    assert isinstance(value, np.ndarray)
+    assert value.dtype == np.float32 and value.shape == (d,)
+    np.testing.assert_array_equal(codec.f16_round(value), value)
+    return value
 
 
 def test_neighbour_fill_top1_is_most_similar_neighbour_that_has_the_item() -> None:
@@ -264,7 +268,38 @@ def test_neighbour_fill_output_columns_types_and_duplicate_targets() -> None:
     assert out["similarity"].dtype == np.float32
     assert (out["fm_version"] == V).all()
     assert (out["event_ts"] == pd.Timestamp(AS_OF, unit="s", tz="UTC")).all()
-    assert all(isinstance(b, bytes) and len(b) == 2 * 2 for b in out["z_top1"])
+    for column in ("z_top1", "z_mean"):
+        for value in out[column]:
+            _z(value)
+
+
+def test_neighbour_fill_codes_are_float16_rounded() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V), (3, 100, AS_OF, V)])
+    z = _f32([[0.1, 1 / 3], [1e-5, 0.7]])
+    row = _row(_fill([(1, 100)], pairs, z), 1, 100)
+    np.testing.assert_array_equal(_z(row["z_top1"]), codec.f16_round(z[0]))
+    z16 = codec.f16_round(z).astype(np.float64)
+    expected = (0.9 * z16[0] + 0.5 * z16[1]) / 1.4
+    np.testing.assert_allclose(_z(row["z_mean"]), expected, rtol=1e-3)
+    assert not np.array_equal(row["z_top1"], z[0])
+
+
+def test_neighbour_fill_frame_is_a_valid_nbr_write() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V), (3, 200, AS_OF, V), (4, 200, AS_OF, V)])
+    z = _f32([[0.1, 1 / 3], [2, 4], [8, 0.3]])
+    out = _fill([(1, 100), (1, 200), (6, 100)], pairs, z)
+    params = NBR.params(SolarisConfig(model=ModelConfig(z_dim=2)))
+    table = codec.normalize(NBR, params, out)
+    rows = codec.decode_records(NBR, params, codec.encode_records(NBR, params, table))
+    assert rows.found.all()
+    for column in ("z_top1", "z_mean"):
+        assert rows.values[column].dtype == np.float16
+        np.testing.assert_array_equal(rows.values[column], np.stack(out[column]))
+    np.testing.assert_array_equal(rows.values["src_user"], out["src_user"].to_numpy())
+    np.testing.assert_array_equal(rows.values["similarity"], out["similarity"].to_numpy())
+    np.testing.assert_array_equal(rows.values["n_nbrs"], out["n_nbrs"].to_numpy())
+    assert (rows.values["computed_at"] == AS_OF).all()
+    assert rows.values["fm_version"].tolist() == [V.encode()] * len(out)
 
 
 def test_neighbour_fill_rejects_bad_inputs() -> None:

@@ -1,0 +1,553 @@
+"""Records of the SOLARIS views: validation, the offline schema, and the Redis record codec.
+
+One record holds one row of one view (``docs/online_store_format.md``)::
+
+    record := event_us  fixed-fields  variable-fields
+    event_us        int64 LE, the row's event time in microseconds since the epoch (UTC)
+    fixed-fields    in declared order: vectors as d × float16 or float32 LE, int64 LE,
+                    float32 LE; a computed_at field (Kind.EVENT_S) is not stored: it is
+                    event_us // 10**6
+    variable-fields in declared order; each but the last is prefixed by its byte length
+                    (uint32 LE); the last runs to the end of the record. Strings are UTF-8,
+                    lists are packed int64 / float32 LE.
+
+Encoding and decoding are vectorised with numpy structured dtypes: a batch of records with
+the same length (one ``fm_version`` in a batch, the usual case) is one ``frombuffer``. Only a
+view with several variable fields (``unn``, off the request path) is coded row by row.
+
+Every write goes through :func:`normalize` first, which validates a whole table (types,
+nulls, id ranges, vector sizes, finiteness) and names the view, column and first bad row in
+an :class:`~solaris.store.contract.InvalidWriteError`; so nothing is written from a table
+that has one bad row.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import compress, repeat
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from solaris.store.contract import (
+    EVENT_TS,
+    MAX_EPOCH_S,
+    FieldSpec,
+    InvalidWriteError,
+    Kind,
+    ViewParams,
+    ViewSpec,
+)
+
+__all__ = [
+    "ViewRows",
+    "decode_records",
+    "encode_records",
+    "f16_round",
+    "normalize",
+    "offline_schema",
+    "rows_from_table",
+]
+
+_US = 1_000_000
+_INT64_MAX = np.iinfo(np.int64).max
+_F16_MAX = float(np.finfo(np.float16).max)
+_EVENT = "__event_us"
+_NUMPY = {
+    Kind.VECTOR_F16: "<f2",
+    Kind.VECTOR_F32: "<f4",
+    Kind.INT64: "<i8",
+    Kind.FLOAT32: "<f4",
+    Kind.INT64_LIST: "<i8",
+    Kind.FLOAT32_LIST: "<f4",
+}
+
+
+def f16_round(z: np.ndarray) -> np.ndarray:
+    """``z`` rounded to the nearest float16 and widened back to float32: the values a
+    ``Kind.VECTOR_F16`` field serves, and what the offline store keeps for it."""
+    return np.asarray(z).astype(np.float16).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# Arrow schema of the offline rows
+# --------------------------------------------------------------------------------------------
+
+
+def _arrow_type(kind: Kind) -> pa.DataType:
+    return {
+        Kind.VECTOR_F16: pa.list_(pa.float32()),
+        Kind.VECTOR_F32: pa.list_(pa.float32()),
+        Kind.EVENT_S: pa.int64(),
+        Kind.INT64: pa.int64(),
+        Kind.FLOAT32: pa.float32(),
+        Kind.STRING: pa.string(),
+        Kind.INT64_LIST: pa.list_(pa.int64()),
+        Kind.FLOAT32_LIST: pa.list_(pa.float32()),
+    }[kind]
+
+
+def offline_schema(spec: ViewSpec) -> pa.Schema:
+    """The canonical Arrow schema of ``spec``'s rows: join keys (int64), the features in
+    declared order, then ``event_ts`` (timestamp[us, UTC]). Offline parquet files, Feast's
+    FileSource and every write use it."""
+    return pa.schema(
+        [pa.field(k, pa.int64(), nullable=False) for k in spec.join_keys]
+        + [pa.field(f.name, _arrow_type(f.kind), nullable=False) for f in spec.fields]
+        + [pa.field(EVENT_TS, pa.timestamp("us", tz="UTC"), nullable=False)]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+
+def _bad(spec: ViewSpec, column: str, row: int | None, problem: str) -> InvalidWriteError:
+    where = f", row {row}" if row is not None else ""
+    return InvalidWriteError(f"view {spec.name!r}, column {column!r}{where}: {problem}")
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _no_nulls(spec: ViewSpec, name: str, col: pa.ChunkedArray) -> None:
+    if col.null_count:
+        raise _bad(spec, name, _first(col.is_null().to_numpy(zero_copy_only=False)), "is null")
+
+
+def _ints(spec: ViewSpec, name: str, col: pa.ChunkedArray, *, ids: bool) -> pa.Array:
+    _no_nulls(spec, name, col)
+    if not pa.types.is_integer(col.type):
+        raise _bad(spec, name, None, f"must be integers, got {col.type}")
+    values = col.to_numpy()
+    if pa.types.is_unsigned_integer(col.type) and len(values) and values.max() > _INT64_MAX:
+        raise _bad(spec, name, _first(values > _INT64_MAX), "is outside int64")
+    values = values.astype(np.int64)
+    if ids and (values < 0).any():
+        raise _bad(spec, name, _first(values < 0), f"ids must be >= 0, got {values.min()}")
+    return pa.array(values, pa.int64())
+
+
+def _event_us(spec: ViewSpec, col: pa.ChunkedArray) -> np.ndarray:
+    _no_nulls(spec, EVENT_TS, col)
+    if not pa.types.is_timestamp(col.type):
+        raise _bad(spec, EVENT_TS, None, f"must be a timestamp, got {col.type}")
+    # A zone-less timestamp is UTC (as in Feast).
+    us = col.cast(pa.timestamp("us", tz=col.type.tz), safe=False).cast(pa.int64()).to_numpy()
+    bad = (us < 0) | (us >= MAX_EPOCH_S * _US)
+    if bad.any():
+        raise _bad(spec, EVENT_TS, _first(bad), "is outside 1970 .. 2286")
+    return us
+
+
+def _vectors(spec: ViewSpec, name: str, kind: Kind, col: pa.ChunkedArray, d: int) -> np.ndarray:
+    _no_nulls(spec, name, col)
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+        raise _bad(spec, name, None, f"must be a list of {d} floats, got {t}")
+    if not (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):
+        raise _bad(spec, name, None, f"must hold numbers, got {t.value_type}")
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+    if (lengths != d).any():
+        row = _first(lengths != d)
+        raise _bad(spec, name, row, f"expected {d} values, got {lengths[row]}")
+    flat = pc.list_flatten(arr)
+    if flat.null_count:
+        nulls = flat.is_null().to_numpy(zero_copy_only=False).reshape(-1, d).any(axis=1)
+        raise _bad(spec, name, _first(nulls), "holds a null value")
+    z = flat.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, d)
+    bad = ~np.isfinite(z).all(axis=1)
+    if bad.any():
+        raise _bad(spec, name, _first(bad), "holds NaN or inf")
+    if kind is Kind.VECTOR_F16:
+        big = (np.abs(z) > _F16_MAX).any(axis=1)
+        if big.any():
+            raise _bad(spec, name, _first(big), "holds values outside the float16 range")
+        z = f16_round(z)
+    return z
+
+
+def _strings(spec: ViewSpec, name: str, col: pa.ChunkedArray) -> pa.Array:
+    _no_nulls(spec, name, col)
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise _bad(spec, name, None, f"must be strings, got {col.type}")
+    arr = pc.cast(col, pa.string()).combine_chunks()
+    empty = pc.equal(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
+    if empty.any():
+        raise _bad(spec, name, _first(empty), "is empty")
+    return arr
+
+
+def _lists(spec: ViewSpec, name: str, kind: Kind, col: pa.ChunkedArray) -> pa.Array:
+    _no_nulls(spec, name, col)
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+        raise _bad(spec, name, None, f"must be a list, got {col.type}")
+    target = _arrow_type(kind)
+    try:
+        arr = pc.cast(col, target).combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise _bad(spec, name, None, f"cannot be read as {target}: {exc}") from exc
+    if pc.list_flatten(arr).null_count:
+        raise _bad(spec, name, None, "holds a null value")
+    return arr
+
+
+def normalize(spec: ViewSpec, params: ViewParams, data: pa.Table | pd.DataFrame) -> pa.Table:
+    """``data`` validated and cast to :func:`offline_schema` (extra columns dropped).
+
+    Vectors of a float16 field are rounded to float16 here, so the offline rows hold exactly
+    what the online store serves. A ``computed_at`` column (Kind.EVENT_S) may be omitted; if
+    present it must equal the event time in whole seconds.
+
+    Raises:
+        InvalidWriteError: the first problem found, naming view, column and row.
+    """
+    if isinstance(data, pd.DataFrame):
+        try:
+            data = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InvalidWriteError(f"view {spec.name!r}: rows cannot be read: {exc}") from exc
+    if not isinstance(data, pa.Table):
+        raise InvalidWriteError(
+            f"view {spec.name!r}: rows must be a pyarrow Table or a pandas DataFrame, "
+            f"got {type(data).__name__}"
+        )
+    derived = {f.name for f in spec.fields if f.kind is Kind.EVENT_S}
+    required = [*spec.join_keys, *(f.name for f in spec.fields if f.name not in derived)]
+    missing = [c for c in (*required, EVENT_TS) if c not in data.column_names]
+    if missing:
+        raise InvalidWriteError(f"view {spec.name!r}: missing columns {missing}")
+    if data.num_rows == 0:  # nothing to check (and empty columns may have no type)
+        return offline_schema(spec).empty_table()
+
+    event_us = _event_us(spec, data[EVENT_TS])
+    columns: dict[str, pa.Array] = {k: _ints(spec, k, data[k], ids=True) for k in spec.join_keys}
+    for f in spec.fields:
+        if f.kind is Kind.EVENT_S:
+            seconds = event_us // _US
+            if f.name in data.column_names:
+                given = _ints(spec, f.name, data[f.name], ids=False).to_numpy()
+                if (given != seconds).any():
+                    row = _first(given != seconds)
+                    raise _bad(
+                        spec, f.name, row, f"{given[row]} is not the event time {seconds[row]}"
+                    )
+            columns[f.name] = pa.array(seconds, pa.int64())
+        elif f.kind.is_vector:
+            z = _vectors(spec, f.name, f.kind, data[f.name], params.z_dim)
+            offsets = np.arange(0, z.size + 1, params.z_dim, dtype=np.int32)
+            columns[f.name] = pa.ListArray.from_arrays(
+                pa.array(offsets), pa.array(z.ravel(), pa.float32())
+            )
+        elif f.kind is Kind.INT64:
+            columns[f.name] = _ints(spec, f.name, data[f.name], ids=False)
+        elif f.kind is Kind.FLOAT32:
+            col = data[f.name]
+            _no_nulls(spec, f.name, col)
+            if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+                raise _bad(spec, f.name, None, f"must be numbers, got {col.type}")
+            values = col.to_numpy().astype(np.float32)
+            if not np.isfinite(values).all():
+                raise _bad(spec, f.name, _first(~np.isfinite(values)), "is NaN or inf")
+            columns[f.name] = pa.array(values, pa.float32())
+        elif f.kind is Kind.STRING:
+            columns[f.name] = _strings(spec, f.name, data[f.name])
+        else:
+            columns[f.name] = _lists(spec, f.name, f.kind, data[f.name])
+    columns[EVENT_TS] = pa.array(event_us, pa.timestamp("us", tz="UTC"))
+    return pa.table(columns, schema=offline_schema(spec))
+
+
+# --------------------------------------------------------------------------------------------
+# Decoded rows, as serving and training use them
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ViewRows:
+    """One view's rows aligned with ``N`` requested entity rows.
+
+    Attributes:
+        found: ``[N]`` bool, a row exists (online: Redis held a record; offline: the
+            point-in-time join found one).
+        event_us: ``[N]`` int64 event time in microseconds (0 where not found).
+        values: feature name → array: vectors ``[N, d]`` in their stored precision
+            (float16 for ``Kind.VECTOR_F16``, float32 otherwise; readers widen them where
+            they use them), ints ``[N]`` int64, floats ``[N]`` float32, strings ``[N]``
+            bytes (numpy ``S``), lists ``[N]`` object arrays; zeros / empty where not found.
+            Arrays may be read-only views of the records.
+    """
+
+    found: np.ndarray
+    event_us: np.ndarray
+    values: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+    @classmethod
+    def empty(cls, spec: ViewSpec, params: ViewParams, n: int) -> ViewRows:
+        values: dict[str, np.ndarray] = {}
+        for f in spec.fields:
+            if f.kind.is_vector:
+                values[f.name] = np.zeros((n, params.z_dim), _NUMPY[f.kind])
+            elif f.kind in (Kind.EVENT_S, Kind.INT64):
+                values[f.name] = np.zeros(n, np.int64)
+            elif f.kind is Kind.FLOAT32:
+                values[f.name] = np.zeros(n, np.float32)
+            elif f.kind is Kind.STRING:
+                values[f.name] = np.zeros(n, "S1")
+            else:
+                values[f.name] = np.full(n, None, object)
+        return cls(np.zeros(n, bool), np.zeros(n, np.int64), values)
+
+
+def rows_from_table(spec: ViewSpec, params: ViewParams, table: pa.Table) -> ViewRows:
+    """:class:`ViewRows` from offline rows (``get_historical_features`` output): a row is
+    found where its ``event_ts`` is not null. Columns are the view's field names."""
+    n = table.num_rows
+    out = ViewRows.empty(spec, params, n)
+    ts = table[EVENT_TS]
+    found = ~ts.is_null().to_numpy(zero_copy_only=False)
+    out.found[:] = found
+    us = pc.cast(ts, pa.timestamp("us", tz="UTC")).fill_null(0).cast(pa.int64()).to_numpy()
+    out.event_us[:] = np.where(found, us, 0)
+    idx = np.flatnonzero(found)
+    if not len(idx):
+        return out
+    sub = table.take(pa.array(idx, pa.int64()))
+    for f in spec.fields:
+        col = sub[f.name].combine_chunks()
+        if f.kind.is_vector:
+            flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+            # Offline float16 fields hold float16-rounded values: the cast back is exact.
+            out.values[f.name][idx] = flat.astype(_NUMPY[f.kind]).reshape(-1, params.z_dim)
+        elif f.kind is Kind.EVENT_S:
+            out.values[f.name][idx] = out.event_us[idx] // _US
+        elif f.kind is Kind.STRING:
+            strings = np.array(col.to_pylist(), dtype=object)
+            encoded = np.char.encode(strings.astype(str), "utf-8") if len(idx) else strings
+            width = max(1, encoded.dtype.itemsize) if len(idx) else 1
+            column = np.zeros(n, f"S{width}")
+            column[idx] = encoded
+            out.values[f.name] = column
+        elif f.kind in (Kind.INT64, Kind.FLOAT32):
+            out.values[f.name][idx] = col.to_numpy(zero_copy_only=False)
+        else:
+            lists = np.empty(len(idx), object)
+            lists[:] = [np.asarray(v, _NUMPY[f.kind]) for v in col.to_pylist()]
+            out.values[f.name][idx] = lists
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The Redis record codec
+# --------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _stored(spec: ViewSpec) -> tuple[list[FieldSpec], list[FieldSpec]]:
+    fixed = [f for f in spec.fields if f.kind.is_fixed and f.kind is not Kind.EVENT_S]
+    variable = [f for f in spec.fields if not f.kind.is_fixed]
+    return fixed, variable
+
+
+@functools.cache
+def _fixed_dtype(spec: ViewSpec, d: int, tail: int | None = None) -> np.dtype:
+    """Structured dtype of the fixed part, plus a ``S{tail}`` string tail when the view's
+    only variable field is a string of ``tail`` bytes."""
+    fixed, variable = _stored(spec)
+    parts: list[tuple] = [(_EVENT, "<i8")]
+    for f in fixed:
+        shape = (d,) if f.kind.is_vector else ()
+        parts.append((f.name, _NUMPY[f.kind], shape) if shape else (f.name, _NUMPY[f.kind]))
+    if tail:
+        parts.append((variable[0].name, f"S{tail}"))
+    return np.dtype(parts)
+
+
+@functools.cache
+def _simple_tail(spec: ViewSpec) -> bool:
+    """One variable field, a string: records decode with one structured dtype per length."""
+    _, variable = _stored(spec)
+    return len(variable) == 1 and variable[0].kind is Kind.STRING
+
+
+def _fixed_width_strings(arr: pa.Array, width: int) -> np.ndarray:
+    """A string/binary array whose values are all ``width`` bytes long, as numpy ``S``
+    (zero-copy over Arrow's data buffer)."""
+    arr = pc.cast(arr, pa.binary())
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+    return np.frombuffer(arr.buffers()[2], f"S{width}", count=len(arr), offset=int(offsets[0]))
+
+
+def encode_records(spec: ViewSpec, params: ViewParams, table: pa.Table) -> list[bytes]:
+    """One record per row of a :func:`normalize`-d table, in row order."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    d = params.z_dim
+    fixed, variable = _stored(spec)
+    table = table.combine_chunks()
+    event_us = table[EVENT_TS].chunk(0).cast(pa.int64()).to_numpy()
+    columns = {
+        f.name: (
+            pc.list_flatten(table[f.name].chunk(0)).to_numpy(zero_copy_only=False).reshape(-1, d)
+            if f.kind.is_vector
+            else table[f.name].chunk(0).to_numpy(zero_copy_only=False)
+        )
+        for f in fixed
+    }
+
+    def fill(rec: np.ndarray, rows: np.ndarray | slice) -> None:
+        rec[_EVENT] = event_us[rows]
+        for f in fixed:
+            rec[f.name] = columns[f.name][rows]
+
+    if not variable or _simple_tail(spec):
+        tail = table[variable[0].name].chunk(0) if variable else None
+        lengths = pc.binary_length(tail).to_numpy() if tail is not None else np.zeros(n, int)
+        widths = np.unique(lengths)
+        out = np.empty(n, object)
+        for width in widths:
+            rows = np.flatnonzero(lengths == width) if len(widths) > 1 else slice(None)
+            dtype = _fixed_dtype(spec, d, int(width))
+            rec = np.empty(n if isinstance(rows, slice) else len(rows), dtype)
+            fill(rec, rows)
+            if tail is not None and width:
+                part = tail if isinstance(rows, slice) else tail.take(pa.array(rows))
+                rec[variable[0].name] = _fixed_width_strings(part, int(width))
+            out[rows] = rec.view(np.dtype((np.void, dtype.itemsize))).ravel().tolist()
+        return out.tolist()
+
+    # Several variable fields (``unn``): row by row, off the request path.
+    rec = np.empty(n, _fixed_dtype(spec, d))
+    fill(rec, slice(None))
+    heads = rec.view(np.dtype((np.void, rec.dtype.itemsize))).ravel().tolist()
+    values = [table[f.name].to_pylist() for f in variable]
+    records = []
+    for row, head in enumerate(heads):
+        parts = [head]
+        for k, f in enumerate(variable):
+            value = values[k][row]
+            blob = (
+                value.encode()
+                if f.kind is Kind.STRING
+                else np.asarray(value, _NUMPY[f.kind]).tobytes()
+            )
+            if k < len(variable) - 1:
+                parts.append(struct.pack("<I", len(blob)))
+            parts.append(blob)
+        records.append(b"".join(parts))
+    return records
+
+
+def _rows_from_records(
+    spec: ViewSpec, params: ViewParams, rec: np.ndarray, found: np.ndarray, tail: int
+) -> ViewRows:
+    """:class:`ViewRows` of ``len(found)`` rows from the structured records of the found ones."""
+    n = len(found)
+    every = len(rec) == n
+    # Fields are read-only views of the records where no conversion is needed.
+    event_us = rec[_EVENT]
+    if not every:
+        event_us = np.zeros(n, np.int64)
+        event_us[found] = rec[_EVENT]
+    values: dict[str, np.ndarray] = {}
+    for f in spec.fields:
+        if f.kind is Kind.EVENT_S:
+            values[f.name] = event_us // _US
+            continue
+        if not f.kind.is_fixed and (f.kind is not Kind.STRING or not tail):
+            continue
+        column = rec[f.name]
+        if not every:
+            full = np.zeros((n, *column.shape[1:]), column.dtype)
+            full[found] = column
+            column = full
+        values[f.name] = column
+    if len(values) < len(spec.fields):
+        values = {**ViewRows.empty(spec, params, n).values, **values}
+    return ViewRows(found, event_us, values)
+
+
+def decode_records(spec: ViewSpec, params: ViewParams, replies: Sequence[bytes | None]) -> ViewRows:
+    """:class:`ViewRows` from Redis replies aligned with the requested rows (``None``: no
+    record). A record too short to hold the fixed part is treated as absent."""
+    n = len(replies)
+    d = params.z_dim
+    if None not in replies:  # the usual case, and a C-level scan
+        found = np.ones(n, bool)
+        present = replies
+    else:
+        found = np.fromiter(map(operator.is_not, replies, repeat(None)), bool, n)
+        present = list(compress(replies, found))
+    if len(present) == 0:
+        return ViewRows.empty(spec, params, n)
+    lengths = np.fromiter(map(len, present), np.int64, len(present))
+    head = _fixed_dtype(spec, d).itemsize
+    fixed, variable = _stored(spec)
+    lo = len(present[0])
+    if lo >= head and (lengths == lo).all() and (not variable or _simple_tail(spec)):
+        # The usual case: one record length (one fm_version), decoded in one frombuffer.
+        rec = np.frombuffer(b"".join(present), _fixed_dtype(spec, d, lo - head))
+        return _rows_from_records(spec, params, rec, found, lo - head)
+
+    out = ViewRows.empty(spec, params, n)
+    idx = np.flatnonzero(found)
+    ok = lengths >= head
+    if not ok.all():
+        present = list(compress(present, ok))
+        lengths, idx = lengths[ok], idx[ok]
+    out.found[idx] = True
+    if not present:
+        return out
+    if not variable or _simple_tail(spec):
+        if variable:
+            out.values[variable[0].name] = np.zeros(n, f"S{max(int(lengths.max()) - head, 1)}")
+        for length in np.unique(lengths):
+            sel = lengths == length
+            rec = np.frombuffer(
+                b"".join(compress(present, sel)), _fixed_dtype(spec, d, int(length) - head)
+            )
+            part = _rows_from_records(
+                spec, params, rec, np.ones(len(rec), bool), int(length) - head
+            )
+            rows = idx[sel]
+            out.event_us[rows] = part.event_us
+            for name, values in part.values.items():
+                out.values[name][rows] = values
+        return out
+
+    heads = np.frombuffer(b"".join(r[:head] for r in present), _fixed_dtype(spec, d))
+    part = _rows_from_records(spec, params, heads, np.ones(len(heads), bool), 0)
+    out.event_us[idx] = part.event_us
+    for f in fixed:
+        out.values[f.name][idx] = part.values[f.name]
+    strings = {f.name: [b""] * n for f in variable if f.kind is Kind.STRING}
+    for row, blob in zip(idx, present, strict=True):
+        pos = head
+        for k, f in enumerate(variable):
+            if k < len(variable) - 1:
+                (size,) = struct.unpack_from("<I", blob, pos)
+                pos += 4
+                chunk = blob[pos : pos + size]
+                pos += size
+            else:
+                chunk = blob[pos:]
+            if f.kind is Kind.STRING:
+                strings[f.name][row] = chunk
+            else:
+                out.values[f.name][row] = np.frombuffer(chunk, _NUMPY[f.kind]).copy()
+    for name, column in strings.items():
+        out.values[name] = np.array(column, dtype="S")
+    return out

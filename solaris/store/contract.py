@@ -1,0 +1,343 @@
+"""The SOLARIS storage contract: every feature view, declared once.
+
+A view is a name, the entity whose id names its Redis key (``partition``), the entity whose id
+names a field inside that key (``member``), its fields with their storage kinds, and which
+TTLs apply. Everything that stores or reads a view derives from this module: the Feast
+definitions in ``feature_repo/``, the online store's records (:mod:`solaris.store.codec`), the
+offline parquet schema, the pipeline's writers and the serving assembly. The Redis layout
+is specified in ``docs/online_store_format.md``.
+
+Two TTLs per view:
+
+* ``read_ttl``: how old a row may be and still be served (``now − read_ttl <= event <= now``);
+* ``retention``: how long a row is kept, online (Redis expiry and pruning) and for the offline
+  point-in-time join (``FeatureView.ttl``). It is at least ``read_ttl``; for ``pair`` it also
+  spans the user-aggregate window, because removing the current item from the 24 h sum needs
+  that pair's code even when it is too old to be served as the pair tier.
+
+This module imports neither Feast nor Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from solaris.config import SolarisConfig
+
+__all__ = [
+    "COMPUTED_AT",
+    "COUNT",
+    "EVENT_TS",
+    "FEATURE_SERVICE",
+    "FM_VERSION",
+    "IAGG",
+    "ITEM",
+    "ITEM_ID",
+    "LAYOUT_VERSION",
+    "MAX_EPOCH_S",
+    "NBR",
+    "NBR_IDS",
+    "NBR_SIMS",
+    "N_NBRS",
+    "PAIR",
+    "REQUEST_TS",
+    "SERVING_VIEWS",
+    "SIMILARITY",
+    "SRC_USER",
+    "UAGG",
+    "UNN",
+    "USER",
+    "USER_ID",
+    "VIEWS",
+    "WINDOW_START",
+    "Z_MEAN",
+    "Z_SUM",
+    "Z_TOP1",
+    "EntitySpec",
+    "FieldSpec",
+    "InvalidWriteError",
+    "Kind",
+    "ViewParams",
+    "ViewSpec",
+    "Z",
+    "offline_path",
+    "view",
+]
+
+LAYOUT_VERSION = 1
+"""Version of the Redis layout (docs/online_store_format.md); carried in every view's tags."""
+
+MAX_EPOCH_S = 10**10
+"""Upper bound (exclusive) of an epoch-seconds time anywhere in SOLARIS (year 2286): a larger
+value is milliseconds or garbage, not seconds."""
+
+# Join keys, the offline event-time column and the request-time entity column.
+USER_ID = "user_id"
+ITEM_ID = "item_id"
+EVENT_TS = "event_ts"
+REQUEST_TS = "request_ts"
+"""Optional column of ``entity_rows`` in ``get_online_features``: the request time in epoch
+seconds, against which freshness is judged (default: the wall clock)."""
+
+# Feature names.
+Z = "z"
+FM_VERSION = "fm_version"
+COMPUTED_AT = "computed_at"
+Z_TOP1 = "z_top1"
+SRC_USER = "src_user"
+SIMILARITY = "similarity"
+Z_MEAN = "z_mean"
+N_NBRS = "n_nbrs"
+Z_SUM = "z_sum"
+COUNT = "count"
+WINDOW_START = "window_start"
+NBR_IDS = "nbr_ids"
+NBR_SIMS = "nbr_sims"
+
+FEATURE_SERVICE = "solaris_serving"
+"""The FeatureService that serves every tier in one ``get_online_features`` call."""
+
+
+class InvalidWriteError(ValueError):
+    """Rows that may not be written: unknown view, missing column, bad value. The message
+    names the view, the column and the first offending row; nothing was written."""
+
+
+class Kind(StrEnum):
+    """How a feature is stored. Vectors are ``d`` wide (``model.z_dim``)."""
+
+    VECTOR_F16 = "vector_f16"  # float16 online; float16-rounded float32 offline
+    VECTOR_F32 = "vector_f32"
+    EVENT_S = "event_s"  # the row's event time in epoch seconds: derived, not stored again
+    INT64 = "int64"
+    FLOAT32 = "float32"
+    STRING = "string"  # UTF-8
+    INT64_LIST = "int64_list"
+    FLOAT32_LIST = "float32_list"
+
+    @property
+    def is_vector(self) -> bool:
+        return self in (Kind.VECTOR_F16, Kind.VECTOR_F32)
+
+    @property
+    def is_fixed(self) -> bool:
+        """Fixed-width in a record (vectors have ``d`` elements)."""
+        return self not in (Kind.STRING, Kind.INT64_LIST, Kind.FLOAT32_LIST)
+
+
+# Specs are singletons compared and hashed by identity (eq=False): they key caches on the
+# request path, where hashing every field would cost more than the lookup saves.
+@dataclass(frozen=True, eq=False)
+class FieldSpec:
+    """One feature of a view."""
+
+    name: str
+    kind: Kind
+    description: str
+
+
+@dataclass(frozen=True, eq=False)
+class EntitySpec:
+    """A Feast entity: its name, its (int64) join key and its Redis hash-tag letter."""
+
+    name: str
+    join_key: str
+    tag: str
+
+
+USER = EntitySpec("user", USER_ID, "u")
+ITEM = EntitySpec("item", ITEM_ID, "i")
+
+
+@dataclass(frozen=True)
+class ViewParams:
+    """The settings of one view that come from configuration, in seconds."""
+
+    z_dim: int
+    read_ttl_s: int
+    retention_s: int
+
+    def tags(self) -> dict[str, str]:
+        """The FeatureView tags that carry these settings to the online store."""
+        return {
+            "solaris.layout": str(LAYOUT_VERSION),
+            "solaris.z_dim": str(self.z_dim),
+            "solaris.read_ttl_s": str(self.read_ttl_s),
+        }
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str], retention_s: int, view: str) -> ViewParams:
+        """Back from :meth:`tags` (and ``FeatureView.ttl`` for the retention)."""
+        if tags.get("solaris.layout") != str(LAYOUT_VERSION):
+            raise InvalidWriteError(
+                f"view {view!r} was not defined for SOLARIS layout {LAYOUT_VERSION} "
+                f"(tag solaris.layout={tags.get('solaris.layout')!r}): build it with "
+                "feature_repo/solaris_features.py and run feast apply"
+            )
+        return cls(
+            z_dim=int(tags["solaris.z_dim"]),
+            read_ttl_s=int(tags["solaris.read_ttl_s"]),
+            retention_s=int(retention_s),
+        )
+
+
+def _hours(value: float) -> int:
+    return round(value * 3600)
+
+
+@dataclass(frozen=True, eq=False)
+class ViewSpec:
+    """A feature view: key structure, fields and TTL rules.
+
+    Attributes:
+        name: the view's name (also its Redis key segment; short, every key repeats it).
+        partition: the entity whose id names the Redis key; ``None``: one key for the view.
+        member: the entity whose id names the field inside a hash; ``None``: the key is a
+            plain string holding one record.
+        fields: the features, in schema order.
+        read_ttl: configuration → read TTL in seconds.
+        retention: configuration → retention in seconds (>= read TTL).
+        description: what the view holds.
+    """
+
+    name: str
+    partition: EntitySpec | None
+    member: EntitySpec | None
+    fields: tuple[FieldSpec, ...]
+    read_ttl: Callable[[SolarisConfig], int]
+    retention: Callable[[SolarisConfig], int]
+    description: str
+
+    def __post_init__(self) -> None:
+        variable = [f for f in self.fields if not f.kind.is_fixed]
+        if self.partition is None and self.member is None:
+            raise ValueError(f"view {self.name}: needs a partition or a member entity")
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"view {self.name}: duplicate field names {names}")
+        if variable and variable[-1] is not self.fields[-1]:
+            raise ValueError(f"view {self.name}: the last field must be variable-width")
+
+    @property
+    def entities(self) -> tuple[EntitySpec, ...]:
+        return tuple(e for e in (self.partition, self.member) if e is not None)
+
+    @property
+    def join_keys(self) -> tuple[str, ...]:
+        return tuple(e.join_key for e in self.entities)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def field(self, name: str) -> FieldSpec:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"view {self.name} has no field {name!r}")
+
+    def params(self, cfg: SolarisConfig) -> ViewParams:
+        read_ttl, retention = self.read_ttl(cfg), self.retention(cfg)
+        return ViewParams(cfg.model.z_dim, read_ttl, max(read_ttl, retention))
+
+
+def _pair_ttl(cfg: SolarisConfig) -> int:
+    return _hours(cfg.selection.ttl_hours)
+
+
+PAIR = ViewSpec(
+    name="pair",
+    partition=USER,
+    member=ITEM,
+    fields=(
+        FieldSpec(Z, Kind.VECTOR_F16, "FM last-shared-layer code z[u,i] of a selected pair"),
+        FieldSpec(COMPUTED_AT, Kind.EVENT_S, "when z was computed, epoch s"),
+        FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version that produced z"),
+    ),
+    read_ttl=_pair_ttl,
+    retention=lambda cfg: max(_pair_ttl(cfg), _hours(cfg.store.uagg_window_hours)),
+    description="FM code z[u,i] of a verifier-selected pair (float16 online)",
+)
+
+NBR = ViewSpec(
+    name="nbr",
+    partition=USER,
+    member=ITEM,
+    fields=(
+        FieldSpec(Z_TOP1, Kind.VECTOR_F16, "code of the most similar neighbour with the item"),
+        FieldSpec(Z_MEAN, Kind.VECTOR_F16, "similarity-weighted mean of the neighbours' codes"),
+        FieldSpec(SRC_USER, Kind.INT64, "the neighbour z_top1 comes from"),
+        FieldSpec(SIMILARITY, Kind.FLOAT32, "cosine similarity of that neighbour"),
+        FieldSpec(N_NBRS, Kind.INT64, "neighbours averaged in z_mean"),
+        FieldSpec(COMPUTED_AT, Kind.EVENT_S, "when the row was built, epoch s"),
+        FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
+    ),
+    read_ttl=_pair_ttl,
+    retention=_pair_ttl,
+    description="z imputed from similar users for candidates the verifier did not select",
+)
+
+UAGG = ViewSpec(
+    name="uagg",
+    partition=USER,
+    member=None,
+    fields=(
+        FieldSpec(Z_SUM, Kind.VECTOR_F32, "sum of the user's float16-rounded pair codes"),
+        FieldSpec(COUNT, Kind.INT64, "codes in the sum"),
+        FieldSpec(WINDOW_START, Kind.INT64, "window start, epoch s (exclusive)"),
+        FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s (inclusive)"),
+        FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
+    ),
+    read_ttl=lambda cfg: _hours(cfg.store.uagg_ttl_hours),
+    retention=lambda cfg: _hours(cfg.store.uagg_ttl_hours),
+    description="sum and count of the user's pair codes in the window, so that the current "
+    "item can be excluded at read time",
+)
+
+IAGG = ViewSpec(
+    name="iagg",
+    partition=None,
+    member=ITEM,
+    fields=(
+        FieldSpec(Z_MEAN, Kind.VECTOR_F32, "mean of the item's pair codes over users"),
+        FieldSpec(COUNT, Kind.INT64, "users averaged"),
+        FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s"),
+        FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
+    ),
+    read_ttl=lambda cfg: _hours(cfg.store.iagg_ttl_hours),
+    retention=lambda cfg: _hours(cfg.store.iagg_ttl_hours),
+    description="mean pair code of the item over users: the item-to-item fallback",
+)
+
+UNN = ViewSpec(
+    name="unn",
+    partition=USER,
+    member=None,
+    fields=(
+        FieldSpec(NBR_IDS, Kind.INT64_LIST, "the user's nearest users"),
+        FieldSpec(NBR_SIMS, Kind.FLOAT32_LIST, "their cosine similarities"),
+    ),
+    read_ttl=lambda cfg: _hours(cfg.store.unn_ttl_hours),
+    retention=lambda cfg: _hours(cfg.store.unn_ttl_hours),
+    description="the user's nearest users by cosine similarity of user embeddings",
+)
+
+VIEWS: dict[str, ViewSpec] = {v.name: v for v in (PAIR, NBR, UAGG, IAGG, UNN)}
+SERVING_VIEWS: tuple[ViewSpec, ...] = (PAIR, NBR, UAGG, IAGG)
+"""The views of :data:`FEATURE_SERVICE`, in tier order."""
+
+
+def offline_path(spec: ViewSpec) -> str:
+    """Where the view's offline rows live, relative to the feature repo (its FileSource)."""
+    return f"data/offline/{spec.name}"
+
+
+def view(name: object) -> ViewSpec:
+    """The spec of view ``name``; :class:`InvalidWriteError` for anything else."""
+    if isinstance(name, str) and name in VIEWS:
+        return VIEWS[name]
+    raise InvalidWriteError(
+        f"unknown view {name!r}: the SOLARIS views are {', '.join(sorted(VIEWS))}"
+    )

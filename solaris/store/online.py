@@ -1,0 +1,679 @@
+"""The SOLARIS online store: Feast's ``OnlineStore`` on Redis, one hash per (user, view).
+
+Registered in ``feature_store.yaml`` by class path::
+
+    online_store:
+      type: solaris.store.online.SolarisOnlineStore
+      connection_string: "localhost:6379"
+
+and used through Feast's own surface (``get_online_features``, ``write_to_online_store``,
+``feast materialize``, ``feast serve``, ``feast teardown``). The layout, record format and
+expiry rules are specified in ``docs/online_store_format.md``; in short:
+
+* **Reads.** A request for one user and ``N`` candidates sends one command per view in one
+  pipeline (``HMGET`` of the ``N`` items on the user's pair and nbr hashes, ``GET`` of the
+  user's uagg record, ``HMGET`` on the item-aggregate hash), decodes each view's replies
+  with one ``frombuffer`` and returns a :class:`~solaris.store.response.SolarisOnlineResponse`,
+  which builds Feast's proto only if someone asks for it. Freshness is applied inside the
+  store: rows older than their view's read TTL, or computed after the request time, are not
+  ``PRESENT``, whoever the caller is.
+* **Writes.** :meth:`SolarisOnlineStore.write_table` is the bulk Arrow path the pipeline
+  uses; ``online_write_batch`` (any Feast producer) converts Feast's rows and calls it. Both
+  validate the whole batch before the first command is sent. The most recent write of a row
+  wins, whatever its event time.
+* **Memory.** Every key expires ``retention`` after its last write, and a write prunes its
+  hash of rows older than ``retention`` before its newest row, at most every
+  ``prune_every × retention`` of event time.
+
+Feature requests this store cannot serve on its fast path (on-demand views, views renamed
+join keys) go through Feast's generic path (:meth:`online_read` per view). Views that are not
+in :mod:`solaris.store.contract` are refused at ``feast apply``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import hiredis
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import redis as redis_py
+from feast import Entity, FeatureService, FeatureView, utils
+from feast.infra.online_stores.online_store import OnlineStore
+from feast.online_response import OnlineResponse
+from feast.protos.feast.types.EntityKey_pb2 import EntityKey as EntityKeyProto
+from feast.protos.feast.types.Value_pb2 import Value as ValueProto
+from feast.repo_config import FeastConfigBaseModel, RepoConfig
+from feast.type_map import feast_value_type_to_python_type
+from pydantic import Field, StrictStr
+from redis.cluster import RedisCluster
+
+from solaris.store import keys
+from solaris.store.codec import ViewRows, decode_records, encode_records, normalize
+from solaris.store.connection import redis_client
+from solaris.store.contract import (
+    EVENT_TS,
+    MAX_EPOCH_S,
+    REQUEST_TS,
+    InvalidWriteError,
+    ViewParams,
+    ViewSpec,
+    view,
+)
+from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, row_status
+
+__all__ = ["SolarisOnlineStore", "SolarisOnlineStoreConfig", "ViewDefinitionError"]
+
+log = logging.getLogger(__name__)
+
+_US = 1_000_000
+_INT64_MAX = np.iinfo(np.int64).max
+_COMMANDS_PER_PIPELINE = 1_000
+
+# One write to one hash: set the fields, renew the key's expiry, and every so often (in
+# event time) delete the fields whose record is older than the retention before the newest
+# row written. Field "" holds the event time (us) of the last prune. Records start with
+# their event time (int64 LE), so the script reads it with struct.unpack. Event times are
+# below 2^53 us, exact in Lua's doubles.
+#   KEYS[1] hash; ARGV[1] retention ms; ARGV[2] retention us; ARGV[3] prune interval us;
+#   ARGV[4] newest event us among the fields written; ARGV[5..] field, record, ...
+_WRITE_LUA = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local newest = tonumber(ARGV[4])
+local last = tonumber(redis.call('HGET', KEYS[1], '') or '-1e300')
+if newest - last < tonumber(ARGV[3]) then
+  return 0
+end
+local cutoff = newest - tonumber(ARGV[2])
+local all = redis.call('HGETALL', KEYS[1])
+local stale = {}
+local removed = 0
+for i = 1, #all, 2 do
+  local record = all[i + 1]
+  if all[i] ~= '' and #record >= 8 and struct.unpack('<i8', record) < cutoff then
+    stale[#stale + 1] = all[i]
+    if #stale == 1000 then
+      removed = removed + redis.call('HDEL', KEYS[1], unpack(stale))
+      stale = {}
+    end
+  end
+end
+if #stale > 0 then
+  removed = removed + redis.call('HDEL', KEYS[1], unpack(stale))
+end
+redis.call('HSET', KEYS[1], '', string.format('%.0f', newest))
+return removed
+"""
+
+
+class ViewDefinitionError(ValueError):
+    """A feature view that this store cannot hold (not a SOLARIS view, or not as declared)."""
+
+
+class SolarisOnlineStoreConfig(FeastConfigBaseModel):
+    """Configuration of :class:`SolarisOnlineStore` (``online_store:`` in feature_store.yaml)."""
+
+    type: Literal["solaris.store.online.SolarisOnlineStore"] = (
+        "solaris.store.online.SolarisOnlineStore"
+    )
+    """Online store type selector (the class path)."""
+
+    connection_string: StrictStr = "localhost:6379"
+    """``host:port[,host:port...][,db=N][,username=..][,password=..][,ssl=true]...``
+    (:mod:`solaris.store.connection`)."""
+
+    redis_type: Literal["redis", "redis_cluster"] = "redis"
+    """``redis``, or ``redis_cluster`` (every listed node is a start-up node)."""
+
+    retries: int = Field(3, ge=0)
+    """Retries of a command on connection errors and timeouts; serving clients use 0 (their
+    time bound is the retry policy)."""
+
+    prune_every: float = Field(0.25, gt=0, le=1)
+    """A hash is pruned when its newest written row is this share of the retention newer
+    than the last prune (so a stale row lives at most (1 + prune_every) × retention in
+    event time, given later writes to its key)."""
+
+    write_fields_per_command: int = Field(2_000, gt=0, le=3_500)
+    """Hash fields per write command (Lua's argument stack bounds it)."""
+
+
+@dataclass(frozen=True)
+class _ViewPlan:
+    table: FeatureView
+    spec: ViewSpec
+    params: ViewParams
+    prefix: str
+    features: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How to answer one feature request: its views and the entity keys they need."""
+
+    views: tuple[_ViewPlan, ...]
+    join_keys: frozenset[str]
+    entity_names: Mapping[str, str]  # entity name -> join key (Feast accepts either)
+
+
+def view_params(table: FeatureView) -> tuple[ViewSpec, ViewParams]:
+    """The contract spec and settings of a Feast view; :class:`ViewDefinitionError` when the
+    view is not a SOLARIS view as ``feature_repo/solaris_features.py`` defines it."""
+    try:
+        spec = view(table.name)
+    except InvalidWriteError as exc:
+        raise ViewDefinitionError(f"SolarisOnlineStore: {exc}") from None
+    features = tuple(f.name for f in table.features)
+    if features != spec.field_names or tuple(table.join_keys) != spec.join_keys:
+        raise ViewDefinitionError(
+            f"SolarisOnlineStore: view {table.name!r} has join keys {list(table.join_keys)} "
+            f"and features {list(features)}; the contract declares {list(spec.join_keys)} and "
+            f"{list(spec.field_names)}"
+        )
+    retention = int(table.ttl.total_seconds()) if table.ttl else 0
+    try:
+        params = ViewParams.from_tags(table.tags, retention, table.name)
+    except (InvalidWriteError, KeyError, ValueError) as exc:
+        raise ViewDefinitionError(f"SolarisOnlineStore: {exc}") from None
+    if retention <= 0:
+        raise ViewDefinitionError(f"SolarisOnlineStore: view {table.name!r} needs a ttl > 0")
+    return spec, params
+
+
+def _int64_ids(name: str, values: Any) -> np.ndarray:
+    """Entity ids as int64; ``ValueError`` for non-integers and anything outside int64."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
+        return values
+    arr = np.asarray(values)
+    if arr.dtype == object:
+        try:
+            items = [v.int64_val if isinstance(v, ValueProto) else v for v in arr.tolist()]
+            arr = np.asarray(items)
+        except Exception:  # reported below as a bad type
+            pass
+    if arr.ndim != 1:
+        raise ValueError(f"entity column {name!r} must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"entity column {name!r} must hold integers, got {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > _INT64_MAX:
+        raise ValueError(f"entity column {name!r} holds ids outside int64")
+    return arr.astype(np.int64)
+
+
+def _request_time(values: Any, n: int) -> np.ndarray:
+    if values is None:
+        return np.full(n, float(int(time.time())))
+    if isinstance(values, int | float) and not isinstance(values, bool):
+        if not 0 <= values < MAX_EPOCH_S:  # NaN fails too
+            raise ValueError(f"{REQUEST_TS!r} must be epoch seconds in [0, {MAX_EPOCH_S})")
+        return np.full(n, float(values))
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise ValueError(f"{REQUEST_TS!r} must have one value per entity row ({n})")
+    if not (np.isfinite(arr).all() and (arr >= 0).all() and (arr < MAX_EPOCH_S).all()):
+        raise ValueError(f"{REQUEST_TS!r} must be epoch seconds in [0, {MAX_EPOCH_S})")
+    return arr
+
+
+class SolarisOnlineStore(OnlineStore):
+    """Feast online store for the SOLARIS views on Redis (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._client = None
+        self._client_key: tuple | None = None
+        self._lock = threading.Lock()
+        self._script = None
+        self._plans: dict[tuple, tuple[object, _Plan | None]] = {}
+
+    # -- connection -------------------------------------------------------------------------
+
+    def client(self, config: RepoConfig):
+        """The redis-py client of this store, built once (thread-safe)."""
+        cfg = config.online_store
+        key = (cfg.connection_string, cfg.redis_type, cfg.retries)
+        if self._client is None or self._client_key != key:
+            with self._lock:
+                if self._client is None or self._client_key != key:
+                    self._client = redis_client(
+                        cfg.connection_string, redis_type=cfg.redis_type, retries=cfg.retries
+                    )
+                    self._script = self._client.register_script(_WRITE_LUA)
+                    self._client_key = key
+        return self._client
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def write_table(
+        self,
+        config: RepoConfig,
+        table: FeatureView,
+        rows: pa.Table | pd.DataFrame,
+        progress: Callable[[int], Any] | None = None,
+    ) -> int:
+        """Write ``rows`` of view ``table`` (the bulk Arrow path); returns rows written.
+
+        The rows are validated as a whole (:func:`solaris.store.codec.normalize`) before any
+        command is sent. Raises :class:`~solaris.store.contract.InvalidWriteError`.
+        """
+        spec, params = view_params(table)
+        normalized = normalize(spec, params, rows)
+        return self.write_normalized(config, spec, params, normalized, progress)
+
+    def write_normalized(
+        self,
+        config: RepoConfig,
+        spec: ViewSpec,
+        params: ViewParams,
+        rows: pa.Table,
+        progress: Callable[[int], Any] | None = None,
+    ) -> int:
+        """Write rows already :func:`~solaris.store.codec.normalize`-d for ``spec``."""
+        n = rows.num_rows
+        if n == 0:
+            return 0
+        client = self.client(config)
+        records = encode_records(spec, params, rows)
+        event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()
+        prefix = keys.view_key(config.project, spec)
+        commands = self._write_commands(config, spec, params, rows, records, event_us, prefix)
+        pipe = client.pipeline(transaction=False)
+        queued = 0
+        for command in commands:
+            command(pipe)
+            queued += 1
+            if queued >= _COMMANDS_PER_PIPELINE:
+                pipe.execute()
+                pipe = client.pipeline(transaction=False)
+                queued = 0
+        if queued:
+            pipe.execute()
+        if progress is not None:
+            progress(n)
+        return n
+
+    def _write_commands(
+        self,
+        config: RepoConfig,
+        spec: ViewSpec,
+        params: ViewParams,
+        rows: pa.Table,
+        records: list[bytes],
+        event_us: np.ndarray,
+        prefix: str,
+    ):
+        """One command per key (per chunk of fields), in key order."""
+        n = len(records)
+        retention_ms = params.retention_s * 1000
+        if spec.partition is not None:
+            parts = rows[spec.partition.join_key].combine_chunks().to_numpy()
+            order = np.argsort(parts, kind="stable")
+            bounds = np.flatnonzero(np.r_[True, parts[order][1:] != parts[order][:-1], True])
+        else:
+            order = np.arange(n)
+            bounds = np.array([0, n])
+        part_ids = parts[order].tolist() if spec.partition is not None else None
+        if spec.member is None:
+            # One string per partition: the last row of the batch for it wins.
+            for lo, hi in itertools.pairwise(bounds.tolist()):
+                key = keys.partition_key(prefix, spec, part_ids[lo])
+                record = records[order[hi - 1]]
+                yield lambda pipe, key=key, record=record: pipe.set(key, record, px=retention_ms)
+            return
+        members = rows[spec.member.join_key].combine_chunks().to_numpy()[order].tolist()
+        ordered = [records[i] for i in order.tolist()]
+        events = event_us[order]
+        cfg = config.online_store
+        chunk = cfg.write_fields_per_command
+        prune_every_us = int(cfg.prune_every * params.retention_s * _US)
+        script = self._script
+        for lo, hi in itertools.pairwise(bounds.tolist()):
+            key = (
+                keys.partition_key(prefix, spec, part_ids[lo])
+                if spec.partition is not None
+                else prefix
+            )
+            for start in range(lo, hi, chunk):
+                stop = min(start + chunk, hi)
+                args: list[Any] = [None] * (2 * (stop - start))
+                args[0::2] = members[start:stop]
+                args[1::2] = ordered[start:stop]
+                head = [
+                    retention_ms,
+                    params.retention_s * _US,
+                    prune_every_us,
+                    int(events[start:stop].max()),
+                ]
+                yield lambda pipe, key=key, args=head + args: script(
+                    keys=[key], args=args, client=pipe
+                )
+
+    def online_write_batch(
+        self,
+        config: RepoConfig,
+        table: FeatureView,
+        data: list[tuple[EntityKeyProto, dict[str, ValueProto], datetime, datetime | None]],
+        progress: Callable[[int], Any] | None,
+    ) -> None:
+        """Feast's write path (``write_to_online_store``, ``feast materialize``, push): the
+        rows are turned into a table and written by :meth:`write_table`."""
+        spec, _ = view_params(table)
+        if not data:
+            return
+        columns: dict[str, list[Any]] = {k: [] for k in spec.join_keys}
+        for f in spec.fields:
+            columns[f.name] = []
+        columns[EVENT_TS] = []
+        for entity_key, values, event_ts, _created in data:
+            ids = dict(zip(entity_key.join_keys, entity_key.entity_values, strict=True))
+            for k in spec.join_keys:
+                columns[k].append(ids[k].int64_val if k in ids else None)
+            for f in spec.fields:
+                proto = values.get(f.name)
+                columns[f.name].append(
+                    None if proto is None else feast_value_type_to_python_type(proto)
+                )
+            columns[EVENT_TS].append(event_ts)
+        frame = pd.DataFrame(columns)
+        frame[EVENT_TS] = pd.to_datetime(frame[EVENT_TS], utc=True)
+        self.write_table(config, table, frame, progress)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(
+        self,
+        config: RepoConfig,
+        plans: Sequence[tuple[ViewSpec, ViewParams]],
+        entities: Mapping[str, np.ndarray],
+        n: int,
+    ) -> list[ViewRows]:
+        """The rows of each view for ``n`` entity rows, in one round trip.
+
+        On a single Redis the commands are packed here and sent on one pooled connection:
+        the ``HMGET`` fields of a request's candidates are packed once and shared by every
+        view keyed by items (pair, nbr, iagg). On a cluster they go through redis-py's
+        cluster pipeline, which routes each key to its node. Reads are not retried: the
+        caller's time bound is the policy.
+        """
+        if n == 0:
+            return [ViewRows.empty(spec, params, 0) for spec, params in plans]
+        client = self.client(config)
+        fields = {k: v.tolist() for k, v in entities.items()}
+        commands: list[tuple[str, str, list[int] | None]] = []
+        layouts = []
+        for spec, _ in plans:
+            layouts.append(_queue_reads(commands, config.project, spec, entities, fields, n))
+        if isinstance(client, RedisCluster):
+            pipe = client.pipeline(transaction=False)
+            for command, key, members in commands:
+                pipe.execute_command(command, key, *(members or ()))
+            replies = pipe.execute()
+        else:
+            replies = _round_trip(client, _pack(commands), len(commands))
+        out = []
+        pos = 0
+        for (spec, params), (count, assemble) in zip(plans, layouts, strict=True):
+            out.append(decode_records(spec, params, assemble(replies[pos : pos + count])))
+            pos += count
+        return out
+
+    def _plan(self, registry, project: str, features, full_feature_names: bool) -> _Plan | None:
+        """How to serve ``features`` on the fast path; ``None``: use Feast's generic path.
+
+        Uses Feast's private ``utils._get_cached_request_context`` (feast 0.67, pinned;
+        ``tests/unit/store/test_feast_contract.py`` fails if it moves), which resolves the
+        requested features and caches the answer until the registry changes.
+        """
+        context = utils._get_cached_request_context(registry, project, features, full_feature_names)
+        key = (
+            ("__fs__", features.name) if isinstance(features, FeatureService) else tuple(features),
+            project,
+            full_feature_names,
+        )
+        cached = self._plans.get(key)
+        if cached is not None and cached[0] is context:
+            return cached[1]
+        (
+            _refs,
+            on_demand,
+            entity_name_to_join_key,
+            _types,
+            _join_keys,
+            grouped_refs,
+            _names,
+            _request_data,
+            entityless,
+        ) = context
+        plan: _Plan | None = None
+        if not on_demand and not entityless:
+            views = []
+            for table, requested in grouped_refs:
+                if table.projection.join_key_map:
+                    views = None
+                    break
+                spec, params = view_params(table)
+                views.append(
+                    _ViewPlan(table, spec, params, table.projection.name_to_use(), tuple(requested))
+                )
+            if views is not None:
+                plan = _Plan(
+                    tuple(views),
+                    frozenset(k for v in views for k in v.spec.join_keys),
+                    dict(entity_name_to_join_key),
+                )
+        self._plans[key] = (context, plan)
+        return plan
+
+    def get_online_features(
+        self,
+        config: RepoConfig,
+        features: list[str] | FeatureService,
+        entity_rows: list[dict[str, Any]] | Mapping[str, Any],
+        registry,
+        project: str,
+        full_feature_names: bool = False,
+        include_feature_view_version_metadata: bool = False,
+    ) -> OnlineResponse:
+        """Feast's read, on the fast path (module docstring) whenever the request allows.
+
+        ``entity_rows`` may hold :data:`~solaris.store.contract.REQUEST_TS` (epoch seconds,
+        a scalar or one per row): freshness is judged at that time instead of the wall clock.
+        """
+        plan = self._plan(registry, project, features, full_feature_names)
+        if plan is None or include_feature_view_version_metadata:
+            return super().get_online_features(
+                config,
+                features,
+                entity_rows,
+                registry,
+                project,
+                full_feature_names,
+                include_feature_view_version_metadata,
+            )
+        if isinstance(entity_rows, list):
+            entity_rows = {k: [row.get(k) for row in entity_rows] for k in entity_rows[0]}
+        entities: dict[str, np.ndarray] = {}
+        for name, values in entity_rows.items():
+            key = plan.entity_names.get(name, name)
+            if key in plan.join_keys:
+                entities[key] = _int64_ids(name, values)
+        missing = sorted(plan.join_keys - entities.keys())
+        if missing:
+            raise ValueError(f"entity_rows lacks the join keys {missing}")
+        lengths = {len(v) for v in entities.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"entity_rows columns have different lengths {sorted(lengths)}")
+        n = lengths.pop()
+        now_s = _request_time(entity_rows.get(REQUEST_TS), n)
+        rows = self.read(config, [(v.spec, v.params) for v in plan.views], entities, n)
+        answers = [
+            ViewAnswer(v.spec, v.params, v.prefix, v.features, r)
+            for v, r in zip(plan.views, rows, strict=True)
+        ]
+        return SolarisOnlineResponse(
+            entities, answers, now_s, full_feature_names=full_feature_names
+        )
+
+    def online_read(
+        self,
+        config: RepoConfig,
+        table: FeatureView,
+        entity_keys: list[EntityKeyProto],
+        requested_features: list[str] | None = None,
+    ) -> list[tuple[datetime | None, dict[str, ValueProto] | None]]:
+        """Feast's generic per-view read: rows that are not fresh now are absent."""
+        spec, params = view_params(table)
+        n = len(entity_keys)
+        entities: dict[str, list[int]] = {k: [] for k in spec.join_keys}
+        for entity_key in entity_keys:
+            ids = dict(zip(entity_key.join_keys, entity_key.entity_values, strict=True))
+            for k in spec.join_keys:
+                entities[k].append(ids[k].int64_val)
+        arrays = {k: np.asarray(v, np.int64) for k, v in entities.items()}
+        rows = self.read(config, [(spec, params)], arrays, n)[0]
+        now = np.full(n, float(int(time.time())))
+        status = row_status(rows, params.read_ttl_s, now)
+        answer = ViewAnswer(spec, params, table.name, tuple(requested_features or ()), rows)
+        response = SolarisOnlineResponse({}, [answer], now, full_feature_names=False)
+        proto = response.proto
+        out: list[tuple[datetime | None, dict[str, ValueProto] | None]] = []
+        for i in range(n):
+            if status[i] != PRESENT:
+                out.append((None, None))
+                continue
+            values = {f: proto.results[k].values[i] for k, f in enumerate(answer.features)}
+            event = datetime.fromtimestamp(rows.event_us[i] / _US, tz=UTC)
+            out.append((event, values))
+        return out
+
+    # -- definitions and clean-up ------------------------------------------------------------
+
+    def update(
+        self,
+        config: RepoConfig,
+        tables_to_delete: Sequence[FeatureView],
+        tables_to_keep: Sequence[FeatureView],
+        entities_to_delete: Sequence[Entity],
+        entities_to_keep: Sequence[Entity],
+        partial: bool,
+    ) -> None:
+        """``feast apply``: refuse views this store cannot hold; drop deleted views' keys."""
+        for table in tables_to_keep:
+            view_params(table)
+        for table in tables_to_delete:
+            self.delete_view(config, table.name)
+
+    def teardown(
+        self,
+        config: RepoConfig,
+        tables: Sequence[FeatureView],
+        entities: Sequence[Entity],
+    ) -> None:
+        """``feast teardown``: delete every key of ``tables``."""
+        for table in tables:
+            self.delete_view(config, table.name)
+
+    def delete_view(self, config: RepoConfig, name: str) -> int:
+        """Delete every Redis key of one view of this project; returns how many."""
+        try:
+            spec = view(name)
+        except InvalidWriteError:
+            return 0  # not a SOLARIS view: this store never wrote it
+        client = self.client(config)
+        removed = 0
+        for pattern in keys.view_patterns(config.project, spec):
+            batch: list[bytes] = []
+            for key in client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    removed += client.unlink(*batch)
+                    batch.clear()
+            if batch:
+                removed += client.unlink(*batch)
+        return removed
+
+
+def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, fields, n: int):
+    """Add the reads of one view to ``commands`` as ``(command, key, members)``; returns
+    (commands added, replies → list aligned with the ``n`` rows)."""
+    prefix = keys.view_key(project, spec)
+    members = fields[spec.member.join_key] if spec.member is not None else None
+    if spec.partition is None:
+        commands.append(("HMGET", prefix, members))
+        return 1, lambda replies: replies[0]
+    parts = entities[spec.partition.join_key]
+    if parts[0] == parts[-1] and (parts == parts[0]).all():  # one user: the request path
+        key = keys.partition_key(prefix, spec, int(parts[0]))
+        if members is None:
+            commands.append(("GET", key, None))
+            return 1, lambda replies: replies * n
+        commands.append(("HMGET", key, members))
+        return 1, lambda replies: replies[0]
+    unique, inverse = np.unique(parts, return_inverse=True)
+    if members is None:
+        for pid in unique.tolist():
+            commands.append(("GET", keys.partition_key(prefix, spec, pid), None))
+        return len(unique), lambda replies: [replies[i] for i in inverse.tolist()]
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
+    sorted_members = entities[spec.member.join_key][order].tolist()
+    for k, pid in enumerate(unique.tolist()):
+        key = keys.partition_key(prefix, spec, pid)
+        commands.append(("HMGET", key, sorted_members[bounds[k] : bounds[k + 1]]))
+
+    def assemble(replies):
+        aligned = np.empty(n, object)
+        aligned[order] = [v for reply in replies for v in reply]
+        return aligned.tolist()
+
+    return len(unique), assemble
+
+
+def _pack(commands: Sequence[tuple[str, str, list[int] | None]]) -> bytes:
+    """The RESP bytes of ``commands``; a members list shared by several commands is packed
+    once (hiredis) and its bytes reused."""
+    packed_members: dict[int, bytes] = {}
+    parts = []
+    for command, key, members in commands:
+        k = key.encode()
+        name = command.encode()
+        if members is None:
+            parts.append(b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(name), name, len(k), k))
+            continue
+        body = packed_members.get(id(members))
+        if body is None:
+            whole = hiredis.pack_command(tuple(members))  # *<n>\r\n then the fields
+            body = whole[whole.index(b"\n") + 1 :]
+            packed_members[id(members)] = body
+        parts.append(
+            b"*%d\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(members) + 2, len(name), name, len(k), k)
+        )
+        parts.append(body)
+    return b"".join(parts)
+
+
+def _round_trip(client: redis_py.Redis, packed: bytes, count: int) -> list:
+    """Send ``packed`` on one pooled connection and read ``count`` replies. On any error the
+    connection is dropped (it may hold unread replies) and the error propagates."""
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_packed_command([packed], check_health=False)
+        return [conn.read_response() for _ in range(count)]
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)

@@ -1,0 +1,241 @@
+"""Argument checks of ``SolarisFeatures.fetch`` (only bad arguments raise, as ValueError) and
+the serving connection string's socket timeouts."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from solaris.serving.client import (
+    _check_items,
+    _check_now,
+    _check_user,
+    serving_connection_string,
+)
+from solaris.store.connection import RedisTarget
+from solaris.store.contract import MAX_EPOCH_S
+
+INT64_MAX = 2**63 - 1
+CAP = 10
+
+
+# --------------------------------------------------------------------------------------------
+# user_id
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, 1, 943, INT64_MAX, np.int64(7), np.int32(7), np.uint64(INT64_MAX), np.uint8(3)],
+    ids=repr,
+)
+def test_check_user_accepts_python_and_numpy_integers_in_int64(value: object) -> None:
+    out = _check_user(value)
+    assert type(out) is int
+    assert out == int(value)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("value", [7.0, np.float64(7.0), float(2**53 - 1)], ids=repr)
+def test_check_user_accepts_whole_floats_below_2_pow_53(value: float) -> None:
+    assert _check_user(value) == int(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        True,
+        False,
+        np.bool_(True),
+        -1,
+        np.int64(-1),
+        2**63,
+        np.uint64(2**63),
+        2**64,
+        1.5,
+        np.float32(0.5),
+        float("nan"),
+        float("inf"),
+        -1.0,
+        float(2**53),
+        1e19,
+        "42",
+        b"42",
+        None,
+        [42],
+        np.array([42]),
+        complex(1, 0),
+    ],
+    ids=repr,
+)
+def test_check_user_rejects_anything_but_an_integer_in_int64(value: object) -> None:
+    with pytest.raises(ValueError, match="user_id"):
+        _check_user(value)
+
+
+# --------------------------------------------------------------------------------------------
+# item_ids
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [1, 2, 3],
+        (0, INT64_MAX),
+        np.array([5, 5, 0], np.int64),
+        np.array([1, 2], np.int32),
+        np.array([1, 2], np.uint16),
+        np.array([1, INT64_MAX], np.uint64),
+        [np.int64(4), np.int64(5)],
+        np.array([1.0, 2.0, float(2**53 - 1)]),
+    ],
+    ids=["list", "tuple", "int64", "int32", "uint16", "uint64-in-range", "np-scalars", "whole"],
+)
+def test_check_items_accepts_integers_in_int64_as_int64(items: object) -> None:
+    out = _check_items(items, CAP)  # type: ignore[arg-type]
+    assert out.dtype == np.int64
+    assert out.ndim == 1
+    np.testing.assert_array_equal(out, np.asarray(items).astype(np.int64))
+
+
+def test_check_items_returns_an_int64_array_unchanged() -> None:
+    items = np.array([3, 1, 2], np.int64)
+    assert _check_items(items, CAP) is items
+
+
+@pytest.mark.parametrize("items", [[], np.zeros(0), np.zeros(0, np.int64), ()], ids=repr)
+def test_check_items_accepts_no_items(items: object) -> None:
+    out = _check_items(items, CAP)  # type: ignore[arg-type]
+    assert out.dtype == np.int64
+    assert out.shape == (0,)
+
+
+def test_check_items_accepts_exactly_the_cap() -> None:
+    assert len(_check_items(list(range(CAP)), CAP)) == CAP
+
+
+@pytest.mark.parametrize(
+    ("items", "reason"),
+    [
+        ([True, False], "integers"),
+        (np.array([1, 0], bool), "integers"),
+        ([1, -2, 3], ">= 0"),
+        (np.array([-1], np.int64), ">= 0"),
+        (np.array([-1], np.int8), ">= 0"),
+        ([2**63], "outside int64"),
+        (np.array([2**63], np.uint64), "outside int64"),
+        (np.array([1, 2**64], dtype=object), "outside int64"),
+        ([1, 2**70], "outside int64"),
+        ([-1, 2**63], "item_ids"),  # numpy makes this float64
+        ([1.5, 2.0], "whole numbers"),
+        ([float("nan")], "NaN"),
+        ([float("inf")], "NaN or inf"),
+        ([float(2**53)], "below 2\\*\\*53"),
+        ([1e19], "below 2\\*\\*53"),
+        ([-1.0], ">= 0"),
+        (["1", "2"], "integers"),
+        ("123", "not a string"),
+        (b"123", "not a string"),
+        ([1, None], "integers"),
+        ([1, "a"], "integers"),
+        ([[1, 2], [3, 4]], "one-dimensional"),
+        (np.zeros((2, 2), np.int64), "one-dimensional"),
+        (np.int64(5), "one-dimensional"),
+        (list(range(CAP + 1)), "exceed store.max_candidates"),
+        (np.arange(CAP + 1), "exceed store.max_candidates"),
+    ],
+)
+def test_check_items_rejects_anything_but_integers_in_int64_up_to_the_cap(
+    items: object, reason: str
+) -> None:
+    with pytest.raises(ValueError, match=reason):
+        _check_items(items, CAP)  # type: ignore[arg-type]
+
+
+def test_check_items_accepts_an_object_array_of_small_integers() -> None:
+    items = np.array([1, 2, 3], dtype=object)  # e.g. a pandas object column's values
+    np.testing.assert_array_equal(_check_items(items, CAP), [1, 2, 3])
+
+
+# --------------------------------------------------------------------------------------------
+# now
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        0,
+        1_700_000_000,
+        1_700_000_000.5,
+        np.int64(1_700_000_000),
+        np.float64(1.7e9),
+        MAX_EPOCH_S - 1,
+    ],
+    ids=repr,
+)
+def test_check_now_accepts_epoch_seconds(now: float) -> None:
+    assert _check_now(now) == now
+
+
+def test_check_now_none_is_the_wall_clock_in_whole_seconds() -> None:
+    before = int(time.time())
+    now = _check_now(None)
+    after = int(time.time())
+    assert isinstance(now, int)
+    assert before <= now <= after
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        1.7e12,
+        1_700_000_000_000,
+        MAX_EPOCH_S,
+        1e20,
+        -1,
+        -0.5,
+        float("nan"),
+        float("inf"),
+        np.float64("nan"),
+        True,
+        False,
+        "1700000000",
+        [1_700_000_000],
+    ],
+    ids=repr,
+)
+def test_check_now_rejects_anything_but_epoch_seconds(now: object) -> None:
+    with pytest.raises(ValueError, match="now must be epoch seconds"):
+        _check_now(now)
+
+
+# --------------------------------------------------------------------------------------------
+# serving_connection_string
+# --------------------------------------------------------------------------------------------
+
+
+def test_serving_connection_string_adds_socket_and_connect_timeouts() -> None:
+    out = serving_connection_string("h:6379,db=1", 0.2)
+    assert out == "h:6379,db=1,socket_timeout=0.2,socket_connect_timeout=0.2"
+    options = RedisTarget.parse(out).options
+    assert options == {"db": 1, "socket_timeout": 0.2, "socket_connect_timeout": 0.2}
+
+
+def test_serving_connection_string_keeps_explicit_timeouts() -> None:
+    out = serving_connection_string("h:1,socket_timeout=1.5,password=x", 0.2)
+    options = RedisTarget.parse(out).options
+    assert options["socket_timeout"] == 1.5
+    assert options["socket_connect_timeout"] == 0.2
+    assert options["password"] == "x"
+    both = "h:1,socket_timeout=1,socket_connect_timeout=2"
+    assert serving_connection_string(both, 0.2) == both
+
+
+def test_serving_connection_string_keeps_every_node_and_small_timeouts_exact() -> None:
+    out = serving_connection_string("a:1,b:2", 0.0005)
+    target = RedisTarget.parse(out)
+    assert target.nodes == (("a", 1), ("b", 2))
+    assert target.options["socket_timeout"] == 0.0005

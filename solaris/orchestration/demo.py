@@ -10,6 +10,7 @@ the candidates runs served through Feast at each request's own time.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,11 +70,17 @@ def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
     )
 
 
-def served_example(cfg: SolarisConfig, redis: str, fm_version: str, as_of: int) -> dict:
+def served_example(
+    cfg: SolarisConfig, redis: str, fm_version: str, as_of: int, repeats: int = 200
+) -> dict:
     """The last labelled request of the window, served through ``SolarisFeatures`` as if it
-    came again at the window's end (the online store holds each key's latest row only)."""
-    from solaris.orchestration.resources import feature_store, read_requests
+    came again at the window's end (the online store holds each key's latest row only), and
+    served ``repeats`` more times to time it; with what the pair view costs in Redis."""
+    from solaris.orchestration.resources import read_requests
     from solaris.serving.client import SolarisFeatures
+    from solaris.store.connection import redis_client
+    from solaris.store.contract import PAIR
+    from solaris.store.footprint import view_footprint
 
     layout = CycleLayout(cfg.artifacts_dir)
     rows = read_requests(layout, as_of - DAY, as_of)
@@ -82,17 +89,42 @@ def served_example(cfg: SolarisConfig, redis: str, fm_version: str, as_of: int) 
     request_id = rows.loc[rows["label"].notna(), "request_id"].iloc[-1]
     request = rows[rows["request_id"] == request_id]
     user_id, ts = int(request["user_id"].iloc[0]), int(request["ts"].iloc[0])
-    with SolarisFeatures(
-        cfg, redis=redis, fm_version=fm_version, store=feature_store(cfg, redis)
-    ) as client:
+    items = request["item_id"].to_numpy()
+    # A client of its own, as a serving process would open it (socket timeouts, no retries).
+    with SolarisFeatures(cfg, redis=redis, fm_version=fm_version) as client:
         client.warm_up()
-        served = client.fetch(user_id, request["item_id"].to_numpy(), now=as_of)
+        served = client.fetch(user_id, items, now=as_of)
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            client.fetch(user_id, items, now=as_of)
+            seconds.append(time.perf_counter() - start)
     tiers, counts = np.unique(served.tier, return_counts=True)
+    redis_db = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        pairs = view_footprint(redis_db, cfg.store.project, PAIR)
+        setting = redis_db.config_get("hash-max-listpack-value") or redis_db.config_get(
+            "hash-max-ziplist-value"
+        )
+    finally:
+        redis_db.close()
+    ms = np.asarray(seconds) * 1000
     return {
         "user_id": user_id,
         "ts": ts,
         "n_items": len(request),
         "tiers": dict(zip(tiers.tolist(), counts.tolist(), strict=True)),
+        "fetch_ms": {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))},
+        "fetches": repeats,
+        "pair_footprint": {
+            "keys": pairs.keys,
+            "rows": pairs.rows,
+            "bytes_per_row": pairs.bytes_per_row,
+            "record_bytes_per_row": pairs.record_bytes / max(pairs.rows, 1),
+            "overhead": pairs.overhead,
+            "encodings": pairs.encodings,
+            "server_setting": setting,
+        },
     }
 
 
@@ -175,6 +207,18 @@ def run_airflow_stage(
         echo(
             f"one served request: user {example['user_id']} at {example['ts']}, "
             f"{example['n_items']} candidates, served at the window's end: tiers {example['tiers']}"
+        )
+        ms = example["fetch_ms"]
+        echo(
+            f"  served {example['fetches']} more times: p50 {ms['p50']:.2f} ms, "
+            f"p99 {ms['p99']:.2f} ms (make bench compares with Redis itself)"
+        )
+        fp = example["pair_footprint"]
+        encodings = ", ".join(f"{v:,} {k}" for k, v in sorted(fp["encodings"].items()))
+        echo(
+            f"Redis: {fp['rows']:,} cached pairs in {fp['keys']:,} hashes ({encodings}), "
+            f"{fp['bytes_per_row']:.0f} B per pair for {fp['record_bytes_per_row']:.0f} B "
+            f"records ({fp['overhead']:.2f}x; server {fp['server_setting']})"
         )
     return {
         "intervals": len(intervals),

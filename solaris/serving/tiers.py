@@ -191,7 +191,10 @@ def _mean_excluding(
     eff = c - w
     valid = eff > 0
     num = s.astype(np.float64)
-    np.subtract(num, p, out=num, where=w[:, None])
+    if w.all():  # the request path: every candidate's pair is in the user's window
+        num -= p
+    elif w.any():
+        num[w] -= p[w]
     num /= np.maximum(eff, 1)[:, None]
     mean = num.astype(np.float32)
     if not valid.all():
@@ -199,12 +202,17 @@ def _mean_excluding(
     return mean, valid
 
 
-def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray:
+def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray | float:
+    """``now`` as a scalar (it broadcasts) or a ``[n]`` array."""
+    if isinstance(now, bool | np.bool_):
+        raise ValueError(f"now must be epoch seconds, got {now!r}")
+    if isinstance(now, int | float | np.integer | np.floating):
+        if not np.isfinite(now):
+            raise ValueError("now is NaN or inf")
+        return now
     arr = np.asarray(now)
     if arr.ndim == 0:
-        if not np.isfinite(arr):
-            raise ValueError("now is NaN or inf")
-        return np.full(n, arr, dtype=np.int64) if arr == int(arr) else np.full(n, float(arr))
+        return _now_array(arr.item(), n)
     if arr.shape != (n,):
         raise ValueError(f"now must be a scalar or have shape ({n},), got {arr.shape}")
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):

@@ -48,6 +48,7 @@ from solaris.store.contract import (
 __all__ = [
     "ViewRows",
     "decode_records",
+    "encode_record_array",
     "encode_records",
     "f16_round",
     "normalize",
@@ -164,16 +165,19 @@ def _vectors(spec: ViewSpec, name: str, kind: Kind, col: pa.ChunkedArray, d: int
     if flat.null_count:
         nulls = flat.is_null().to_numpy(zero_copy_only=False).reshape(-1, d).any(axis=1)
         raise _bad(spec, name, _first(nulls), "holds a null value")
-    z = flat.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, d)
-    bad = ~np.isfinite(z).all(axis=1)
-    if bad.any():
-        raise _bad(spec, name, _first(bad), "holds NaN or inf")
-    if kind is Kind.VECTOR_F16:
-        big = (np.abs(z) > _F16_MAX).any(axis=1)
-        if big.any():
-            raise _bad(spec, name, _first(big), "holds values outside the float16 range")
-        z = f16_round(z)
-    return z
+    z = flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, d)
+    limit = _F16_MAX if kind is Kind.VECTOR_F16 else np.inf
+    # One reduction over everything (NaN propagates and fails the comparison; inf and float16
+    # overflow exceed the limit); rows are looked at only to name the first bad one.
+    if z.size and not np.abs(z).max() <= limit:
+        row = _first(~(np.abs(z).max(axis=1) <= limit))
+        problem = (
+            "holds NaN or inf"
+            if not np.isfinite(z[row]).all()
+            else ("holds values outside the float16 range")
+        )
+        raise _bad(spec, name, row, problem)
+    return f16_round(z) if kind is Kind.VECTOR_F16 else z
 
 
 def _strings(spec: ViewSpec, name: str, col: pa.ChunkedArray) -> pa.Array:
@@ -376,6 +380,17 @@ def _fixed_dtype(spec: ViewSpec, d: int, tail: int | None = None) -> np.dtype:
 
 
 @functools.cache
+def _decode_plan(spec: ViewSpec) -> tuple[tuple[str, bool, bool], ...]:
+    """Per field of a simple-tail view: (name, derived from the event time, fixed in the
+    record); a variable field here is the string tail."""
+    return tuple(
+        (f.name, f.kind is Kind.EVENT_S, f.kind.is_fixed and f.kind is not Kind.EVENT_S)
+        for f in spec.fields
+        if f.kind.is_fixed or f.kind is Kind.STRING
+    )
+
+
+@functools.cache
 def _simple_tail(spec: ViewSpec) -> bool:
     """One variable field, a string: records decode with one structured dtype per length."""
     _, variable = _stored(spec)
@@ -390,8 +405,54 @@ def _fixed_width_strings(arr: pa.Array, width: int) -> np.ndarray:
     return np.frombuffer(arr.buffers()[2], f"S{width}", count=len(arr), offset=int(offsets[0]))
 
 
-def encode_records(spec: ViewSpec, params: ViewParams, table: pa.Table) -> list[bytes]:
-    """One record per row of a :func:`normalize`-d table, in row order."""
+def encode_records(
+    spec: ViewSpec, params: ViewParams, table: pa.Table, order: np.ndarray | None = None
+) -> list[bytes]:
+    """One record per row of a :func:`normalize`-d table, in row order (or in the row
+    order ``order``, a permutation, without reordering the table itself)."""
+    uniform = encode_record_array(spec, params, table, order)
+    if uniform is not None:
+        return uniform.tolist()
+    return _encode_records(spec, params, table, order)
+
+
+def encode_record_array(
+    spec: ViewSpec, params: ViewParams, table: pa.Table, order: np.ndarray | None = None
+) -> np.ndarray | None:
+    """The records as one numpy ``V<length>`` array when they all have the same length
+    (one ``fm_version`` in the batch: the usual case), else ``None``."""
+    n = table.num_rows
+    fixed, variable = _stored(spec)
+    if n == 0 or (variable and not _simple_tail(spec)):
+        return None
+    table = table.combine_chunks()
+    tail = table[variable[0].name].chunk(0) if variable else None
+    width = 0
+    if tail is not None:
+        lengths = pc.binary_length(tail).to_numpy()
+        width = int(lengths[0])
+        if (lengths != width).any():
+            return None
+    rec = np.empty(n, _fixed_dtype(spec, params.z_dim, width))
+    event_us = table[EVENT_TS].chunk(0).cast(pa.int64()).to_numpy()
+    rec[_EVENT] = event_us
+    for f in fixed:
+        col = table[f.name].chunk(0)
+        if f.kind.is_vector:
+            flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+            rec[f.name] = flat.reshape(-1, params.z_dim)
+        else:
+            rec[f.name] = col.to_numpy(zero_copy_only=False)
+    if width:
+        rec[variable[0].name] = _fixed_width_strings(tail, width)
+    records = rec.view(np.dtype((np.void, rec.dtype.itemsize))).ravel()
+    return records if order is None else records[order]
+
+
+def _encode_records(
+    spec: ViewSpec, params: ViewParams, table: pa.Table, order: np.ndarray | None
+) -> list[bytes]:
+    """:func:`encode_records` of records of several lengths."""
     n = table.num_rows
     if n == 0:
         return []
@@ -426,8 +487,11 @@ def encode_records(spec: ViewSpec, params: ViewParams, table: pa.Table) -> list[
             if tail is not None and width:
                 part = tail if isinstance(rows, slice) else tail.take(pa.array(rows))
                 rec[variable[0].name] = _fixed_width_strings(part, int(width))
-            out[rows] = rec.view(np.dtype((np.void, dtype.itemsize))).ravel().tolist()
-        return out.tolist()
+            records = rec.view(np.dtype((np.void, dtype.itemsize))).ravel()
+            if len(widths) == 1:
+                return (records if order is None else records[order]).tolist()
+            out[rows] = records.tolist()
+        return out.tolist() if order is None else out[order].tolist()
 
     # Several variable fields (``unn``): row by row, off the request path.
     rec = np.empty(n, _fixed_dtype(spec, d))
@@ -448,7 +512,7 @@ def encode_records(spec: ViewSpec, params: ViewParams, table: pa.Table) -> list[
                 parts.append(struct.pack("<I", len(blob)))
             parts.append(blob)
         records.append(b"".join(parts))
-    return records
+    return records if order is None else [records[i] for i in order.tolist()]
 
 
 def _rows_from_records(
@@ -463,18 +527,18 @@ def _rows_from_records(
         event_us = np.zeros(n, np.int64)
         event_us[found] = rec[_EVENT]
     values: dict[str, np.ndarray] = {}
-    for f in spec.fields:
-        if f.kind is Kind.EVENT_S:
-            values[f.name] = event_us // _US
+    for name, derived, stored in _decode_plan(spec):
+        if derived:
+            values[name] = event_us // _US
             continue
-        if not f.kind.is_fixed and (f.kind is not Kind.STRING or not tail):
+        if not stored and not tail:
             continue
-        column = rec[f.name]
+        column = rec[name]
         if not every:
             full = np.zeros((n, *column.shape[1:]), column.dtype)
             full[found] = column
             column = full
-        values[f.name] = column
+        values[name] = column
     if len(values) < len(spec.fields):
         values = {**ViewRows.empty(spec, params, n).values, **values}
     return ViewRows(found, event_us, values)
@@ -493,15 +557,16 @@ def decode_records(spec: ViewSpec, params: ViewParams, replies: Sequence[bytes |
         present = list(compress(replies, found))
     if len(present) == 0:
         return ViewRows.empty(spec, params, n)
-    lengths = np.fromiter(map(len, present), np.int64, len(present))
+    sizes = list(map(len, present))
     head = _fixed_dtype(spec, d).itemsize
     fixed, variable = _stored(spec)
-    lo = len(present[0])
-    if lo >= head and (lengths == lo).all() and (not variable or _simple_tail(spec)):
+    lo = sizes[0]
+    if lo >= head and sizes.count(lo) == len(sizes) and (not variable or _simple_tail(spec)):
         # The usual case: one record length (one fm_version), decoded in one frombuffer.
         rec = np.frombuffer(b"".join(present), _fixed_dtype(spec, d, lo - head))
         return _rows_from_records(spec, params, rec, found, lo - head)
 
+    lengths = np.asarray(sizes, np.int64)
     out = ViewRows.empty(spec, params, n)
     idx = np.flatnonzero(found)
     ok = lengths >= head

@@ -23,7 +23,7 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
-__all__ = ["RedisTarget", "RedisType", "answers", "redis_client"]
+__all__ = ["RedisTarget", "RedisType", "answers", "redis_client", "unlink_matching"]
 
 RedisType = Literal["redis", "redis_cluster"]
 _STRINGS = frozenset({"password", "username", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"})
@@ -103,6 +103,21 @@ def redis_client(
         )
     host, port = target.nodes[0]
     return redis_py.Redis(host=host, port=port, retry=Retry(backoff, retries), **kwargs)
+
+
+def unlink_matching(client, pattern: str, batch: int = 1000) -> int:
+    """Delete every key matching ``pattern`` (``SCAN`` + ``UNLINK`` in batches, never
+    ``KEYS``); returns how many were deleted."""
+    removed = 0
+    keys: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=batch):
+        keys.append(key)
+        if len(keys) >= batch:
+            removed += client.unlink(*keys)
+            keys.clear()
+    if keys:
+        removed += client.unlink(*keys)
+    return removed
 
 
 def answers(connection: str, timeout_s: float = 0.5, redis_type: RedisType = "redis") -> bool:

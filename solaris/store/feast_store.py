@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.store.connection import unlink_matching
 from solaris.store.keys import project_pattern
 
 if TYPE_CHECKING:  # feast is heavy: imported only where a store is opened
@@ -112,15 +113,7 @@ def apply_definitions(store: FeatureStore, cfg: SolarisConfig) -> list[str]:
 def delete_project_keys(client, project: str, extra_keys: Sequence[str] = ()) -> int:
     """Delete the Redis keys of one Feast project's SOLARIS views (``<project>:*``), plus
     ``extra_keys``; returns how many were removed. Other data is never touched."""
-    removed = 0
-    batch: list[bytes] = []
-    for key in client.scan_iter(match=project_pattern(project), count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            removed += client.unlink(*batch)
-            batch.clear()
-    if batch:
-        removed += client.unlink(*batch)
+    removed = unlink_matching(client, project_pattern(project))
     if extra_keys:
         removed += client.unlink(*extra_keys)
     return removed

@@ -56,9 +56,15 @@ from feast.type_map import feast_value_type_to_python_type
 from pydantic import Field, StrictStr
 from redis.cluster import RedisCluster
 
-from solaris.store import keys
-from solaris.store.codec import ViewRows, decode_records, encode_records, normalize
-from solaris.store.connection import redis_client
+from solaris.store import keys, resp
+from solaris.store.codec import (
+    ViewRows,
+    decode_records,
+    encode_record_array,
+    encode_records,
+    normalize,
+)
+from solaris.store.connection import redis_client, unlink_matching
 from solaris.store.contract import (
     EVENT_TS,
     MAX_EPOCH_S,
@@ -78,22 +84,21 @@ _US = 1_000_000
 _INT64_MAX = np.iinfo(np.int64).max
 _COMMANDS_PER_PIPELINE = 1_000
 
-# One write to one hash: set the fields, renew the key's expiry, and every so often (in
-# event time) delete the fields whose record is older than the retention before the newest
-# row written. Field "" holds the event time (us) of the last prune. Records start with
-# their event time (int64 LE), so the script reads it with struct.unpack. Event times are
-# below 2^53 us, exact in Lua's doubles.
-#   KEYS[1] hash; ARGV[1] retention ms; ARGV[2] retention us; ARGV[3] prune interval us;
-#   ARGV[4] newest event us among the fields written; ARGV[5..] field, record, ...
-_WRITE_LUA = """
-redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+# After the HSET of a write, in one call: renew the hash's expiry, create its prune marker
+# (field "") if it has none, and return the marker.
+#   KEYS[1] hash; ARGV[1] retention ms; ARGV[2] newest event us written
+_TOUCH_LUA = """
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-local newest = tonumber(ARGV[4])
-local last = tonumber(redis.call('HGET', KEYS[1], '') or '-1e300')
-if newest - last < tonumber(ARGV[3]) then
-  return 0
-end
-local cutoff = newest - tonumber(ARGV[2])
+redis.call('HSETNX', KEYS[1], '', ARGV[2])
+return redis.call('HGET', KEYS[1], '')
+"""
+
+# Prune one hash: delete the fields whose record (its first 8 bytes: the event time, int64
+# LE) is older than the cutoff, and record the newest event time written as the hash's last
+# prune (field ""). Event times are below 2^53 us, exact in Lua's doubles.
+#   KEYS[1] hash; ARGV[1] cutoff us; ARGV[2] newest event us written
+_PRUNE_LUA = """
+local cutoff = tonumber(ARGV[1])
 local all = redis.call('HGETALL', KEYS[1])
 local stale = {}
 local removed = 0
@@ -110,7 +115,7 @@ end
 if #stale > 0 then
   removed = removed + redis.call('HDEL', KEYS[1], unpack(stale))
 end
-redis.call('HSET', KEYS[1], '', string.format('%.0f', newest))
+redis.call('HSET', KEYS[1], '', ARGV[2])
 return removed
 """
 
@@ -236,12 +241,14 @@ class SolarisOnlineStore(OnlineStore):
         self._client_key: tuple | None = None
         self._lock = threading.Lock()
         self._script = None
-        self._plans: dict[tuple, tuple[object, _Plan | None]] = {}
+        self._touch = None
+        self._plans: dict[tuple, tuple[object, object, _Plan | None]] = {}
 
     # -- connection -------------------------------------------------------------------------
 
     def client(self, config: RepoConfig):
-        """The redis-py client of this store, built once (thread-safe)."""
+        """The redis-py client of this store, built once (thread-safe; no network I/O under
+        the lock, so a hung Redis never serialises the callers)."""
         cfg = config.online_store
         key = (cfg.connection_string, cfg.redis_type, cfg.retries)
         if self._client is None or self._client_key != key:
@@ -250,7 +257,8 @@ class SolarisOnlineStore(OnlineStore):
                     self._client = redis_client(
                         cfg.connection_string, redis_type=cfg.redis_type, retries=cfg.retries
                     )
-                    self._script = self._client.register_script(_WRITE_LUA)
+                    self._script = self._client.register_script(_PRUNE_LUA)
+                    self._touch = self._client.register_script(_TOUCH_LUA)
                     self._client_key = key
         return self._client
 
@@ -280,85 +288,103 @@ class SolarisOnlineStore(OnlineStore):
         rows: pa.Table,
         progress: Callable[[int], Any] | None = None,
     ) -> int:
-        """Write rows already :func:`~solaris.store.codec.normalize`-d for ``spec``."""
+        """Write rows already :func:`~solaris.store.codec.normalize`-d for ``spec``.
+
+        Hash views, per key: ``HSET`` of the fields, then one small script that renews the
+        key's expiry to the retention and returns its prune marker (field ``""``, created
+        if absent); the hashes whose newest written row is ``prune_every × retention`` past
+        their marker are pruned by another script in a second round trip (a small share of
+        the writes). String views: ``SET`` with ``PX``.
+        """
         n = rows.num_rows
         if n == 0:
             return 0
         client = self.client(config)
-        records = encode_records(spec, params, rows)
-        event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()
+        retention_ms = params.retention_s * 1000
         prefix = keys.view_key(config.project, spec)
-        commands = self._write_commands(config, spec, params, rows, records, event_us, prefix)
-        pipe = client.pipeline(transaction=False)
-        queued = 0
-        for command in commands:
-            command(pipe)
-            queued += 1
-            if queued >= _COMMANDS_PER_PIPELINE:
-                pipe.execute()
-                pipe = client.pipeline(transaction=False)
-                queued = 0
-        if queued:
-            pipe.execute()
+        if spec.partition is not None:
+            # Rows grouped by key (stable: within a key, the batch's order is kept).
+            parts = rows[spec.partition.join_key].combine_chunks().to_numpy()
+            order = np.argsort(parts, kind="stable")
+            sorted_parts = parts[order]
+            bounds = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
+            part_ids = sorted_parts[bounds[:-1]].tolist()
+            key_names = [keys.partition_key(prefix, spec, pid) for pid in part_ids]
+        else:
+            order = np.arange(n)
+            bounds = np.array([0, n])
+            key_names = [prefix]
+        if spec.member is None:
+            # One string per partition: the last row of the batch for it wins.
+            records = encode_records(spec, params, rows, order)
+            commands = [
+                (b"SET", key, records[i - 1], b"PX", retention_ms)
+                for key, i in zip(key_names, bounds[1:].tolist(), strict=True)
+            ]
+            _send(client, commands)
+        else:
+            self._write_hashes(client, config, params, rows, order, bounds, key_names, spec)
         if progress is not None:
             progress(n)
         return n
 
-    def _write_commands(
-        self,
-        config: RepoConfig,
-        spec: ViewSpec,
-        params: ViewParams,
-        rows: pa.Table,
-        records: list[bytes],
-        event_us: np.ndarray,
-        prefix: str,
-    ):
-        """One command per key (per chunk of fields), in key order."""
-        n = len(records)
-        retention_ms = params.retention_s * 1000
-        if spec.partition is not None:
-            parts = rows[spec.partition.join_key].combine_chunks().to_numpy()
-            order = np.argsort(parts, kind="stable")
-            bounds = np.flatnonzero(np.r_[True, parts[order][1:] != parts[order][:-1], True])
-        else:
-            order = np.arange(n)
-            bounds = np.array([0, n])
-        part_ids = parts[order].tolist() if spec.partition is not None else None
-        if spec.member is None:
-            # One string per partition: the last row of the batch for it wins.
-            for lo, hi in itertools.pairwise(bounds.tolist()):
-                key = keys.partition_key(prefix, spec, part_ids[lo])
-                record = records[order[hi - 1]]
-                yield lambda pipe, key=key, record=record: pipe.set(key, record, px=retention_ms)
-            return
-        members = rows[spec.member.join_key].combine_chunks().to_numpy()[order].tolist()
-        ordered = [records[i] for i in order.tolist()]
-        events = event_us[order]
+    def _write_hashes(self, client, config, params, rows, order, bounds, key_names, spec) -> None:
+        """The hash part of :meth:`write_normalized`: the rows in ``order`` are grouped by
+        key, ``bounds`` delimiting the groups of ``key_names``."""
         cfg = config.online_store
-        chunk = cfg.write_fields_per_command
-        prune_every_us = int(cfg.prune_every * params.retention_s * _US)
-        script = self._script
-        for lo, hi in itertools.pairwise(bounds.tolist()):
-            key = (
-                keys.partition_key(prefix, spec, part_ids[lo])
-                if spec.partition is not None
-                else prefix
+        retention_ms = params.retention_s * 1000
+        fields = keys.member_fields(rows[spec.member.join_key].combine_chunks().to_numpy()[order])
+        event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()[order]
+        newest = np.maximum.reduceat(event_us, bounds[:-1]).tolist()
+        records = encode_record_array(spec, params, rows, order)
+        if records is not None and not isinstance(client, RedisCluster):
+            # The usual case: every (field, record) pair framed by numpy in one buffer.
+            framed = resp.pairs(fields, records)
+
+            def hset(key: str, lo: int, hi: int):
+                return resp.command(b"HSET", [key], framed[lo:hi].tobytes(), 2 * (hi - lo))
+
+        else:
+            values = (
+                records.tolist()
+                if records is not None
+                else encode_records(spec, params, rows, order)
             )
+            field_bytes = fields.tolist()
+
+            def hset(key: str, lo: int, hi: int):
+                args: list[Any] = [None] * (2 * (hi - lo))
+                args[0::2] = field_bytes[lo:hi]
+                args[1::2] = values[lo:hi]
+                return (b"HSET", key, *args)
+
+        chunk = cfg.write_fields_per_command
+        commands: list = []
+        touches: list[int] = []
+        for key, (lo, hi), top in zip(
+            key_names, itertools.pairwise(bounds.tolist()), newest, strict=True
+        ):
             for start in range(lo, hi, chunk):
-                stop = min(start + chunk, hi)
-                args: list[Any] = [None] * (2 * (stop - start))
-                args[0::2] = members[start:stop]
-                args[1::2] = ordered[start:stop]
-                head = [
-                    retention_ms,
-                    params.retention_s * _US,
-                    prune_every_us,
-                    int(events[start:stop].max()),
-                ]
-                yield lambda pipe, key=key, args=head + args: script(
-                    keys=[key], args=args, client=pipe
-                )
+                commands.append(hset(key, start, min(start + chunk, hi)))
+            touches.append(len(commands))
+            commands.append((b"EVALSHA", self._touch.sha, 1, key, retention_ms, top))
+        try:
+            replies = _send(client, commands)
+        except redis_py.exceptions.NoScriptError:  # a new or flushed server: load, rewrite
+            client.script_load(_TOUCH_LUA)
+            replies = _send(client, commands)
+        interval = cfg.prune_every * params.retention_s * _US
+        due = [
+            (key, top)
+            for key, top, at in zip(key_names, newest, touches, strict=True)
+            if top - int(replies[at]) >= interval
+        ]
+        if due:
+            prune = self._script
+            pipe = client.pipeline(transaction=False)
+            for key, top in due:
+                prune(keys=[key], args=[top - params.retention_s * _US, top], client=pipe)
+            pipe.execute()
 
     def online_write_batch(
         self,
@@ -410,18 +436,18 @@ class SolarisOnlineStore(OnlineStore):
         if n == 0:
             return [ViewRows.empty(spec, params, 0) for spec, params in plans]
         client = self.client(config)
-        fields = {k: v.tolist() for k, v in entities.items()}
-        commands: list[tuple[str, str, list[int] | None]] = []
+        commands: list[tuple[bytes, str, np.ndarray | None]] = []
         layouts = []
         for spec, _ in plans:
-            layouts.append(_queue_reads(commands, config.project, spec, entities, fields, n))
+            layouts.append(_queue_reads(commands, config.project, spec, entities, n))
         if isinstance(client, RedisCluster):
             pipe = client.pipeline(transaction=False)
             for command, key, members in commands:
-                pipe.execute_command(command, key, *(members or ()))
+                fields = keys.member_fields(members).tolist() if members is not None else ()
+                pipe.execute_command(command, key, *fields)
             replies = pipe.execute()
         else:
-            replies = _round_trip(client, _pack(commands), len(commands))
+            replies = _round_trip(client, [_pack(commands)], len(commands))
         out = []
         pos = 0
         for (spec, params), (count, assemble) in zip(plans, layouts, strict=True):
@@ -433,18 +459,29 @@ class SolarisOnlineStore(OnlineStore):
         """How to serve ``features`` on the fast path; ``None``: use Feast's generic path.
 
         Uses Feast's private ``utils._get_cached_request_context`` (feast 0.67, pinned;
-        ``tests/unit/store/test_feast_contract.py`` fails if it moves), which resolves the
-        requested features and caches the answer until the registry changes.
+        ``tests/unit/store/test_feast_contract.py`` fails if it moves) to resolve the
+        requested features; the plan is cached until the registry is reloaded or its cache
+        expires (then Feast's call refreshes it).
         """
-        context = utils._get_cached_request_context(registry, project, features, full_feature_names)
         key = (
             ("__fs__", features.name) if isinstance(features, FeatureService) else tuple(features),
             project,
             full_feature_names,
         )
+        # Our own cache, per registry object and its load time: Feast's resolution cache is
+        # process-wide and keyed on one registry, so a second FeatureStore in the process
+        # (another Registry object) would clear it on every call.
+        created = getattr(registry, "cached_registry_proto_created", None)
         cached = self._plans.get(key)
-        if cached is not None and cached[0] is context:
-            return cached[1]
+        if (
+            cached is not None
+            and cached[0] is registry
+            and created is not None
+            and cached[1] == created
+            and registry.is_cache_valid()
+        ):
+            return cached[2]
+        context = utils._get_cached_request_context(registry, project, features, full_feature_names)
         (
             _refs,
             on_demand,
@@ -473,7 +510,12 @@ class SolarisOnlineStore(OnlineStore):
                     frozenset(k for v in views for k in v.spec.join_keys),
                     dict(entity_name_to_join_key),
                 )
-        self._plans[key] = (context, plan)
+        # Feast may have refreshed the registry while resolving: key on its load time now.
+        self._plans[key] = (
+            registry,
+            getattr(registry, "cached_registry_proto_created", None),
+            plan,
+        )
         return plan
 
     def get_online_features(
@@ -592,46 +634,38 @@ class SolarisOnlineStore(OnlineStore):
         except InvalidWriteError:
             return 0  # not a SOLARIS view: this store never wrote it
         client = self.client(config)
-        removed = 0
-        for pattern in keys.view_patterns(config.project, spec):
-            batch: list[bytes] = []
-            for key in client.scan_iter(match=pattern, count=1000):
-                batch.append(key)
-                if len(batch) >= 1000:
-                    removed += client.unlink(*batch)
-                    batch.clear()
-            if batch:
-                removed += client.unlink(*batch)
-        return removed
+        return sum(
+            unlink_matching(client, pattern) for pattern in keys.view_patterns(config.project, spec)
+        )
 
 
-def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, fields, n: int):
-    """Add the reads of one view to ``commands`` as ``(command, key, members)``; returns
+def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, n: int):
+    """Add the reads of one view to ``commands`` as ``(command, key, member ids)``; returns
     (commands added, replies → list aligned with the ``n`` rows)."""
     prefix = keys.view_key(project, spec)
-    members = fields[spec.member.join_key] if spec.member is not None else None
+    members = entities[spec.member.join_key] if spec.member is not None else None
     if spec.partition is None:
-        commands.append(("HMGET", prefix, members))
+        commands.append((b"HMGET", prefix, members))
         return 1, lambda replies: replies[0]
     parts = entities[spec.partition.join_key]
     if parts[0] == parts[-1] and (parts == parts[0]).all():  # one user: the request path
         key = keys.partition_key(prefix, spec, int(parts[0]))
         if members is None:
-            commands.append(("GET", key, None))
+            commands.append((b"GET", key, None))
             return 1, lambda replies: replies * n
-        commands.append(("HMGET", key, members))
+        commands.append((b"HMGET", key, members))
         return 1, lambda replies: replies[0]
     unique, inverse = np.unique(parts, return_inverse=True)
     if members is None:
         for pid in unique.tolist():
-            commands.append(("GET", keys.partition_key(prefix, spec, pid), None))
+            commands.append((b"GET", keys.partition_key(prefix, spec, pid), None))
         return len(unique), lambda replies: [replies[i] for i in inverse.tolist()]
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
-    sorted_members = entities[spec.member.join_key][order].tolist()
+    sorted_members = members[order]
     for k, pid in enumerate(unique.tolist()):
         key = keys.partition_key(prefix, spec, pid)
-        commands.append(("HMGET", key, sorted_members[bounds[k] : bounds[k + 1]]))
+        commands.append((b"HMGET", key, sorted_members[bounds[k] : bounds[k + 1]]))
 
     def assemble(replies):
         aligned = np.empty(n, object)
@@ -641,39 +675,55 @@ def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, fields,
     return len(unique), assemble
 
 
-def _pack(commands: Sequence[tuple[str, str, list[int] | None]]) -> bytes:
-    """The RESP bytes of ``commands``; a members list shared by several commands is packed
-    once (hiredis) and its bytes reused."""
-    packed_members: dict[int, bytes] = {}
+def _pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> bytes:
+    """The RESP bytes of ``commands``; the fields of a member-id array shared by several
+    commands (pair, nbr and iagg of one request) are framed once."""
+    bodies: dict[int, bytes] = {}
     parts = []
     for command, key, members in commands:
-        k = key.encode()
-        name = command.encode()
         if members is None:
-            parts.append(b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(name), name, len(k), k))
+            parts.append(hiredis.pack_command((command, key)))
             continue
-        body = packed_members.get(id(members))
+        body = bodies.get(id(members))
         if body is None:
-            whole = hiredis.pack_command(tuple(members))  # *<n>\r\n then the fields
-            body = whole[whole.index(b"\n") + 1 :]
-            packed_members[id(members)] = body
-        parts.append(
-            b"*%d\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(members) + 2, len(name), name, len(k), k)
-        )
-        parts.append(body)
+            body = bodies[id(members)] = resp.frames(keys.member_fields(members)).tobytes()
+        parts.append(resp.command(command, [key], body, len(members)))
     return b"".join(parts)
 
 
-def _round_trip(client: redis_py.Redis, packed: bytes, count: int) -> list:
-    """Send ``packed`` on one pooled connection and read ``count`` replies. On any error the
-    connection is dropped (it may hold unread replies) and the error propagates."""
+def _round_trip(client: redis_py.Redis, packed: list[bytes], count: int) -> list:
+    """Send the ``packed`` commands on one pooled connection and read ``count`` replies. On
+    any error (an error reply included) the connection is dropped, since it may hold unread
+    replies, and the error propagates."""
     pool = client.connection_pool
     conn = pool.get_connection()
     try:
-        conn.send_packed_command([packed], check_health=False)
-        return [conn.read_response() for _ in range(count)]
+        conn.send_packed_command([b"".join(packed)], check_health=False)  # one sendall
+        replies = [conn.read_response(disable_decoding=True) for _ in range(count)]
     except BaseException:
         conn.disconnect()
         raise
     finally:
         pool.release(conn)
+    return replies
+
+
+def _send(client, commands: Sequence, batch: int = _COMMANDS_PER_PIPELINE) -> list:
+    """Send ``commands`` (argument tuples, or commands packed already: bytes) in batches of
+    one round trip each; the replies.
+
+    A single Redis gets them packed by hiredis on one pooled connection; a cluster through
+    redis-py's cluster pipeline, which routes each key to its node.
+    """
+    replies: list = []
+    for start in range(0, len(commands), batch):
+        part = commands[start : start + batch]
+        if isinstance(client, RedisCluster):
+            pipe = client.pipeline(transaction=False)
+            for command in part:
+                pipe.execute_command(*command)
+            replies.extend(pipe.execute())
+        else:
+            packed = [c if isinstance(c, bytes) else hiredis.pack_command(c) for c in part]
+            replies.extend(_round_trip(client, packed, len(part)))
+    return replies

@@ -136,8 +136,8 @@ def test_feast_write_to_online_store_and_the_bulk_path_store_the_same_record(
         feast_store.config, feast_store.get_feature_view("pair"), frame.iloc[1:]
     )
     prefix = keys.view_key(solaris_cfg.store.project, PAIR)
-    a = redis_client.hget(keys.partition_key(prefix, PAIR, 7), "70")
-    b = redis_client.hget(keys.partition_key(prefix, PAIR, 8), "70")
+    a = redis_client.hget(keys.partition_key(prefix, PAIR, 7), keys.member_field(70))
+    b = redis_client.hget(keys.partition_key(prefix, PAIR, 8), keys.member_field(70))
     assert len(a) == len(b) and a[8 : 8 + 2 * Z_DIM] != b[8 : 8 + 2 * Z_DIM]
     assert a[:8] == b[:8]  # the same event time, then the codes
 
@@ -263,11 +263,15 @@ def test_a_write_prunes_rows_older_than_the_retention_before_its_newest(
     key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 21)
     _write_pair(store, 21, 210, NOW)
     _write_pair(store, 21, 211, NOW + 1)  # inside the retention: both kept
-    assert redis_client.hexists(key, "210") and redis_client.hexists(key, "211")
+    assert redis_client.hexists(key, keys.member_field(210)) and redis_client.hexists(
+        key, keys.member_field(211)
+    )
     # Event time moves 2.5 s (retention 2 s + a prune interval of 0.5 s) past item 210.
     _write_pair(store, 21, 212, NOW + 2.5)
-    assert not redis_client.hexists(key, "210")
-    assert redis_client.hexists(key, "211") and redis_client.hexists(key, "212")
+    assert not redis_client.hexists(key, keys.member_field(210))
+    assert redis_client.hexists(key, keys.member_field(211)) and redis_client.hexists(
+        key, keys.member_field(212)
+    )
 
 
 def test_hash_size_stays_bounded_under_a_long_stream_of_writes(short_lived, redis_client):
@@ -316,3 +320,16 @@ def test_sixteen_threads_on_a_healthy_redis_all_get_real_features(
     assert len(full) > 16 and all(full)
     s = features.stats
     assert s.failures == 0 and s.shed_busy == 0 and s.shed_open == 0
+
+
+def test_a_write_after_the_server_lost_its_scripts_loads_them_again(
+    feast_store, rows, redis_client
+) -> None:
+    rows.pair(40, 400, _z(1), NOW - 60)
+    redis_client.script_flush()  # as after a restart or a failover
+    rows.pair(40, 401, _z(2), NOW - 30)
+    out = feast_store.get_online_features(
+        features=["pair:z"],
+        entity_rows={"user_id": [40, 40], "item_id": [400, 401], "request_ts": NOW},
+    ).to_dict()
+    assert out["z"] == [_z(1).tolist(), _z(2).tolist()]

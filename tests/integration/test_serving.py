@@ -346,3 +346,35 @@ def test_invalid_misses_are_refused_before_reaching_the_stream(solaris_cfg, redi
         with pytest.raises(ValueError):
             append_misses(redis_client, stream, maxlen, user, items, ts)
     assert redis_client.xlen(stream) == 0
+
+
+def test_every_concurrent_caller_gets_zeros_within_the_bound_from_a_hung_redis(
+    solaris_cfg, feast_store, blackhole
+) -> None:
+    cfg = _with_store(solaris_cfg, breaker_failures=100)  # every caller really waits
+    bound_ms = cfg.store.fetch_timeout_ms
+    features = SolarisFeatures(cfg, redis=blackhole, fm_version=FM_VERSION)
+    elapsed: list[float] = []
+    errors: list[BaseException] = []
+
+    def caller() -> None:
+        try:
+            start = time.perf_counter()
+            out = features.fetch(1, list(range(300)), now=NOW)
+            elapsed.append((time.perf_counter() - start) * 1000)
+            assert not out.mask.any()
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        assert features.store is not None
+        threads = [threading.Thread(target=caller) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and len(elapsed) == 8
+        assert max(elapsed) < bound_ms + 150, elapsed
+        assert features.stats.timeouts == 8
+    finally:
+        features.close()

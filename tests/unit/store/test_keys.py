@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 
+import numpy as np
 import pytest
 from redis.crc import key_slot
 
@@ -114,4 +115,14 @@ def test_project_pattern_matches_every_key_of_the_project_only() -> None:
 
 
 def test_server_settings_size_small_hashes_for_records_up_to_256_bytes() -> None:
-    assert keys.SERVER_SETTINGS == {"hash-max-ziplist-value": "256"}
+    assert keys.SERVER_SETTINGS == {
+        "hash-max-ziplist-value": "256",
+        "hash-max-ziplist-entries": "128",
+    }
+
+
+@pytest.mark.parametrize("member", [0, 1, 1682, 2**63 - 1])
+def test_member_fields_are_eight_little_endian_bytes(member: int) -> None:
+    expected = member.to_bytes(8, "little", signed=True)
+    assert keys.member_field(member) == expected
+    assert keys.member_fields(np.array([member, 7], np.int64)).tolist()[0] == expected

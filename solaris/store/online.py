@@ -240,7 +240,7 @@ class SolarisOnlineStore(OnlineStore):
         self._client = None
         self._client_key: tuple | None = None
         self._lock = threading.Lock()
-        self._script = None
+        self._prune = None
         self._touch = None
         self._plans: dict[tuple, tuple[object, object, _Plan | None]] = {}
 
@@ -257,7 +257,7 @@ class SolarisOnlineStore(OnlineStore):
                     self._client = redis_client(
                         cfg.connection_string, redis_type=cfg.redis_type, retries=cfg.retries
                     )
-                    self._script = self._client.register_script(_PRUNE_LUA)
+                    self._prune = self._client.register_script(_PRUNE_LUA)
                     self._touch = self._client.register_script(_TOUCH_LUA)
                     self._client_key = key
         return self._client
@@ -368,23 +368,16 @@ class SolarisOnlineStore(OnlineStore):
                 commands.append(hset(key, start, min(start + chunk, hi)))
             touches.append(len(commands))
             commands.append((b"EVALSHA", self._touch.sha, 1, key, retention_ms, top))
-        try:
-            replies = _send(client, commands)
-        except redis_py.exceptions.NoScriptError:  # a new or flushed server: load, rewrite
-            client.script_load(_TOUCH_LUA)
-            replies = _send(client, commands)
+        replies = _send_scripted(client, commands)
         interval = cfg.prune_every * params.retention_s * _US
-        due = [
-            (key, top)
+        retention_us = params.retention_s * _US
+        prunes = [
+            (b"EVALSHA", self._prune.sha, 1, key, top - retention_us, top)
             for key, top, at in zip(key_names, newest, touches, strict=True)
             if top - int(replies[at]) >= interval
         ]
-        if due:
-            prune = self._script
-            pipe = client.pipeline(transaction=False)
-            for key, top in due:
-                prune(keys=[key], args=[top - params.retention_s * _US, top], client=pipe)
-            pipe.execute()
+        if prunes:
+            _send_scripted(client, prunes)
 
     def online_write_batch(
         self,
@@ -444,7 +437,7 @@ class SolarisOnlineStore(OnlineStore):
             pipe = client.pipeline(transaction=False)
             for command, key, members in commands:
                 fields = keys.member_fields(members).tolist() if members is not None else ()
-                pipe.execute_command(command, key, *fields)
+                pipe.execute_command(command.decode(), key, *fields)
             replies = pipe.execute()
         else:
             replies = _round_trip(client, [_pack(commands)], len(commands))
@@ -708,6 +701,18 @@ def _round_trip(client: redis_py.Redis, packed: list[bytes], count: int) -> list
     return replies
 
 
+def _send_scripted(client, commands: Sequence) -> list:
+    """:func:`_send` of commands that may call the store's scripts by ``EVALSHA``: a server
+    that lost them (a restart, a failover, ``SCRIPT FLUSH``) gets them loaded (on every
+    primary of a cluster) and the commands again (they are idempotent)."""
+    try:
+        return _send(client, commands)
+    except redis_py.exceptions.NoScriptError:
+        for script in (_TOUCH_LUA, _PRUNE_LUA):
+            client.script_load(script)
+        return _send(client, commands)
+
+
 def _send(client, commands: Sequence, batch: int = _COMMANDS_PER_PIPELINE) -> list:
     """Send ``commands`` (argument tuples, or commands packed already: bytes) in batches of
     one round trip each; the replies.
@@ -720,8 +725,8 @@ def _send(client, commands: Sequence, batch: int = _COMMANDS_PER_PIPELINE) -> li
         part = commands[start : start + batch]
         if isinstance(client, RedisCluster):
             pipe = client.pipeline(transaction=False)
-            for command in part:
-                pipe.execute_command(*command)
+            for name, *args in part:  # redis-py's cluster routing wants str names
+                pipe.execute_command(name.decode(), *args)
             replies.extend(pipe.execute())
         else:
             packed = [c if isinstance(c, bytes) else hiredis.pack_command(c) for c in part]

@@ -260,3 +260,12 @@ def test_services_that_run_tasks_wait_for_a_healthy_apiserver(services):
     for name in LONG_RUNNING:
         waits = _depends_on(services[name]).get("airflow-apiserver")
         assert waits == ("service_healthy" if name in RUN_TASKS else None), name
+
+
+def test_redis_runs_with_the_online_store_settings(services):
+    from solaris.store.keys import SERVER_SETTINGS
+
+    command = services["redis"]["command"]
+    assert command[0] == "redis-server"
+    given = dict(zip(command[1::2], command[2::2], strict=True))
+    assert given == {f"--{name}": value for name, value in SERVER_SETTINGS.items()}

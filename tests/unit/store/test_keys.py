@@ -117,7 +117,7 @@ def test_project_pattern_matches_every_key_of_the_project_only() -> None:
 def test_server_settings_size_small_hashes_for_records_up_to_256_bytes() -> None:
     assert keys.SERVER_SETTINGS == {
         "hash-max-ziplist-value": "256",
-        "hash-max-ziplist-entries": "128",
+        "hash-max-ziplist-entries": "512",
     }
 
 

@@ -1,49 +1,66 @@
-"""Feature-store benchmark: serving fetch, online writes, Redis bytes, and where the time goes.
+"""Feature-store benchmark of the SOLARIS online store (``solaris.store.online``).
 
 Run: ``.venv/bin/python -m bench.feature_store`` (Redis at ``127.0.0.1:6379``, database 13;
-override with ``--redis``). Every figure is a ratio of variants measured side by side in
-this one run (the machines are noisy): repetitions of the variants are interleaved in a
-shuffled order after a warm-up, and p50/p99 are taken per variant.
+override with ``--redis``; ``--quick`` for a smoke run). Every speed figure is a ratio of
+variants measured side by side in this one run, because the machines are noisy: repetitions
+are interleaved in a shuffled order after a warm-up, and p50/p99 are taken per variant.
+Nothing here calls ``gc.freeze``.
 
-1. **Fetch** for one request of ``N`` candidates (default 300, ``d`` = 32) with all four
-   serving views (pair, nbr, uagg, iagg) populated:
+Set-up: one user × ``N`` candidates (``--candidates``, 300; ``d`` = ``--dim``, 32) with all
+four serving views (pair, nbr, uagg, iagg) written through ``SolarisOnlineStore.write_table``
+in the bench's own Feast project ``bsol<pid>``; the same rows in Feast's own Redis online
+store (``online_store: {type: redis}``) in project ``bstk<pid>`` with the previous per-pair
+layout (vectors as float16/float32 ``Bytes``, :func:`stock_definitions`). Hash fields are
+the store's 8-byte little-endian member ids (``keys.member_fields``). Every variant is
+checked to return the written values before anything is timed.
 
-   * ``client``: ``SolarisFeatures.fetch`` (only when :mod:`solaris.serving.client` imports);
-   * ``feast 1 call``: what the client does, reproduced here: one ``get_online_features``
-     through the ``solaris_serving`` FeatureService, ``to_dict()``, then
-     :func:`solaris.serving.tiers.assemble_tiers`;
-   * ``naive feast``: a separate project whose vectors are ``Array(Float32)``, one
-     ``get_online_features`` call per view, ``to_dict()`` decoded to numpy;
-   * ``packed 1 call`` (experiment): each view row as one ``Bytes`` value (a numpy
-     record), 4 values per candidate instead of 21, read through one FeatureService call;
-   * ``raw``: a redis-py pipeline of exactly the HMGET commands (same keys, same fields)
-     that Feast sends for the ``feast 1 call`` read, keys built with Feast's byte layout
-     (checked against ``serialize_entity_key``), every field decoded with numpy (vectors by
-     ``frombuffer`` past the protobuf header, varints vectorised, versions by byte
-     equality): the floor. Also ``raw transport`` (pipeline only), ``raw HGETALL`` (one
-     HGETALL per distinct hash: pair and nbr share one) and ``raw + protobuf`` (the same
-     replies parsed with ``ValueProto.ParseFromString`` as Feast does).
+1. **Fetch latency** (p50/p99 ms) on the ``--redis`` server: ``client``
+   (``SolarisFeatures.fetch``, store opened by the client itself, after ``warm_up``) ·
+   ``feast get_online_features`` on the SOLARIS store (the FeatureService, no ``to_dict``)
+   and the same ``+ to_dict`` · ``stock feast + to_dict`` (one FeatureService call on the old
+   layout) · ``raw pipeline``, the floor: a redis-py pipeline (``execute_command``, the
+   fields as 8-byte ``bytes``) of exactly the commands the store sends, no decoding · ``raw
+   packed``: the store's own bytes (``online._round_trip(client, [online._pack(commands)],
+   count)``), i.e. the floor without redis-py's pipeline packing. The set-up captures what the
+   store sends (``online._pack`` wrapped): its commands must equal the raw ones and its bytes
+   the bytes redis-py packs for the raw pipeline. Targets: client/floor ≤ 2 at p50 and ≤ 3 at
+   p99; stock/client ≥ 20. A **second block** times ``client``, ``feast
+   get_online_features``, ``raw pipeline`` and ``raw packed`` on a private
+   ``embedded_redis()``, which applies ``keys.SERVER_SETTINGS`` (hash-max-ziplist-value 256,
+   -entries 512; the 300-field hashes are listpacks there), in a project of its own
+   (``bemb<pid>``). The Feast variants share the client's Registry object
+   (:func:`share_registry`). **1b** times the client's fetch right after a
+   ``get_online_features`` on a second FeatureStore (another Registry object) against right
+   after the same call on its own store: the store caches its plan per Registry object, so
+   little or no penalty is expected. Garbage collections during the timed runs are counted
+   (``gc.callbacks``), not prevented.
+2. **Concurrency**: ``--threads`` (16) threads calling ``fetch`` on one ``SolarisFeatures``
+   for ``--concurrency-seconds`` (60): requests/s, share with full features, exceptions,
+   client stats, latency under load; single-thread requests/s of the client and of stock
+   Feast for ``--single-seconds`` (10). Target: aggregate / stock single-thread ≥ 5.
+3. **Online writes** of ``--write-rows`` (50,000) pair rows, 50 per user, in shuffled row
+   order, median of ``--write-reps`` (3) interleaved rounds, each round newer event times:
+   ``bulk write_table`` (the whole call: validation, encoding, writing; per key the store
+   sends ``HSET`` and one ``EVALSHA`` of its small touch script) · ``feast
+   write_to_online_store`` on the SOLARIS store · ``stock feast write_to_online_store`` ·
+   ``raw pipeline``, the floor: a redis-py pipeline of ``HSET key <8-byte field, record>...``
+   + ``PEXPIRE key ms`` per user key, records pre-encoded (``codec.encode_records``), 1,000
+   keys per pipeline · ``raw + touch`` (information: the same ``HSET`` followed by the store's
+   touch ``EVALSHA`` per key, i.e. exactly the commands of the store's write, checked
+   byte for byte against them before timing). Target: bulk/raw ≥ 0.6.
+4. **Redis bytes per cached pair**: ``solaris.store.footprint.view_footprint`` (``MEMORY
+   USAGE key SAMPLES 0`` summed over the pair keys / rows; prune markers are not rows) against
+   the record size, on the running Redis and on a private ``embedded_redis()`` (which applies
+   ``keys.SERVER_SETTINGS``), for 1 user × 300, ``--memory-users`` (1,000) × 50 and × 120
+   pairs (each population in a project of its own, ``bm0``/``bm1``/``bm2`` + pid), plus stock
+   Feast's layout for 300 pairs. The servers' value and entries limits (``CONFIG GET``) and
+   the keys' encodings are printed. Target: ≤ 1.5 × the record under the recommended setting.
+5. **Where the time goes**: cProfile of ``--profile-calls`` (200) client fetches, top 15
+   functions by own time.
 
-2. **Online writes** of ``--write-rows`` pair rows (default 50,000): ``materialize`` (its
-   online part, ``write_to_online_store`` in chunks), the same with the Redis store's
-   ``skip_dedup`` (no read of the previous timestamps), against a raw redis-py pipeline of
-   HSETs with the same keys, field names and byte values (pre-serialised with Feast's own
-   protobufs, so the floor is transport only; ``raw encode+write`` also builds the bytes
-   in the timed loop, without protobuf objects).
-
-3. **Redis bytes per cached pair**: ``MEMORY USAGE`` (``SAMPLES 0``) of pair-only hashes and
-   of hashes that hold both a pair and an nbr row, next to the payload, and the same rows
-   on a private ``redis-server`` with ``hash-max-listpack-value`` raised above the encoded
-   ``z`` (the default 64 bytes is less than Feast's 66-byte ``z`` value, so every hash is
-   a hashtable).
-
-4. **Profile** (cProfile) of the SOLARIS and naive fetch paths: top cumulative functions
-   and a breakdown into Redis round trip, protobuf decode, response building, etc.; the
-   same stages timed by wall-clock wrappers without the profiler (:func:`stage_timers`).
-   Section 1b repeats the fetch after ``gc.freeze()`` (the Feast p99 is full collections).
-
-Keys of the bench's own Feast projects are deleted at the start and the end; nothing else
-in the database is touched.
+Keys of the bench's projects (``bsol``, ``braw``, ``btch``, ``bm0``-``bm2``, ``bstk`` + pid,
+the miss streams) are deleted at the start and the end; nothing else in the database is
+touched, and no database is flushed. Repo copies live in a temporary directory.
 """
 
 from __future__ import annotations
@@ -52,168 +69,245 @@ import argparse
 import cProfile
 import datetime as dt
 import gc
+import itertools
 import json
 import os
 import platform
 import pstats
 import random
 import shutil
-import struct
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import hiredis
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
-from solaris.data.schemas import pair_embeddings_schema
-from solaris.pipeline.aggregate import pack_f16, pack_f32
-from solaris.pipeline.materialize import materialize, pair_frame, write_online
-from solaris.serving.tiers import assemble_tiers
+from solaris.pipeline.materialize import pair_rows
+from solaris.serving.client import SolarisFeatures
+from solaris.store import keys
+from solaris.store import online as online_mod
+from solaris.store.codec import decode_records, encode_records, f16_round, normalize
+from solaris.store.connection import redis_client, unlink_matching
+from solaris.store.contract import EVENT_TS, FEATURE_SERVICE, PAIR, SERVING_VIEWS, ViewParams
 from solaris.store.feast_store import (
     apply_definitions,
     delete_project_keys,
+    online_store_of,
     open_feature_store,
     repo_config_dict,
 )
-from solaris.store.local_redis import client_from_connection_string, embedded_redis
+from solaris.store.footprint import view_footprint
+from solaris.store.local_redis import embedded_redis
+from solaris.store.online import SolarisOnlineStore, view_params
 
 if TYPE_CHECKING:
     import redis as redis_py
-    from feast import FeatureStore, FeatureView
-
-REDIS_DEFAULT = "127.0.0.1:6379,db=13"
-REPO = Path(__file__).resolve().parents[1] / "feature_repo"
-FM_VERSION = "bench-v1"
-USER = 42  # the user of the benchmarked request
-VIEWS = ("pair", "nbr", "uagg", "iagg")
-
-_INT64 = 4  # feast ValueType.INT64
-_STRING = 2  # feast ValueType.STRING
-
-
-# --------------------------------------------------------------------------------------------
-# Stores
-# --------------------------------------------------------------------------------------------
-
-
-def copy_repo(tmp: Path, name: str) -> Path:
-    """A private copy of ``feature_repo/`` (without its ``data/``) under ``tmp``."""
-    target = tmp / name
-    shutil.copytree(REPO, target, ignore=shutil.ignore_patterns("data", "__pycache__"))
-    return target
-
-
-def solaris_config(repo: Path, project: str, redis: str) -> SolarisConfig:
-    """Settings for a bench project: bounds loose enough never to cut a timed fetch short."""
-    return SolarisConfig(
-        store={
-            "project": project,
-            "repo_path": repo,
-            "redis": redis,
-            "fetch_timeout_ms": 10_000.0,
-            "miss_stream": f"{project}:misses",
-        }
-    )
-
-
-def open_skip_dedup_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
-    """The same store as ``open_feature_store`` with the Redis store's ``skip_dedup`` set."""
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
-    raw = repo_config_dict(cfg, redis)
-    raw["online_store"]["skip_dedup"] = True
-    repo = Path(cfg.store.repo_path).resolve()
-    config = RepoConfig(**raw)
-    config.repo_path = repo
-    return FeatureStore(repo_path=str(repo), config=config)
+REDIS_DEFAULT = "127.0.0.1:6379,db=13"
+REPO = Path(__file__).resolve().parents[1] / "feature_repo"
+FM_VERSION = "fm-c8e291864d63"  # 15 characters, like a real version
+USER = 42  # the user of the benchmarked request
+FIRST_ITEM = 1_000
+WRITE_USER0, WRITE_ITEMS_PER_USER = 100_000, 50
+MEMORY_USER0 = 500_000
+KEYS_PER_PIPELINE = 1_000  # user keys per pipeline of the raw write floors
+
+FULL = {
+    "reps": 2_000,
+    "warmup": 200,
+    "concurrency_seconds": 60.0,
+    "single_seconds": 10.0,
+    "write_rows": 50_000,
+    "write_reps": 3,
+    "memory_users": 1_000,
+    "profile_calls": 200,
+}
+QUICK = {
+    "reps": 200,
+    "warmup": 20,
+    "concurrency_seconds": 5.0,
+    "single_seconds": 2.0,
+    "write_rows": 5_000,
+    "write_reps": 2,
+    "memory_users": 200,
+    "profile_calls": 50,
+}
+
+STOCK_YAML = """\
+project: stock
+provider: local
+registry: data/registry.db
+online_store:
+  type: redis
+  connection_string: "${SOLARIS_STORE__REDIS}"
+offline_store:
+  type: file
+entity_key_serialization_version: 3
+"""
 
 
-def naive_definitions() -> list[Any]:
-    """The naive baseline's views: SOLARIS's features, vectors as ``Array(Float32)``."""
-    from feast import Entity, FeatureView, Field, FileSource, ValueType
-    from feast.types import Array, Float32, Int64, String
+def say(text: str = "") -> None:
+    print(text, flush=True)
 
+
+# --------------------------------------------------------------------------------------------
+# Stores and projects
+# --------------------------------------------------------------------------------------------
+
+
+def bench_config(
+    repo: Path, project: str, redis: str, d: int, registry: Path | None = None
+) -> SolarisConfig:
+    """Settings of a bench project (the serving bounds are the defaults)."""
+    store: dict[str, Any] = {
+        "project": project,
+        "repo_path": repo,
+        "redis": redis,
+        "miss_stream": f"{project}:misses",
+    }
+    if registry is not None:
+        store["registry"] = str(registry)
+    return SolarisConfig(model={"z_dim": d}, store=store)
+
+
+def share_registry(store: FeatureStore, owner: FeatureStore) -> None:
+    """Make ``store`` use ``owner``'s Registry object (both projects are in one registry
+    file). Feast's feature-resolution cache (``feast.utils._get_cached_request_context``) is
+    process-global and remembers one registry's load time: calls alternating between two
+    Registry objects clear it every time, and every such call resolves its features again
+    (section 1b). A serving process has one store; sharing the object gives every timed
+    variant that condition."""
+    store._registry = owner.registry
+
+
+def stock_definitions(cfg: SolarisConfig) -> list[Any]:
+    """The previous ``feature_repo/solaris_features.py`` (one hash per entity key, vectors
+    as float16 / float32 ``Bytes``), built here with ``cfg``'s TTLs."""
+    from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+    from feast.types import Bytes, Float32, Int64, String
+
+    pair_ttl = dt.timedelta(hours=max(cfg.selection.ttl_hours, cfg.store.uagg_window_hours))
     user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
     item = Entity(name="item", join_keys=["item_id"], value_type=ValueType.INT64)
-    vec = Array(Float32)
 
-    def view(name: str, entities: list, fields: dict[str, Any]) -> FeatureView:
+    def view(name: str, entities: list, ttl: dt.timedelta, fields: dict) -> FeatureView:
         return FeatureView(
             name=name,
             entities=entities,
+            ttl=ttl,
             schema=[Field(name=k, dtype=v) for k, v in fields.items()],
-            source=FileSource(name=f"{name}_src", path=f"data/{name}", timestamp_field="event_ts"),
+            source=FileSource(
+                name=f"{name}_source", path=f"data/offline/{name}", timestamp_field="event_ts"
+            ),
         )
 
-    common = {"fm_version": String, "computed_at": Int64}
+    stamp = {"fm_version": String, "computed_at": Int64}
+    pair = view("pair", [user, item], pair_ttl, {"z": Bytes, **stamp})
+    nbr = view(
+        "nbr",
+        [user, item],
+        pair_ttl,
+        {
+            "z_top1": Bytes,
+            "src_user": Int64,
+            "similarity": Float32,
+            "z_mean": Bytes,
+            "n_nbrs": Int64,
+            **stamp,
+        },
+    )
+    uagg = view(
+        "uagg",
+        [user],
+        dt.timedelta(hours=cfg.store.uagg_ttl_hours),
+        {"z_sum": Bytes, "count": Int64, "window_start": Int64, **stamp},
+    )
+    iagg = view(
+        "iagg",
+        [item],
+        dt.timedelta(hours=cfg.store.iagg_ttl_hours),
+        {"z_mean": Bytes, "count": Int64, **stamp},
+    )
+    service = FeatureService(name=FEATURE_SERVICE, features=[pair, nbr, uagg, iagg])
+    return [user, item, pair, nbr, uagg, iagg, service]
+
+
+def stock_keys(project: str, users: Sequence[int], items: Sequence[int]) -> list[bytes]:
+    """Feast's Redis keys of (user, item) entity keys (``serialize_entity_key`` + project)."""
+    from feast.infra.online_stores.helpers import _redis_key
+    from feast.protos.feast.types.EntityKey_pb2 import EntityKey
+    from feast.protos.feast.types.Value_pb2 import Value
+
     return [
-        user,
-        item,
-        view("pair", [user, item], {"z": vec, **common}),
-        view(
-            "nbr",
-            [user, item],
-            {
-                "z_top1": vec,
-                "src_user": Int64,
-                "similarity": Float32,
-                "z_mean": vec,
-                "n_nbrs": Int64,
-                **common,
-            },
-        ),
-        view("uagg", [user], {"z_sum": vec, "count": Int64, "window_start": Int64, **common}),
-        view("iagg", [item], {"z_mean": vec, "count": Int64, **common}),
+        _redis_key(
+            project,
+            EntityKey(
+                join_keys=["item_id", "user_id"],
+                entity_values=[Value(int64_val=i), Value(int64_val=u)],
+            ),
+        )
+        for u, i in zip(users, items, strict=True)
     ]
 
 
+def solaris_pair_keys(project: str, users: Sequence[int]) -> list[str]:
+    prefix = keys.view_key(project, PAIR)
+    return [keys.partition_key(prefix, PAIR, int(u)) for u in users]
+
+
+def delete_bench_keys(client: redis_py.Redis, solaris: Sequence[str], stock: str) -> int:
+    """Delete the bench projects' keys: SOLARIS projects by prefix (and their miss streams),
+    stock Feast's by its project suffix."""
+    removed = sum(delete_project_keys(client, p, extra_keys=[f"{p}:misses"]) for p in solaris)
+    return removed + unlink_matching(client, "*" + stock)
+
+
 # --------------------------------------------------------------------------------------------
-# Synthetic rows (seeded)
+# Rows (seeded)
 # --------------------------------------------------------------------------------------------
 
 
-def _stamp(n: int, computed_at: int) -> dict[str, Any]:
-    return {
-        "fm_version": np.full(n, FM_VERSION, dtype=object),
-        "computed_at": np.full(n, computed_at, dtype=np.int64),
-        "event_ts": pd.Series(pd.Timestamp(computed_at, unit="s", tz="UTC"), index=range(n)),
-    }
+def _ts(event_s: int, n: int) -> pa.Array:
+    return pa.array(np.full(n, event_s * 1_000_000, np.int64), pa.timestamp("us", tz="UTC"))
 
 
-def pair_rows(
-    users: np.ndarray, items: np.ndarray, z: np.ndarray, computed_at: int
-) -> pd.DataFrame:
-    """``pair`` rows through the product path (:func:`pair_frame` of a validated table)."""
+def _vectors(z: np.ndarray) -> pa.Array:
+    return pa.FixedSizeListArray.from_arrays(
+        pa.array(np.ascontiguousarray(z, np.float32).ravel(), pa.float32()), z.shape[1]
+    )
+
+
+def pair_input(users: np.ndarray, items: np.ndarray, z: np.ndarray, event_s: int) -> pa.Table:
+    """``pair`` rows as the pipeline hands them to the store
+    (:func:`solaris.pipeline.materialize.pair_rows` of a pair-embedding table)."""
     n = len(users)
-    table = pa.table(
+    embeddings = pa.table(
         {
             "user_id": pa.array(users, pa.int64()),
             "item_id": pa.array(items, pa.int64()),
-            "z": pa.FixedSizeListArray.from_arrays(
-                pa.array(z.astype(np.float32).ravel(), pa.float32()), z.shape[1]
-            ),
+            "z": _vectors(z),
             "fm_version": pa.array([FM_VERSION] * n, pa.string()),
-            "computed_at": pa.array(
-                np.full(n, computed_at * 1_000_000, dtype=np.int64), pa.timestamp("us", tz="UTC")
-            ),
-        },
-        schema=pair_embeddings_schema(z.shape[1]),
+            "computed_at": _ts(event_s, n),
+        }
     )
-    return pair_frame(table, z_dim=z.shape[1])
+    return pair_rows(embeddings, z_dim=z.shape[1])
 
 
 @dataclass
 class RequestData:
-    """One request's rows for all four views, as float32 arrays (float16-exact values)."""
+    """One request's rows for the four serving views (float32; pair/nbr stored as f16)."""
 
     user: int
     items: np.ndarray
@@ -222,56 +316,118 @@ class RequestData:
     z_mean: np.ndarray
     src_user: np.ndarray
     similarity: np.ndarray
-    z_sum: np.ndarray  # [1, d]
+    z_sum: np.ndarray  # [d]
     z_item: np.ndarray
     computed_at: int
-    window_start: int
+
+    @property
+    def window_start(self) -> int:
+        return self.computed_at - 86_400
 
 
 def request_data(n: int, d: int, computed_at: int, rng: np.random.Generator) -> RequestData:
-    """Random codes, rounded to float16 so every store holds identical values."""
+    def codes() -> np.ndarray:
+        return rng.standard_normal((n, d)).astype(np.float32)
 
-    def codes(rows: int) -> np.ndarray:
-        return rng.standard_normal((rows, d)).astype(np.float16).astype(np.float32)
-
-    z_pair = codes(n)
+    z_pair = codes()
     return RequestData(
         user=USER,
-        items=np.arange(1_000, 1_000 + n, dtype=np.int64),
+        items=np.arange(FIRST_ITEM, FIRST_ITEM + n, dtype=np.int64),
         z_pair=z_pair,
-        z_top1=codes(n),
-        z_mean=codes(n),
+        z_top1=codes(),
+        z_mean=codes(),
         src_user=rng.integers(20_000, 30_000, size=n).astype(np.int64),
         similarity=rng.uniform(0.2, 0.9, size=n).astype(np.float32),
-        z_sum=z_pair.astype(np.float64).sum(axis=0, keepdims=True).astype(np.float32),
-        z_item=codes(n),
+        z_sum=f16_round(z_pair).sum(axis=0),
+        z_item=codes(),
         computed_at=computed_at,
-        window_start=computed_at - 86_400,
     )
 
 
-def solaris_frames(r: RequestData) -> dict[str, pd.DataFrame]:
-    """The request's rows in the SOLARIS views' formats (float16 / float32 bytes)."""
+def solaris_tables(r: RequestData) -> dict[str, pa.Table]:
+    """The request's rows in the SOLARIS views' input schema."""
     n = len(r.items)
-    users = np.full(n, r.user, dtype=np.int64)
+    users = np.full(n, r.user, np.int64)
+    version = pa.array([FM_VERSION] * n, pa.string())
     return {
-        "pair": pair_rows(users, r.items, r.z_pair, r.computed_at),
+        "pair": pair_input(users, r.items, r.z_pair, r.computed_at),
+        "nbr": pa.table(
+            {
+                "user_id": users,
+                "item_id": r.items,
+                "z_top1": _vectors(r.z_top1),
+                "z_mean": _vectors(r.z_mean),
+                "src_user": r.src_user,
+                "similarity": r.similarity,
+                "n_nbrs": np.full(n, 7, np.int64),
+                "fm_version": version,
+                "event_ts": _ts(r.computed_at, n),
+            }
+        ),
+        "uagg": pa.table(
+            {
+                "user_id": [r.user],
+                "z_sum": _vectors(r.z_sum[None, :]),
+                "count": [n],
+                "window_start": [r.window_start],
+                "fm_version": [FM_VERSION],
+                "event_ts": _ts(r.computed_at, 1),
+            }
+        ),
+        "iagg": pa.table(
+            {
+                "item_id": r.items,
+                "z_mean": _vectors(r.z_item),
+                "count": np.full(n, 250, np.int64),
+                "fm_version": version,
+                "event_ts": _ts(r.computed_at, n),
+            }
+        ),
+    }
+
+
+def _f16_bytes(z: np.ndarray) -> list[bytes]:
+    return [row.tobytes() for row in z.astype(np.float16)]
+
+
+def _stamp(n: int, computed_at: int) -> dict[str, Any]:
+    return {
+        "fm_version": [FM_VERSION] * n,
+        "computed_at": np.full(n, computed_at, np.int64),
+        "event_ts": pd.Series([pd.Timestamp(computed_at, unit="s", tz="UTC")] * n),
+    }
+
+
+def stock_pair_frame(
+    users: np.ndarray, items: np.ndarray, z: np.ndarray, computed_at: int
+) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"user_id": users, "item_id": items, "z": _f16_bytes(z), **_stamp(len(users), computed_at)}
+    )
+
+
+def stock_frames(r: RequestData) -> dict[str, pd.DataFrame]:
+    """The request's rows in the old layout: vectors as float16 / float32 bytes."""
+    n = len(r.items)
+    users = np.full(n, r.user, np.int64)
+    return {
+        "pair": stock_pair_frame(users, r.items, r.z_pair, r.computed_at),
         "nbr": pd.DataFrame(
             {
                 "user_id": users,
                 "item_id": r.items,
-                "z_top1": pack_f16(r.z_top1),
+                "z_top1": _f16_bytes(r.z_top1),
                 "src_user": r.src_user,
                 "similarity": r.similarity,
-                "z_mean": pack_f16(r.z_mean),
-                "n_nbrs": np.full(n, 7, dtype=np.int64),
+                "z_mean": _f16_bytes(r.z_mean),
+                "n_nbrs": np.full(n, 7, np.int64),
                 **_stamp(n, r.computed_at),
             }
         ),
         "uagg": pd.DataFrame(
             {
                 "user_id": [r.user],
-                "z_sum": pack_f32(r.z_sum),
+                "z_sum": [r.z_sum.astype("<f4").tobytes()],
                 "count": [n],
                 "window_start": [r.window_start],
                 **_stamp(1, r.computed_at),
@@ -280,304 +436,12 @@ def solaris_frames(r: RequestData) -> dict[str, pd.DataFrame]:
         "iagg": pd.DataFrame(
             {
                 "item_id": r.items,
-                "z_mean": pack_f32(r.z_item),
-                "count": np.full(n, 250, dtype=np.int64),
+                "z_mean": [row.tobytes() for row in r.z_item.astype("<f4")],
+                "count": np.full(n, 250, np.int64),
                 **_stamp(n, r.computed_at),
             }
         ),
     }
-
-
-def naive_frames(r: RequestData) -> dict[str, pd.DataFrame]:
-    """The same rows with vectors as float32 lists (``Array(Float32)``)."""
-    frames = solaris_frames(r)
-    frames["pair"] = frames["pair"].assign(z=list(r.z_pair))
-    frames["nbr"] = frames["nbr"].assign(z_top1=list(r.z_top1), z_mean=list(r.z_mean))
-    frames["uagg"] = frames["uagg"].assign(z_sum=list(r.z_sum))
-    frames["iagg"] = frames["iagg"].assign(z_mean=list(r.z_item))
-    return frames
-
-
-# --------------------------------------------------------------------------------------------
-# Feast's Redis layout, rebuilt with plain bytes (checked against Feast at setup)
-# --------------------------------------------------------------------------------------------
-
-
-def _join_key(name: str) -> bytes:
-    encoded = name.encode()
-    return struct.pack("<II", _STRING, len(encoded)) + encoded
-
-
-class KeyLayout:
-    """Redis keys of one Feast project: ``serialize_entity_key`` v3 + project bytes."""
-
-    def __init__(self, project: str) -> None:
-        self.suffix = project.encode()
-        int64_head = struct.pack("<II", _INT64, 8)
-        self._pair_head = (
-            struct.pack("<I", 2) + _join_key("item_id") + _join_key("user_id") + int64_head
-        )
-        self._int64_head = int64_head
-        self._user_head = struct.pack("<I", 1) + _join_key("user_id") + int64_head
-        self._item_head = struct.pack("<I", 1) + _join_key("item_id") + int64_head
-
-    def pairs(self, user: int, items: Sequence[int]) -> list[bytes]:
-        """Keys of the (user, item) hashes; join keys sorted, as Feast does."""
-        head, pack = self._pair_head, struct.Struct("<q").pack
-        tail = self._int64_head + pack(user) + self.suffix
-        return [head + pack(i) + tail for i in items]
-
-    def user(self, user: int) -> bytes:
-        return self._user_head + struct.pack("<q", user) + self.suffix
-
-    def items(self, items: Sequence[int]) -> list[bytes]:
-        head, pack, suffix = self._item_head, struct.Struct("<q").pack, self.suffix
-        return [head + pack(i) + suffix for i in items]
-
-
-def check_layout(layout: KeyLayout, project: str) -> None:
-    """Fail loudly if the byte layout differs from Feast's own key serialisation."""
-    from feast.infra.key_encoding_utils import serialize_entity_key
-    from feast.protos.feast.types.EntityKey_pb2 import EntityKey
-    from feast.protos.feast.types.Value_pb2 import Value
-
-    def feast_key(keys: dict[str, int]) -> bytes:
-        proto = EntityKey(
-            join_keys=list(keys), entity_values=[Value(int64_val=v) for v in keys.values()]
-        )
-        return serialize_entity_key(proto, entity_key_serialization_version=3) + project.encode()
-
-    assert layout.pairs(7, [1234])[0] == feast_key({"user_id": 7, "item_id": 1234})
-    assert layout.user(7) == feast_key({"user_id": 7})
-    assert layout.items([1234])[0] == feast_key({"item_id": 1234})
-
-
-@dataclass(frozen=True)
-class ViewFields:
-    """HMGET field names of one view, as Feast builds them, and each feature's kind."""
-
-    view: str
-    names: list[str]  # feature names, then "_ts:<view>"
-    fields: list[bytes | str]  # mmh3 field names, then "_ts:<view>"
-    kinds: list[str]  # decoder per field: f16 | f32 | varint | float | version | ts
-
-
-def view_fields(fv: FeatureView, vector_dtype: dict[str, str]) -> ViewFields:
-    """Field names of ``fv`` in its schema order (a FeatureService reads all of them)."""
-    from feast.infra.online_stores.helpers import _mmh3
-    from feast.types import Bytes, Float32, Int64, String
-
-    names, fields, kinds = [], [], []
-    for f in fv.features:
-        names.append(f.name)
-        fields.append(_mmh3(f"{fv.name}:{f.name}"))
-        if f.dtype == Bytes:
-            kinds.append(vector_dtype[f.name])
-        elif f.dtype == Int64:
-            kinds.append("varint")
-        elif f.dtype == Float32:
-            kinds.append("float")
-        elif f.dtype == String:
-            kinds.append("version")
-        else:
-            raise ValueError(f"{fv.name}.{f.name}: no raw decoder for {f.dtype}")
-    names.append(f"_ts:{fv.name}")
-    fields.append(f"_ts:{fv.name}")
-    kinds.append("ts")
-    return ViewFields(fv.name, names, fields, kinds)
-
-
-# --------------------------------------------------------------------------------------------
-# Raw decoding with numpy (the floor): every value is one serialised feast ValueProto
-# --------------------------------------------------------------------------------------------
-
-
-def _fixed(values: Sequence[bytes], payload: int) -> np.ndarray:
-    """``[n, payload]`` uint8: the last ``payload`` bytes of equal-length values."""
-    buf = b"".join(values)
-    n = len(values)
-    width = len(buf) // n
-    if width * n != len(buf) or width < payload:
-        raise ValueError("values of unequal length: not a fixed-width column")
-    return np.frombuffer(buf, dtype=np.uint8).reshape(n, width)[:, width - payload :]
-
-
-def decode_vectors(values: Sequence[bytes], d: int, dtype: str) -> np.ndarray:
-    """``[n, d]`` float32 from ValueProto(bytes_val=<d little-endian floats>) values."""
-    item = np.dtype(dtype).itemsize
-    raw = _fixed(values, d * item)
-    return np.ascontiguousarray(raw).view(dtype).astype(np.float32)
-
-
-def decode_varints(values: Sequence[bytes]) -> np.ndarray:
-    """int64 from ``<tag><varint>`` values (ValueProto int64_val, Timestamp seconds).
-
-    Vectorised when every value has the same length; otherwise one ParseFromString each.
-    """
-    buf = b"".join(values)
-    n = len(values)
-    width = len(buf) // n
-    if width * n == len(buf) and 1 < width <= 10:
-        body = np.frombuffer(buf, dtype=np.uint8).reshape(n, width)[:, 1:].astype(np.int64)
-        return ((body & 0x7F) << (7 * np.arange(width - 1, dtype=np.int64))).sum(axis=1)
-    from feast.protos.feast.types.Value_pb2 import Value
-
-    out = np.empty(n, dtype=np.int64)
-    for k, v in enumerate(values):
-        proto = Value()
-        proto.ParseFromString(v)
-        out[k] = proto.int64_val
-    return out
-
-
-def decode_floats(values: Sequence[bytes]) -> np.ndarray:
-    """float32 from ValueProto(float_val=...) values (tag byte + 4 bytes)."""
-    return np.ascontiguousarray(_fixed(values, 4)).view("<f4").ravel()
-
-
-def version_matches(values: Sequence[bytes], expected: bytes) -> np.ndarray:
-    """bool per value: the serialised ValueProto(string_val=fm_version) equals ``expected``."""
-    cells = np.empty(len(values), dtype=object)
-    cells[:] = values
-    return cells == expected
-
-
-def decode_view(replies: Sequence[Sequence[bytes]], spec: ViewFields, d: int) -> dict:
-    """Decode one view's HMGET replies (rows of field values) column by column."""
-    from feast.protos.feast.types.Value_pb2 import Value
-
-    expected = Value(string_val=FM_VERSION).SerializeToString()
-    columns = list(zip(*replies, strict=True))
-    out: dict[str, np.ndarray] = {}
-    for name, kind, col in zip(spec.names, spec.kinds, columns, strict=True):
-        if kind in ("f16", "f32"):
-            out[name] = decode_vectors(col, d, "<f2" if kind == "f16" else "<f4")
-        elif kind in ("varint", "ts"):
-            out[name] = decode_varints(col)
-        elif kind == "float":
-            out[name] = decode_floats(col)
-        else:
-            out[name] = version_matches(col, expected)
-    return out
-
-
-def parse_protobufs(replies: Sequence[Sequence[bytes | None]]) -> int:
-    """Parse every value into a ValueProto, as Feast's ``_get_features_for_entity`` does."""
-    from feast.protos.feast.types.Value_pb2 import Value
-
-    parsed = 0
-    for row in replies:
-        for v in row:
-            proto = Value()
-            if v:
-                proto.ParseFromString(v)
-            parsed += 1
-    return parsed
-
-
-# --------------------------------------------------------------------------------------------
-# Experiment: one packed Bytes value per view row (fewer Feast values per request)
-# --------------------------------------------------------------------------------------------
-
-
-def packed_dtype(view: str, d: int) -> np.dtype:
-    """Fixed-width record of every feature of ``view`` (the version padded to 16 bytes)."""
-    head = [("computed_at", "<i8")]
-    fields = {
-        "pair": [("fm_version", "S16"), ("z", "<f2", (d,))],
-        "nbr": [
-            ("src_user", "<i8"),
-            ("n_nbrs", "<i8"),
-            ("similarity", "<f4"),
-            ("fm_version", "S16"),
-            ("z_top1", "<f2", (d,)),
-            ("z_mean", "<f2", (d,)),
-        ],
-        "uagg": [
-            ("count", "<i8"),
-            ("window_start", "<i8"),
-            ("fm_version", "S16"),
-            ("z_sum", "<f4", (d,)),
-        ],
-        "iagg": [("count", "<i8"), ("fm_version", "S16"), ("z_mean", "<f4", (d,))],
-    }[view]
-    return np.dtype(head + fields)
-
-
-def packed_definitions() -> list[Any]:
-    """The four views with one ``Bytes`` feature ``r`` each, and their FeatureService."""
-    from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
-    from feast.types import Bytes
-
-    user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
-    item = Entity(name="item", join_keys=["item_id"], value_type=ValueType.INT64)
-    keys = {"pair": [user, item], "nbr": [user, item], "uagg": [user], "iagg": [item]}
-    views = [
-        FeatureView(
-            name=view,
-            entities=keys[view],
-            schema=[Field(name="r", dtype=Bytes)],
-            source=FileSource(name=f"{view}_src", path=f"data/{view}", timestamp_field="event_ts"),
-        )
-        for view in VIEWS
-    ]
-    return [user, item, *views, FeatureService(name="packed_serving", features=views)]
-
-
-def packed_frames(r: RequestData, d: int) -> dict[str, pd.DataFrame]:
-    n = len(r.items)
-    records = {v: np.zeros(n if v != "uagg" else 1, dtype=packed_dtype(v, d)) for v in VIEWS}
-    for rec in records.values():
-        rec["computed_at"] = r.computed_at
-        rec["fm_version"] = FM_VERSION.encode()
-    records["pair"]["z"] = r.z_pair
-    nbr = records["nbr"]
-    nbr["src_user"], nbr["n_nbrs"], nbr["similarity"] = r.src_user, 7, r.similarity
-    nbr["z_top1"], nbr["z_mean"] = r.z_top1, r.z_mean
-    uagg = records["uagg"]
-    uagg["count"], uagg["window_start"], uagg["z_sum"] = n, r.window_start, r.z_sum
-    records["iagg"]["count"], records["iagg"]["z_mean"] = 250, r.z_item
-
-    def rows(rec: np.ndarray) -> list[bytes]:
-        return rec.view(np.dtype((np.void, rec.dtype.itemsize))).ravel().tolist()
-
-    users = np.full(n, r.user, dtype=np.int64)
-    keys = {
-        "pair": {"user_id": users, "item_id": r.items},
-        "nbr": {"user_id": users, "item_id": r.items},
-        "uagg": {"user_id": [r.user]},
-        "iagg": {"item_id": r.items},
-    }
-    return {
-        v: pd.DataFrame(
-            {**keys[v], "r": rows(records[v]), **_stamp(len(records[v]), r.computed_at)}
-        )
-        for v in VIEWS
-    }
-
-
-def packed_fetch(b: Bench, store: FeatureStore) -> Callable[[], dict[str, np.ndarray]]:
-    """One FeatureService read of the packed views; each column → one ``frombuffer``."""
-    service = store.get_feature_service("packed_serving")
-    items = b.data.items.tolist()
-    rows = {"user_id": [b.data.user] * len(items), "item_id": items}
-    dtypes = {v: packed_dtype(v, b.d) for v in VIEWS}
-    version = FM_VERSION.encode()
-
-    def fetch() -> dict[str, np.ndarray]:
-        cols = store.get_online_features(
-            features=service, entity_rows=rows, full_feature_names=True
-        ).to_dict()
-        out = {}
-        for view in VIEWS:
-            rec = np.frombuffer(b"".join(cols[f"{view}__r"]), dtype=dtypes[view])
-            out[view] = rec
-            out[f"{view}_ok"] = (rec["fm_version"] == version) & (
-                rec["computed_at"] >= b.now - 6 * 3600
-            )
-        return out
-
-    return fetch
 
 
 # --------------------------------------------------------------------------------------------
@@ -587,311 +451,328 @@ def packed_fetch(b: Bench, store: FeatureStore) -> Callable[[], dict[str, np.nda
 
 @dataclass
 class Bench:
-    """Everything the measurements share."""
+    """Everything the sections share."""
 
     redis_url: str
+    redis: redis_py.Redis
     tmp: Path
+    tag: str  # the pid part of the bench's project names
     n: int
     d: int
-    cfg: SolarisConfig
-    store: FeatureStore
-    naive: FeatureStore
-    packed: FeatureStore
-    redis: redis_py.Redis
-    layout: KeyLayout
-    naive_layout: KeyLayout
-    fields: dict[str, ViewFields]
-    data: RequestData
     now: int
-    projects: list[str] = field(default_factory=list)
+    cfg: SolarisConfig
+    store: FeatureStore  # SOLARIS store, project bsol<pid>
+    online: SolarisOnlineStore
+    stock: FeatureStore  # Feast's Redis store, project bstk<pid>
+    stock_project: str
+    raw_project: str  # section 3's raw pipeline floor
+    touch_project: str  # section 3's raw + touch
+    memory_projects: list[str]  # section 4, one per population
+    data: RequestData
+    pair_params: ViewParams
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def project(self) -> str:
+        return self.cfg.store.project
+
+
+def solaris_projects(tag: str) -> list[str]:
+    """The bench's SOLARIS projects on the ``--redis`` server: the store's, section 3's raw
+    floors and section 4's populations."""
+    return [f"bsol{tag}", f"braw{tag}", f"btch{tag}", *(f"bm{k}{tag}" for k in range(3))]
+
+
+def write_request(store: FeatureStore, data: RequestData) -> None:
+    """The request's rows, all four views, through the store's bulk path."""
+    online = online_store_of(store)
+    for name, table in solaris_tables(data).items():
+        online.write_table(store.config, store.get_feature_view(name), table)
+
+
+def open_solaris_project(
+    tmp: Path, project: str, redis_url: str, d: int
+) -> tuple[SolarisConfig, FeatureStore]:
+    """A SOLARIS Feast project in a repo copy of its own under ``tmp``, definitions
+    applied: its settings and its store."""
+    repo = tmp / f"{project}_repo"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    cfg = bench_config(repo, project, redis_url, d)
+    store = open_feature_store(cfg, redis_url)
+    apply_definitions(store, cfg)
+    return cfg, store
 
 
 @contextmanager
 def bench_context(redis_url: str, n: int, d: int, seed: int) -> Iterator[Bench]:
-    """Open the SOLARIS and naive projects, write one request's rows to all four views."""
-    if d != SolarisConfig().model.z_dim:
-        print(f"note: z_dim {d} differs from the configured model.z_dim", file=sys.stderr)
+    """Open both projects and write one request's rows to all four views of each."""
     tag = f"{os.getpid() % 100_000:05d}"
-    sol_project, naive_project = f"bsol{tag}", f"bnai{tag}"
-    raw_project = f"braw{tag}"  # raw write baseline: same name length, own keys
-    packed_project = f"bpak{tag}"
+    projects = solaris_projects(tag)
+    sol, raw, touch, memory = projects[0], projects[1], projects[2], projects[3:]
+    stock = f"bstk{tag}"
     tmp = Path(tempfile.mkdtemp(prefix="solaris-bench-"))
-    redis = client_from_connection_string(redis_url, timeout_s=10.0)
-    projects = [sol_project, naive_project, raw_project, packed_project]
-    for p in projects:
-        delete_project_keys(redis, p, extra_keys=[f"{p}:misses"])
+    client = redis_client(redis_url, timeout_s=30.0)
+    delete_bench_keys(client, projects, stock)
     try:
-        repo = copy_repo(tmp, "solaris_repo")
-        cfg = solaris_config(repo, sol_project, redis_url)
-        store = open_feature_store(cfg, redis_url)
-        apply_definitions(store, repo)
-        naive_repo = copy_repo(tmp, "naive_repo")
-        naive = open_feature_store(solaris_config(naive_repo, naive_project, redis_url), redis_url)
-        naive.apply(naive_definitions())
-        packed_repo = copy_repo(tmp, "packed_repo")
-        packed = open_feature_store(
-            solaris_config(packed_repo, packed_project, redis_url), redis_url
-        )
-        packed.apply(packed_definitions())
+        cfg, store = open_solaris_project(tmp, sol, redis_url, d)
+
+        stock_repo = tmp / "stock_repo"
+        stock_repo.mkdir()
+        (stock_repo / "feature_store.yaml").write_text(STOCK_YAML)
+        # The stock project lives in the SOLARIS registry file (see share_registry).
+        registry = (Path(cfg.store.repo_path) / cfg.store.registry).resolve()
+        stock_cfg = bench_config(stock_repo, stock, redis_url, d, registry)
+        stock_store = open_feature_store(stock_cfg, redis_url)
+        stock_store.apply(stock_definitions(stock_cfg))
 
         now = int(time.time())
         data = request_data(n, d, now - 60, np.random.default_rng(seed))
-        for view, frame in solaris_frames(data).items():
-            store.write_to_online_store(view, frame)
-        for view, frame in naive_frames(data).items():
-            naive.write_to_online_store(view, frame)
-        for view, frame in packed_frames(data, d).items():
-            packed.write_to_online_store(view, frame)
-
-        layout = KeyLayout(sol_project)
-        check_layout(layout, sol_project)
-        vectors = {
-            "pair": {"z": "f16"},
-            "nbr": {"z_top1": "f16", "z_mean": "f16"},
-            "uagg": {"z_sum": "f32"},
-            "iagg": {"z_mean": "f32"},
-        }
-        fields = {v: view_fields(store.get_feature_view(v), vectors[v]) for v in VIEWS}
+        write_request(store, data)
+        for name, frame in stock_frames(data).items():
+            stock_store.write_to_online_store(name, frame)
         yield Bench(
             redis_url=redis_url,
+            redis=client,
             tmp=tmp,
+            tag=tag,
             n=n,
             d=d,
+            now=now,
             cfg=cfg,
             store=store,
-            naive=naive,
-            packed=packed,
-            redis=redis,
-            layout=layout,
-            naive_layout=KeyLayout(naive_project),
-            fields=fields,
+            online=online_store_of(store),
+            stock=stock_store,
+            stock_project=stock,
+            raw_project=raw,
+            touch_project=touch,
+            memory_projects=memory,
             data=data,
-            now=now,
-            projects=projects,
+            pair_params=view_params(store.get_feature_view("pair"))[1],
         )
     finally:
-        for p in projects:
-            delete_project_keys(redis, p, extra_keys=[f"{p}:misses"])
+        delete_bench_keys(client, projects, stock)
+        client.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
-# 1. Fetch variants
+# 1. Fetch latency
 # --------------------------------------------------------------------------------------------
 
+Command = tuple[bytes, str, np.ndarray | None]  # (command, key, member ids): _pack's input
+Args = tuple[Any, ...]  # one command's arguments for redis-py's execute_command
+Fetch = Callable[[], Any]
 
-def _ttls(cfg: SolarisConfig) -> dict[str, float]:
+FLOOR = "raw pipeline (floor)"
+
+
+def read_commands(project: str, data: RequestData) -> list[Command]:
+    """The commands the store sends for the request: one per serving view, in service
+    order; the item ids are one array shared by the three HMGETs, as in the store (so
+    ``_pack`` frames their fields once)."""
+    out: list[Command] = []
+    for spec in SERVING_VIEWS:
+        prefix = keys.view_key(project, spec)
+        key = keys.partition_key(prefix, spec, data.user) if spec.partition else prefix
+        if spec.member is None:
+            out.append((b"GET", key, None))
+        else:
+            out.append((b"HMGET", key, data.items))
+    return out
+
+
+def command_args(commands: Sequence[Command]) -> list[Args]:
+    """redis-py arguments of ``commands``: each member id as its 8-byte hash field."""
+    return [
+        (command, key) if members is None else (command, key, *keys.member_fields(members).tolist())
+        for command, key, members in commands
+    ]
+
+
+def store_commands(store: FeatureStore, rows: dict[str, list[int]]) -> tuple[list[Command], bytes]:
+    """What the store really sends for the request: ``_pack``'s input and output, captured
+    once by wrapping it."""
+    captured: list[tuple[list[Command], bytes]] = []
+    original = online_mod._pack
+
+    def spy(commands: Sequence[Command]) -> bytes:
+        packed = original(commands)
+        copies = [(c, k, None if m is None else np.array(m, copy=True)) for c, k, m in commands]
+        captured.append((copies, packed))
+        return packed
+
+    online_mod._pack = spy
+    try:
+        store.get_online_features(
+            features=store.get_feature_service(FEATURE_SERVICE),
+            entity_rows=rows,
+            full_feature_names=True,
+        )
+    finally:
+        online_mod._pack = original
+    if len(captured) != 1:
+        raise RuntimeError(f"the store packed {len(captured)} batches for one request, not 1")
+    return captured[0]
+
+
+def pipeline_bytes(client: redis_py.Redis, args: Sequence[Args]) -> bytes:
+    """The bytes a redis-py pipeline sends for ``args`` (its connection's own packer)."""
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        return b"".join(bytes(chunk) for chunk in conn.pack_commands(args))
+    finally:
+        pool.release(conn)
+
+
+def checked_commands(
+    client: redis_py.Redis, store: FeatureStore, project: str, data: RequestData
+) -> list[Command]:
+    """The raw variants' commands, after checking that they are the store's: the same
+    commands and fields, and redis-py's pipeline packs them to the store's bytes."""
+    commands = read_commands(project, data)
+    actual, packed = store_commands(store, entity_rows(data))
+    args = command_args(commands)
+    if command_args(actual) != args:
+        raise RuntimeError(f"the raw commands differ from the store's: {actual[:2]} ...")
+    if pipeline_bytes(client, args) != packed:
+        raise RuntimeError("redis-py packs the raw commands to other bytes than the store's")
+    return commands
+
+
+def entity_rows(data: RequestData) -> dict[str, list[int]]:
+    items = data.items.tolist()
+    return {"user_id": [data.user] * len(items), "item_id": items}
+
+
+def open_client(cfg: SolarisConfig, redis_url: str) -> SolarisFeatures:
+    """A ``SolarisFeatures`` that opens its own store (``store=None``), warmed up."""
+    client = SolarisFeatures(cfg, redis=redis_url, fm_version=FM_VERSION)
+    client.warm_up()
+    return client
+
+
+def client_fetch(data: RequestData, now: int, client: SolarisFeatures) -> Fetch:
+    user, items = data.user, data.items.copy()
+    return lambda: client.fetch(user, items, now=now)
+
+
+def feast_fetch(store: FeatureStore, rows: dict[str, list[int]], *, to_dict: bool) -> Fetch:
+    """One ``get_online_features`` through the serving FeatureService."""
+    service = store.get_feature_service(FEATURE_SERVICE)
+
+    def fetch() -> Any:
+        response = store.get_online_features(
+            features=service, entity_rows=rows, full_feature_names=True
+        )
+        return response.to_dict() if to_dict else response
+
+    return fetch
+
+
+def raw_pipeline(client: redis_py.Redis, args: Sequence[Args]) -> Fetch:
+    """The floor: a redis-py pipeline of the store's commands (fields as 8-byte ``bytes``,
+    built once), no decoding."""
+
+    def fetch() -> list:
+        pipe = client.pipeline(transaction=False)
+        for command in args:
+            pipe.execute_command(*command)
+        return pipe.execute()
+
+    return fetch
+
+
+def raw_packed(client: redis_py.Redis, commands: Sequence[Command]) -> Fetch:
+    """The store's own bytes, packed per call, on one pooled connection, no decoding."""
+    count = len(commands)
+    return lambda: online_mod._round_trip(client, [online_mod._pack(commands)], count)
+
+
+def fetch_variants(b: Bench, client: SolarisFeatures) -> dict[str, Fetch]:
+    """The timed variants on the ``--redis`` server. The Feast ones use the client's own
+    FeatureStore (and stock Feast its Registry object, :func:`share_registry`), as one
+    serving process would."""
+    commands = checked_commands(b.redis, b.store, b.project, b.data)
+    rows = entity_rows(b.data)
+    share_registry(b.stock, client.store)
     return {
-        "pair_ttl_s": cfg.selection.ttl_hours * 3600,
-        "uagg_ttl_s": cfg.store.uagg_ttl_hours * 3600,
-        "iagg_ttl_s": cfg.store.iagg_ttl_hours * 3600,
+        "client": client_fetch(b.data, b.now, client),
+        "feast get_online_features": feast_fetch(client.store, rows, to_dict=False),
+        "feast + to_dict": feast_fetch(client.store, rows, to_dict=True),
+        "stock feast + to_dict": feast_fetch(b.stock, rows, to_dict=True),
+        FLOOR: raw_pipeline(b.redis, command_args(commands)),
+        "raw packed": raw_packed(b.redis, commands),
     }
 
 
-def feast_one_call(b: Bench) -> Callable[[], Any]:
-    """One FeatureService read + ``assemble_tiers``: the client's path without its guards."""
-    service = b.store.get_feature_service("solaris_serving")
-    items = b.data.items.tolist()
-    rows = {"user_id": [b.data.user] * len(items), "item_id": items}
-    ttls = _ttls(b.cfg)
-
-    def fetch() -> Any:
-        resp = b.store.get_online_features(
-            features=service, entity_rows=rows, full_feature_names=True
-        )
-        return assemble_tiers(
-            resp.to_dict(),
-            b.now,
-            z_dim=b.d,
-            fm_version=FM_VERSION,
-            nbr_strategy=b.cfg.store.nbr_strategy,
-            **ttls,
-        )
-
-    return fetch
-
-
-def naive_fetch(b: Bench) -> Callable[[], dict[str, dict[str, np.ndarray]]]:
-    """Naive Feast: one ``get_online_features`` per view, ``to_dict()`` → numpy."""
-    items = b.data.items.tolist()
-    pair_rows_ = {"user_id": [b.data.user] * len(items), "item_id": items}
-    calls = []
-    for view in VIEWS:
-        fv = b.naive.get_feature_view(view)
-        refs = [f"{view}:{f.name}" for f in fv.features]
-        rows = {
-            "pair": pair_rows_,
-            "nbr": pair_rows_,
-            "uagg": {"user_id": [b.data.user]},
-            "iagg": {"item_id": items},
-        }[view]
-        calls.append((view, refs, rows))
-
-    def fetch() -> dict[str, dict[str, np.ndarray]]:
-        out = {}
-        for view, refs, rows in calls:
-            cols = b.naive.get_online_features(
-                features=refs, entity_rows=rows, full_feature_names=True
-            ).to_dict()
-            out[view] = {
-                ref: np.asarray(cols[ref.replace(":", "__")], dtype=np.float32)
-                if ref.split(":")[1].startswith("z")
-                else np.asarray(cols[ref.replace(":", "__")])
-                for ref in refs
-            }
-        return out
-
-    return fetch
-
-
-def raw_fetch(b: Bench, *, decode: str) -> Callable[[], Any]:
-    """Raw pipeline of the same HMGETs; ``decode`` is ``numpy``, ``protobuf`` or ``none``.
-
-    Keys are rebuilt in every call (a client must build them per request).
-    """
-    items = b.data.items.tolist()
-    client, layout = b.redis, b.layout
-    specs = b.fields
-
-    def fetch() -> Any:
-        pair_keys = layout.pairs(b.data.user, items)
-        keys = {
-            "pair": pair_keys,
-            "nbr": pair_keys,
-            "uagg": [layout.user(b.data.user)],
-            "iagg": layout.items(items),
-        }
-        with client.pipeline(transaction=False) as pipe:
-            for view in VIEWS:
-                fields = specs[view].fields
-                for k in keys[view]:
-                    pipe.hmget(k, fields)
-            replies = pipe.execute()
-        if decode == "none":
-            return replies
-        if decode == "protobuf":
-            return parse_protobufs(replies)
-        out, start = {}, 0
-        for view in VIEWS:
-            stop = start + len(keys[view])
-            out[view] = decode_view(replies[start:stop], specs[view], b.d)
-            start = stop
-        return out
-
-    return fetch
-
-
-def raw_hgetall(b: Bench) -> Callable[[], dict]:
-    """HGETALL of each distinct hash (pair and nbr share one), vectors decoded with numpy."""
-    items = b.data.items.tolist()
-    client, layout, specs = b.redis, b.layout, b.fields
-
-    def columns(hashes: list[dict], spec: ViewFields) -> dict:
-        rows = [[h[f if isinstance(f, bytes) else f.encode()] for f in spec.fields] for h in hashes]
-        return decode_view(rows, spec, b.d)
-
-    def fetch() -> dict:
-        pair_keys = layout.pairs(b.data.user, items)
-        item_keys = layout.items(items)
-        with client.pipeline(transaction=False) as pipe:
-            for k in pair_keys:
-                pipe.hgetall(k)
-            pipe.hgetall(layout.user(b.data.user))
-            for k in item_keys:
-                pipe.hgetall(k)
-            replies = pipe.execute()
-        n = len(pair_keys)
-        return {
-            "pair": columns(replies[:n], specs["pair"]),
-            "nbr": columns(replies[:n], specs["nbr"]),
-            "uagg": columns(replies[n : n + 1], specs["uagg"]),
-            "iagg": columns(replies[n + 1 :], specs["iagg"]),
-        }
-
-    return fetch
-
-
-def load_client(b: Bench) -> tuple[Callable[[], Any] | None, str, Any]:
-    """HOOK: ``SolarisFeatures.fetch`` when :mod:`solaris.serving.client` is importable.
-
-    Returns ``(fetch or None, note, client)``. Until the client lands the benchmark reports
-    the ``feast 1 call`` variant (its path reproduced) in its place and says so.
-    """
-    try:
-        from solaris.serving.client import SolarisFeatures
-    except ImportError as exc:
-        return None, f"solaris.serving.client not importable ({exc}); client not measured", None
-    try:
-        client = SolarisFeatures(b.cfg, redis=b.redis_url, fm_version=FM_VERSION, store=b.store)
-    except TypeError:
-        client = SolarisFeatures(b.cfg, redis=b.redis_url, fm_version=FM_VERSION)
-    user, items, now = b.data.user, b.data.items.tolist(), b.now
-
-    def fetch() -> Any:
-        return client.fetch(user, items, now=now)
-
-    return fetch, "SolarisFeatures.fetch measured", client
-
-
-def check_consistency(b: Bench, variants: dict[str, Callable[[], Any]]) -> list[str]:
-    """Every variant must return the same pair codes; all tiers must be present."""
+def check_values(b: Bench, variants: dict[str, Fetch]) -> None:
+    """Every variant returns the written rows (so nobody benchmarks zeros); raises if not.
+    Checks the variants present (the embedded block has no stock Feast, no ``to_dict``)."""
+    n, d = b.n, b.d
+    z_pair, z_item = f16_round(b.data.z_pair), b.data.z_item
     problems = []
-    expect = b.data.z_pair
-    tiers = variants["feast 1 call"]()
-    if not np.array_equal(tiers.tier_z[:, 0], expect) or not tiers.mask.all():
-        problems.append("feast 1 call: pair block or masks differ from the written rows")
-    if "client" in variants:
-        got = variants["client"]()
-        if not np.array_equal(got.features, tiers.features) or not np.array_equal(
-            got.mask, tiers.mask
+    out = variants["client"]()
+    if not (out.mask.shape == (n, 4) and out.mask.all()):
+        problems.append(f"client: not every tier present ({out.counts()})")
+    if not np.array_equal(out.tier_z[:, 0], z_pair):
+        problems.append("client: pair z differs from what was written")
+    feast: list[tuple[str, dict]] = [
+        ("feast get_online_features", variants["feast get_online_features"]().to_dict())
+    ]
+    if "feast + to_dict" in variants:
+        feast.append(("feast + to_dict", variants["feast + to_dict"]()))
+    for name, cols in feast:
+        if not np.array_equal(np.asarray(cols["pair__z"], np.float32), z_pair):
+            problems.append(f"{name}: pair z differs")
+        if not np.array_equal(np.asarray(cols["iagg__z_mean"], np.float32), z_item):
+            problems.append(f"{name}: iagg z_mean differs")
+        if any(v is None for v in cols["uagg__z_sum"] + cols["nbr__z_top1"]):
+            problems.append(f"{name}: uagg or nbr rows missing")
+    if "stock feast + to_dict" in variants:
+        stock = variants["stock feast + to_dict"]()
+        stock_z = np.frombuffer(b"".join(stock["pair__z"]), "<f2").reshape(n, d)
+        if not np.array_equal(stock_z.astype(np.float32), z_pair):
+            problems.append("stock feast: pair z differs")
+        if not np.array_equal(
+            np.frombuffer(b"".join(stock["iagg__z_mean"]), "<f4").reshape(n, d), z_item
         ):
-            problems.append("client: features/mask differ from feast 1 call + assemble_tiers")
-    if not np.array_equal(variants["naive feast"]()["pair"]["pair:z"], expect):
-        problems.append("naive feast: pair z differs")
-    packed = variants["packed 1 call"]()
-    if not np.array_equal(packed["pair"]["z"], expect) or not packed["nbr_ok"].all():
-        problems.append("packed 1 call: pair z or nbr validity differs")
-    raw = variants["raw"]()
-    if not np.array_equal(raw["pair"]["z"], expect) or not raw["pair"]["fm_version"].all():
-        problems.append("raw: pair z or version differs")
-    if not np.array_equal(raw["uagg"]["z_sum"], b.data.z_sum):
-        problems.append("raw: uagg z_sum differs")
-    if raw["pair"]["computed_at"][0] != b.data.computed_at:
-        problems.append("raw: computed_at differs")
-    hga = variants["raw HGETALL"]()
-    if not np.array_equal(hga["nbr"]["z_top1"], b.data.z_top1):
-        problems.append("raw HGETALL: nbr z_top1 differs")
-    return problems
+            problems.append("stock feast: iagg z_mean differs")
+    for name in (FLOOR, "raw packed"):
+        replies = variants[name]()
+        rows = decode_records(PAIR, b.pair_params, replies[0])
+        if not (rows.found.all() and np.array_equal(rows.values["z"].astype(np.float32), z_pair)):
+            problems.append(f"{name}: pair records differ")
+        if replies[2] is None or any(v is None for v in replies[1] + replies[3]):
+            problems.append(f"{name}: nbr, uagg or iagg records missing")
+    if problems:
+        raise RuntimeError("set-up check failed: " + "; ".join(problems))
 
 
 def interleaved(
-    variants: dict[str, Callable[[], Any]], reps: int, warmup: int, seed: int
+    variants: dict[str, Fetch], reps: int, warmup: int, seed: int
 ) -> dict[str, np.ndarray]:
-    """Milliseconds per call; each repetition runs every variant once, in shuffled order."""
+    """Milliseconds per call; every repetition runs each variant once, in shuffled order."""
     for _ in range(warmup):
-        for f in variants.values():
-            f()
+        for fetch in variants.values():
+            fetch()
     order = list(variants)
     rng = random.Random(seed)
-    times: dict[str, list[float]] = {k: [] for k in variants}
+    times: dict[str, list[int]] = {k: [] for k in variants}
     clock = time.perf_counter_ns
     for _ in range(reps):
         rng.shuffle(order)
         for name in order:
-            f = variants[name]
+            fetch = variants[name]
             t0 = clock()
-            f()
-            times[name].append((clock() - t0) / 1e6)
-    return {k: np.asarray(v) for k, v in times.items()}
-
-
-FROZEN_VARIANTS = ("client", "feast 1 call", "naive feast", "packed 1 call", "raw")
+            fetch()
+            times[name].append(clock() - t0)
+    return {k: np.asarray(v) / 1e6 for k, v in times.items()}
 
 
 @contextmanager
 def gc_counter() -> Iterator[list[int]]:
-    """Counts garbage collections per generation while the block runs."""
+    """Garbage collections per generation while the block runs (counted, not changed)."""
     counts = [0, 0, 0]
 
     def callback(phase: str, info: dict[str, int]) -> None:
@@ -905,342 +786,854 @@ def gc_counter() -> Iterator[list[int]]:
         gc.callbacks.remove(callback)
 
 
-def fetch_variants(b: Bench) -> tuple[dict[str, Callable[[], Any]], str, Any]:
-    client_fetch, note, client = load_client(b)
-    variants: dict[str, Callable[[], Any]] = {}
-    if client_fetch is not None:
-        variants["client"] = client_fetch
-    variants["feast 1 call"] = feast_one_call(b)
-    variants["naive feast"] = naive_fetch(b)
-    variants["packed 1 call"] = packed_fetch(b, b.packed)
-    variants["raw"] = raw_fetch(b, decode="numpy")
-    variants["raw transport"] = raw_fetch(b, decode="none")
-    variants["raw HGETALL"] = raw_hgetall(b)
-    variants["raw + protobuf"] = raw_fetch(b, decode="protobuf")
-    return variants, note, client
-
-
-# --------------------------------------------------------------------------------------------
-# 2. Online writes
-# --------------------------------------------------------------------------------------------
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-@dataclass
-class WriteBatch:
-    """``rows`` pair rows of distinct (user, item) keys."""
-
-    users: np.ndarray
-    items: np.ndarray
-    z16: np.ndarray  # [rows, d] float16
-
-    def frame(self, computed_at: int) -> pd.DataFrame:
-        return pair_rows(self.users, self.items, self.z16.astype(np.float32), computed_at)
-
-
-def write_batch(rows: int, d: int, seed: int) -> WriteBatch:
-    rng = np.random.default_rng(seed)
-    users = 100_000 + np.arange(rows, dtype=np.int64) // 50  # 50 pairs per user
-    items = rng.integers(1, 50_000, size=rows).astype(np.int64)
-    items = items + (np.arange(rows) % 50) * 50_000  # distinct items within a user
-    return WriteBatch(users, items, rng.standard_normal((rows, d)).astype(np.float16))
-
-
-def feast_serialised_hashes(
-    batch: WriteBatch, layout: KeyLayout, computed_at: int
-) -> list[tuple[bytes, dict]]:
-    """The exact HSET mappings Feast writes for these rows, built with Feast's protobufs."""
-    from feast.infra.online_stores.helpers import _mmh3
-    from feast.protos.feast.types.Value_pb2 import Value
-    from google.protobuf.timestamp_pb2 import Timestamp
-
-    ts = Timestamp()
-    ts.FromDatetime(dt.datetime.fromtimestamp(computed_at, tz=dt.UTC))
-    ts_bytes = ts.SerializeToString()
-    f_z, f_v, f_c = (_mmh3(f"pair:{f}") for f in ("z", "fm_version", "computed_at"))
-    v_bytes = Value(string_val=FM_VERSION).SerializeToString()
-    c_bytes = Value(int64_val=computed_at).SerializeToString()
-    out = []
-    for user, item, z in zip(batch.users.tolist(), batch.items.tolist(), batch.z16, strict=True):
-        key = layout.pairs(user, [item])[0]
-        mapping = {
-            "_ts:pair": ts_bytes,
-            f_z: Value(bytes_val=z.tobytes()).SerializeToString(),
-            f_v: v_bytes,
-            f_c: c_bytes,
-        }
-        out.append((key, mapping))
+def key_encodings(client: redis_py.Redis, project: str, data: RequestData) -> dict[str, str]:
+    """``OBJECT ENCODING`` of the request's key of each serving view."""
+    out = {}
+    for spec in SERVING_VIEWS:
+        prefix = keys.view_key(project, spec)
+        key = keys.partition_key(prefix, spec, data.user) if spec.partition else prefix
+        out[spec.name] = _text(client.object("encoding", key))
     return out
 
 
-def raw_write(client: redis_py.Redis, hashes: list[tuple[bytes, dict]], chunk: int) -> None:
-    """HSET each hash in pipelines of ``chunk`` rows (Feast writes chunk by chunk too)."""
-    for start in range(0, len(hashes), chunk):
-        with client.pipeline(transaction=False) as pipe:
-            for key, mapping in hashes[start : start + chunk]:
-                pipe.hset(key, mapping=mapping)
-            pipe.execute()
-
-
-def raw_encode_write(
-    client: redis_py.Redis, batch: WriteBatch, layout: KeyLayout, computed_at: int, chunk: int
-) -> None:
-    """Build keys and values with plain bytes (no protobuf objects) and HSET them."""
-    from feast.infra.online_stores.helpers import _mmh3
-
-    f_z, f_v, f_c = (_mmh3(f"pair:{f}") for f in ("z", "fm_version", "computed_at"))
-    version = FM_VERSION.encode()
-    v_bytes = b"\x12" + _varint(len(version)) + version
-    c_bytes = b"\x20" + _varint(computed_at)
-    ts_bytes = b"\x08" + _varint(computed_at)
-    z_head = b"\x0a" + _varint(batch.z16.shape[1] * 2)
-    z_rows = batch.z16.view(np.dtype((np.void, batch.z16.shape[1] * 2))).ravel().tolist()
-    users, items = batch.users.tolist(), batch.items.tolist()
-    for start in range(0, len(users), chunk):
-        with client.pipeline(transaction=False) as pipe:
-            for k in range(start, min(start + chunk, len(users))):
-                key = layout.pairs(users[k], (items[k],))[0]
-                pipe.hset(
-                    key,
-                    mapping={
-                        "_ts:pair": ts_bytes,
-                        f_z: z_head + z_rows[k],
-                        f_v: v_bytes,
-                        f_c: c_bytes,
-                    },
-                )
-            pipe.execute()
-
-
-@dataclass
-class WriteResult:
-    rows: int
-    seconds: dict[str, list[float]]
-    offline_seconds: list[float]
-
-    def rows_per_s(self, name: str) -> float:
-        return self.rows / float(np.median(self.seconds[name]))
-
-
-def bench_writes(b: Bench, rows: int, reps: int, seed: int) -> WriteResult:
-    """Interleaved repetitions; every repetition writes newer timestamps (nothing skipped)."""
-    batch = write_batch(rows, b.d, seed)
-    chunk = b.cfg.store.write_chunk_rows
-    skip_store = open_skip_dedup_store(b.cfg, b.redis_url)
-    raw_layout = KeyLayout(b.projects[2])
-    base = b.now - 3_600
-    stamp = iter(range(base, base + 10_000))
-    seconds: dict[str, list[float]] = {
-        k: [] for k in ("materialize", "feast skip_dedup", "raw", "raw encode+write")
+def server_line(client: redis_py.Redis, project: str, data: RequestData) -> dict[str, Any]:
+    """The server's version, small-hash limits and the request keys' encodings."""
+    return {
+        "redis_version": _text(client.info("server")["redis_version"]),
+        "config": hash_settings(client),
+        "encodings": key_encodings(client, project, data),
     }
-    offline: list[float] = []
 
-    # One untimed round first: creates the keys, so every timed round overwrites.
-    first = next(stamp)
-    write_online(b.store, "pair", batch.frame(first), chunk, False)
-    raw_write(b.redis, feast_serialised_hashes(batch, raw_layout, first), chunk)
 
-    def run_materialize(rep: int) -> float:
-        frame = batch.frame(next(stamp))
-        res = materialize(
-            b.store, b.cfg.store.repo_path, "pair", frame, batch_id=f"bench{rep}", chunk_rows=chunk
+def say_server(server: dict[str, Any]) -> None:
+    config = ", ".join(f"{k} {v}" for k, v in server["config"].items())
+    encodings = ", ".join(f"{k} {v}" for k, v in server["encodings"].items())
+    say(f"   redis {server['redis_version']}; CONFIG GET: {config}")
+    say(f"   encodings of the request's keys: {encodings}")
+
+
+def _pct(a: np.ndarray | list[float], q: float) -> float:
+    return float(np.percentile(a, q)) if len(a) else float("nan")
+
+
+def _verdict(value: float, target: float, *, at_most: bool) -> str:
+    met = value <= target if at_most else value >= target
+    return "met" if met else "NOT MET"
+
+
+def latency_table(times: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Print p50/p99/mean per variant and its p50 over the floor's; returns the figures."""
+    f50 = _pct(times[FLOOR], 50)
+    say(f"   {'variant':<28} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'/floor p50':>11}")
+    out = {}
+    for name, t in times.items():
+        p50, p99 = _pct(t, 50), _pct(t, 99)
+        out[name] = {"p50_ms": p50, "p99_ms": p99, "mean_ms": float(t.mean())}
+        say(f"   {name:<28} {p50:8.3f} {p99:8.3f} {t.mean():8.3f} {p50 / f50:10.2f}x")
+    return out
+
+
+def floor_ratios(times: dict[str, np.ndarray]) -> dict[str, float]:
+    """client/floor at p50 and p99 (printed with the targets) and raw packed/floor."""
+    ratios = {
+        "client_over_floor_p50": _pct(times["client"], 50) / _pct(times[FLOOR], 50),
+        "client_over_floor_p99": _pct(times["client"], 99) / _pct(times[FLOOR], 99),
+        "packed_over_floor_p50": _pct(times["raw packed"], 50) / _pct(times[FLOOR], 50),
+    }
+    say(
+        f"   client/floor    p50 {ratios['client_over_floor_p50']:6.2f}x  (target <= 2: "
+        f"{_verdict(ratios['client_over_floor_p50'], 2, at_most=True)})"
+    )
+    say(
+        f"   client/floor    p99 {ratios['client_over_floor_p99']:6.2f}x  (target <= 3: "
+        f"{_verdict(ratios['client_over_floor_p99'], 3, at_most=True)})"
+    )
+    return ratios
+
+
+def report_fetch(
+    b: Bench,
+    times: dict[str, np.ndarray],
+    stats: dict[str, int],
+    collections: list[int],
+    server: dict[str, Any],
+) -> dict:
+    say(
+        f"\n1. Fetch latency: one user x N={b.n} candidates, d={b.d}, all four views present; "
+        f"{len(times['client'])} interleaved reps per variant; the --redis server"
+    )
+    say_server(server)
+    say(
+        f"   garbage collections during the timed run (gen 0/1/2): "
+        f"{'/'.join(map(str, collections))}"
+    )
+    out: dict[str, Any] = {"server": server, "variants": latency_table(times)}
+    ratios = floor_ratios(times)
+    c50, c99 = _pct(times["client"], 50), _pct(times["client"], 99)
+    s50, s99 = _pct(times["stock feast + to_dict"], 50), _pct(times["stock feast + to_dict"], 99)
+    ratios["stock_over_client_p50"] = s50 / c50
+    ratios["stock_over_client_p99"] = s99 / c99
+    worst = min(ratios["stock_over_client_p50"], ratios["stock_over_client_p99"])
+    say(
+        f"   stock/client    p50 {ratios['stock_over_client_p50']:6.1f}x, "
+        f"p99 {ratios['stock_over_client_p99']:6.1f}x  (target >= 20: "
+        f"{_verdict(worst, 20, at_most=False)})"
+    )
+    say(
+        f"   raw packed/floor p50 {ratios['packed_over_floor_p50']:5.2f}x  (the floor's share "
+        "that is redis-py's pipeline packing)"
+    )
+    say(f"   client stats after the run: {stats}")
+    out["ratios"] = ratios
+    out["client_stats"] = stats
+    out["gc_collections"] = collections
+    return out
+
+
+def fetch_embedded(b: Bench, reps: int, warmup: int, seed: int, main: dict) -> dict:
+    """Section 1's second block: the client, Feast and the raw floors on a private
+    ``embedded_redis()`` (``keys.SERVER_SETTINGS``), in a project of its own there."""
+    project = f"bemb{b.tag}"
+    with embedded_redis() as url:
+        raw = redis_client(url, timeout_s=30.0)
+        client = None
+        try:
+            cfg, store = open_solaris_project(b.tmp, project, url, b.d)
+            write_request(store, b.data)
+            client = open_client(cfg, url)
+            commands = checked_commands(raw, store, project, b.data)
+            variants = {
+                "client": client_fetch(b.data, b.now, client),
+                "feast get_online_features": feast_fetch(
+                    client.store, entity_rows(b.data), to_dict=False
+                ),
+                FLOOR: raw_pipeline(raw, command_args(commands)),
+                "raw packed": raw_packed(raw, commands),
+            }
+            check_values(b, variants)
+            with gc_counter() as collections:
+                times = interleaved(variants, reps, warmup, seed + 2)
+            stats = client.stats.as_dict()
+            server = server_line(raw, project, b.data)
+        finally:
+            if client is not None:
+                client.close()
+            raw.close()
+    say(
+        f"\n1, second block: the same request on a private embedded_redis() with "
+        f"keys.SERVER_SETTINGS (project {project}); {reps} interleaved reps per variant"
+    )
+    say_server(server)
+    say(
+        f"   garbage collections during the timed run (gen 0/1/2): "
+        f"{'/'.join(map(str, collections))}"
+    )
+    out: dict[str, Any] = {"server": server, "variants": latency_table(times)}
+    ratios = floor_ratios(times)
+    for label, name in (("client", "client"), ("raw", FLOOR)):
+        ratios[f"{label}_over_main_block_p50"] = (
+            out["variants"][name]["p50_ms"] / main["variants"][name]["p50_ms"]
         )
-        offline.append(res.offline_seconds)
-        return res.online_seconds
+    say(
+        f"   p50 here / on the --redis server: client {ratios['client_over_main_block_p50']:.2f}x,"
+        f" raw pipeline {ratios['raw_over_main_block_p50']:.2f}x"
+    )
+    say(f"   client stats after the run: {stats}")
+    out["ratios"] = ratios
+    out["client_stats"] = stats
+    out["gc_collections"] = collections
+    return out
 
-    def run_skip(_: int) -> float:
-        frame = batch.frame(next(stamp))
-        t0 = time.perf_counter()
-        write_online(skip_store, "pair", frame, chunk, False)
-        return time.perf_counter() - t0
 
-    def run_raw(_: int) -> float:
-        hashes = feast_serialised_hashes(batch, raw_layout, next(stamp))
-        t0 = time.perf_counter()
-        raw_write(b.redis, hashes, chunk)
-        return time.perf_counter() - t0
-
-    def run_raw_encode(_: int) -> float:
-        t = next(stamp)
-        t0 = time.perf_counter()
-        raw_encode_write(b.redis, batch, raw_layout, t, chunk)
-        return time.perf_counter() - t0
-
-    runners = {
-        "materialize": run_materialize,
-        "feast skip_dedup": run_skip,
-        "raw": run_raw,
-        "raw encode+write": run_raw_encode,
+def two_registries(b: Bench, client: SolarisFeatures, reps: int, seed: int) -> dict:
+    """Section 1b: does a call on a second FeatureStore (its own Registry object) in the same
+    process slow the client's next fetch? Each repetition times the client's fetch right
+    after ``get_online_features`` on the second store and right after the same call on the
+    client's own store, in shuffled order (the preceding calls are timed separately)."""
+    rows = entity_rows(b.data)
+    before = {
+        "second store": feast_fetch(b.store, rows, to_dict=False),
+        "own store": feast_fetch(client.store, rows, to_dict=False),
     }
-    rng = random.Random(seed)
-    order = list(runners)
-    for rep in range(reps):
+    fetch = client_fetch(b.data, b.now, client)
+    for _ in range(min(reps, 20)):
+        for call in before.values():
+            call()
+            fetch()
+    after: dict[str, list[int]] = {k: [] for k in before}
+    calls: dict[str, list[int]] = {k: [] for k in before}
+    order = list(before)
+    rng = random.Random(seed + 1)
+    clock = time.perf_counter_ns
+    for _ in range(reps):
         rng.shuffle(order)
         for name in order:
-            seconds[name].append(runners[name](rep))
-
-    # The two raw encodings must write byte-identical hashes.
-    probe = raw_layout.pairs(int(batch.users[0]), [int(batch.items[0])])[0]
-    t = next(stamp)
-    raw_encode_write(
-        b.redis, WriteBatch(batch.users[:1], batch.items[:1], batch.z16[:1]), raw_layout, t, chunk
+            t0 = clock()
+            before[name]()
+            t1 = clock()
+            fetch()
+            t2 = clock()
+            calls[name].append(t1 - t0)
+            after[name].append(t2 - t1)
+    ms = {k: np.asarray(v) / 1e6 for k, v in after.items()}
+    pre = {k: np.asarray(v) / 1e6 for k, v in calls.items()}
+    out: dict[str, Any] = {"reps": reps}
+    for name in before:
+        key = name.replace(" ", "_")
+        out[f"client_after_{key}_p50_ms"] = _pct(ms[name], 50)
+        out[f"client_after_{key}_p99_ms"] = _pct(ms[name], 99)
+        out[f"{key}_call_p50_ms"] = _pct(pre[name], 50)
+    out["penalty_p50"] = (
+        out["client_after_second_store_p50_ms"] / out["client_after_own_store_p50_ms"]
     )
-    expected = feast_serialised_hashes(
-        WriteBatch(batch.users[:1], batch.items[:1], batch.z16[:1]), raw_layout, t
-    )[0][1]
-    stored = b.redis.hgetall(probe)
-    if {k if isinstance(k, bytes) else k.encode(): v for k, v in expected.items()} != stored:
-        b.notes.append("raw encode+write bytes differ from Feast's serialisation")
-    return WriteResult(rows, seconds, offline)
+    out["penalty_p99"] = (
+        out["client_after_second_store_p99_ms"] / out["client_after_own_store_p99_ms"]
+    )
+    say(
+        f"\n1b. Two registries: the client's fetch right after get_online_features on a second "
+        f"FeatureStore (another Registry object) vs right after the same call on its own store, "
+        f"{reps} reps each, shuffled"
+    )
+    for name in before:
+        key = name.replace(" ", "_")
+        say(
+            f"    client after the {name + ':':<14} p50 "
+            f"{out[f'client_after_{key}_p50_ms']:.3f} ms, p99 "
+            f"{out[f'client_after_{key}_p99_ms']:.3f} ms  (the {name}'s call itself: p50 "
+            f"{out[f'{key}_call_p50_ms']:.3f} ms)"
+        )
+    say(
+        f"    second/own: p50 {out['penalty_p50']:.2f}x, p99 {out['penalty_p99']:.2f}x (the "
+        "store caches its plan per Registry object and load time; Feast's process-wide "
+        "resolution cache, one registry, is consulted only on a miss)"
+    )
+    return out
 
 
 # --------------------------------------------------------------------------------------------
-# 3. Redis bytes per cached pair
+# 2. Concurrency
 # --------------------------------------------------------------------------------------------
 
 
 @dataclass
-class MemoryRow:
-    label: str
-    keys: int
-    memory_usage: float  # mean MEMORY USAGE SAMPLES 0
-    encoding: str
-    key_bytes: float
-    field_bytes: float  # field names
-    value_bytes: float  # serialised values
+class Worker:
+    latencies_ns: list[int] = field(default_factory=list)
+    full: int = 0
+    errors: int = 0
+    first_error: str = ""
 
 
-def memory_of(client: redis_py.Redis, label: str, keys: Sequence[bytes]) -> MemoryRow:
-    with client.pipeline(transaction=False) as pipe:
-        for k in keys:
-            pipe.memory_usage(k, samples=0)
-            pipe.object("encoding", k)
-            pipe.hgetall(k)
-        out = pipe.execute()
-    usage = out[0::3]
-    enc = sorted({e.decode() if isinstance(e, bytes) else str(e) for e in out[1::3]})
-    hashes = out[2::3]
-    return MemoryRow(
-        label=label,
-        keys=len(keys),
-        memory_usage=float(np.mean(usage)),
-        encoding="/".join(enc),
-        key_bytes=float(np.mean([len(k) for k in keys])),
-        field_bytes=float(np.mean([sum(len(f) for f in h) for h in hashes])),
-        value_bytes=float(np.mean([sum(len(v) for v in h.values()) for h in hashes])),
-    )
+def run_threads(
+    client: SolarisFeatures, user: int, items: np.ndarray, now: int, threads: int, seconds: float
+) -> tuple[list[Worker], float]:
+    """``threads`` threads calling ``client.fetch`` until the deadline; returns the workers
+    and the wall time from the common start to the last thread's end."""
+    n = len(items)
+    deadline = [0.0]
+    start = [0.0]
+
+    def arm() -> None:
+        start[0] = time.perf_counter()
+        deadline[0] = start[0] + seconds
+
+    barrier = threading.Barrier(threads, action=arm)
+    workers = [Worker() for _ in range(threads)]
+
+    def loop(w: Worker) -> None:
+        mine = items.copy()
+        clock = time.perf_counter_ns
+        barrier.wait()
+        stop = deadline[0]
+        while time.perf_counter() < stop:
+            t0 = clock()
+            try:
+                out = client.fetch(user, mine, now=now)
+            except Exception as exc:  # counted, never expected
+                w.errors += 1
+                w.first_error = w.first_error or f"{type(exc).__name__}: {exc}"
+                continue
+            w.latencies_ns.append(clock() - t0)
+            if out.mask.shape[0] == n and out.mask.all():
+                w.full += 1
+
+    pool = [
+        threading.Thread(target=loop, args=(w,), name=f"bench-{k}") for k, w in enumerate(workers)
+    ]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return workers, time.perf_counter() - start[0]
 
 
-def memory_on_private_redis(
-    source: redis_py.Redis, groups: dict[str, Sequence[bytes]]
-) -> tuple[list[MemoryRow], str]:
-    """Copy the hashes to a private redis-server and measure them with the default hash
-    encoding limits and with ``hash-max-listpack-value`` 256 (listpack for these rows)."""
-    rows: list[MemoryRow] = []
+def single_rate(fetch: Fetch, seconds: float) -> tuple[int, float]:
+    """(calls, calls per second) of one thread calling ``fetch`` for ``seconds``."""
+    calls = 0
+    t0 = time.perf_counter()
+    stop = t0 + seconds
+    while time.perf_counter() < stop:
+        fetch()
+        calls += 1
+    return calls, calls / (time.perf_counter() - t0)
+
+
+def bench_concurrency(
+    b: Bench, threads: int, seconds: float, single_seconds: float, stock: Fetch
+) -> dict:
+    """Aggregate throughput of ``threads`` threads on one fresh client, then single-thread
+    rates of the client and of stock Feast."""
+    client = open_client(b.cfg, b.redis_url)
     try:
-        with embedded_redis() as url:
-            private = client_from_connection_string(url, timeout_s=10.0)
-            version = private.info("server")["redis_version"]
-            copies = {}
-            for label, keys in groups.items():
-                with source.pipeline(transaction=False) as pipe:
-                    for k in keys:
-                        pipe.hgetall(k)
-                    copies[label] = list(zip(keys, pipe.execute(), strict=True))
-            for limit in ("default", "256"):
-                if limit != "default":
-                    for name in ("hash-max-listpack-value", "hash-max-ziplist-value"):
-                        with suppress(Exception):
-                            private.config_set(name, limit)
-                for label, pairs in copies.items():
-                    private.flushdb()  # the private server only
-                    with private.pipeline(transaction=False) as pipe:
-                        for k, h in pairs:
-                            pipe.hset(k, mapping=h)
-                        pipe.execute()
-                    row = memory_of(
-                        private, f"{label} [value limit {limit}]", [k for k, _ in pairs]
-                    )
-                    rows.append(row)
-            return rows, f"private redis-server {version}"
-    except Exception as exc:  # the embedded server is optional for this benchmark
-        return rows, f"private redis-server unavailable: {exc}"
+        workers, wall = run_threads(client, b.data.user, b.data.items, b.now, threads, seconds)
+        stats = client.stats.as_dict()
+        single_client = single_rate(client_fetch(b.data, b.now, client), single_seconds)
+    finally:
+        client.close()
+    single_stock = single_rate(stock, single_seconds)
+    requests = sum(len(w.latencies_ns) + w.errors for w in workers)
+    ok = np.concatenate([np.asarray(w.latencies_ns) for w in workers]) / 1e6
+    full = sum(w.full for w in workers)
+    errors = sum(w.errors for w in workers)
+    first = next((w.first_error for w in workers if w.first_error), "")
+    rps = requests / wall
+    out = {
+        "threads": threads,
+        "seconds": wall,
+        "requests": requests,
+        "requests_per_s": rps,
+        "full_features_share": full / max(requests, 1),
+        "exceptions": errors,
+        "first_exception": first,
+        "stats": stats,
+        "p50_ms": _pct(ok, 50),
+        "p99_ms": _pct(ok, 99),
+        "per_thread_requests": [len(w.latencies_ns) + w.errors for w in workers],
+        "single_client_requests_per_s": single_client[1],
+        "single_stock_requests_per_s": single_stock[1],
+        "aggregate_over_stock_single": rps / single_stock[1],
+        "aggregate_over_client_single": rps / single_client[1],
+    }
+    say(
+        f"\n2. Concurrency: {threads} threads on one SolarisFeatures for {wall:.1f} s, "
+        "healthy Redis"
+    )
+    per = out["per_thread_requests"]
+    say(
+        f"   requests {requests:,} ({rps:,.0f}/s aggregate; per thread min {min(per):,} "
+        f"max {max(per):,}); full features {out['full_features_share']:.2%}; exceptions {errors}"
+        + (f" (first: {first})" if first else "")
+    )
+    say(
+        f"   stats: shed_open {stats['shed_open']}, shed_busy {stats['shed_busy']}, "
+        f"failures {stats['failures']}, timeouts {stats['timeouts']}, requests "
+        f"{stats['requests']}"
+    )
+    say(f"   latency under load: p50 {out['p50_ms']:.2f} ms, p99 {out['p99_ms']:.2f} ms")
+    say(
+        f"   single thread, {single_seconds:g} s each: client {single_client[1]:,.0f} req/s, "
+        f"stock feast {single_stock[1]:,.0f} req/s"
+    )
+    say(
+        f"   aggregate/stock single-thread {out['aggregate_over_stock_single']:.1f}x (target >= 5:"
+        f" {_verdict(out['aggregate_over_stock_single'], 5, at_most=False)}); "
+        f"aggregate/client single-thread {out['aggregate_over_client_single']:.2f}x"
+    )
+    return out
 
 
 # --------------------------------------------------------------------------------------------
-# 4. Profile
+# 3. Online writes
 # --------------------------------------------------------------------------------------------
-
-# (label, file suffix, function name): non-overlapping parts of one Feast online read
-_CATEGORIES: tuple[tuple[str, str, str], ...] = (
-    ("Redis round trip (pipeline.execute: send + replies)", "redis/client.py", "execute"),
-    (
-        "protobuf decode (ValueProto per value)",
-        "online_stores/redis.py",
-        "_convert_redis_values_to_protobuf",
-    ),
-    (
-        "response building (_populate_response_from_feature_data)",
-        "feast/utils.py",
-        "_populate_response_from_feature_data",
-    ),
-    (
-        "request prep (_prepare_entities_to_read_from_online_store)",
-        "feast/utils.py",
-        "_prepare_entities_to_read_from_online_store",
-    ),
-    (
-        "entity dedup and keys (_get_unique_entities, EntityKey protos, serialise)",
-        "feast/utils.py",
-        "_get_unique_entities",
-    ),
-    (
-        "entity dedup and keys (_get_unique_entities, EntityKey protos, serialise)",
-        "feast/utils.py",
-        "_get_entity_key_protos",
-    ),
-    (
-        "entity dedup and keys (_get_unique_entities, EntityKey protos, serialise)",
-        "online_stores/redis.py",
-        "_generate_redis_keys_for_entities",
-    ),
-    (
-        "OnlineResponse.to_dict (ValueProto -> Python objects)",
-        "feast/online_response.py",
-        "to_dict",
-    ),
-    ("tier assembly (assemble_tiers)", "serving/tiers.py", "assemble_tiers"),
-)
-_WRITE_CATEGORIES: tuple[tuple[str, str, str], ...] = (
-    (
-        "arrow rows -> ValueProto (_prep_rows_to_write_for_ingestion)",
-        "infra/passthrough_provider.py",
-        "_prep_rows_to_write_for_ingestion",
-    ),
-    ("Redis round trips (pipeline.execute: HMGET old ts, then HSET)", "redis/client.py", "execute"),
-)
-_WAITS = ("acquire", "wait", "result")  # the caller blocked on the worker thread
-_OTHER = "other (registry lookups, glue, Python-side decode)"
 
 
 @dataclass
-class Profile:
+class WriteData:
+    """``rows`` pair rows: ``rows / 50`` users × 50 distinct items, in shuffled order."""
+
+    users: np.ndarray
+    items: np.ndarray
+    z: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.users)
+
+
+def write_data(rows: int, d: int, seed: int) -> WriteData:
+    rng = np.random.default_rng(seed + 1)
+    k = np.arange(rows)
+    users = WRITE_USER0 + k // WRITE_ITEMS_PER_USER
+    items = 1 + (k % WRITE_ITEMS_PER_USER) * 1_000 + rng.integers(0, 1_000, rows)
+    order = rng.permutation(rows)
+    z = rng.standard_normal((rows, d)).astype(np.float32)
+    return WriteData(users[order].astype(np.int64), items[order].astype(np.int64), z)
+
+
+def generic_frame(w: WriteData, event_s: int) -> pd.DataFrame:
+    """Input of ``write_to_online_store`` on the SOLARIS store (``z`` as float arrays)."""
+    return pd.DataFrame(
+        {
+            "user_id": w.users,
+            "item_id": w.items,
+            "z": list(w.z),
+            **_stamp(w.rows, event_s),  # Feast wants every feature, computed_at too
+        }
+    )
+
+
+@dataclass(frozen=True)
+class KeyWrite:
+    """One user key of a raw write: its ``HSET`` arguments (field, record, ...; one list per
+    ``write_fields_per_command`` rows) and the newest event time written to it (us)."""
+
+    key: str
+    hsets: list[list[bytes]]
+    newest_us: int
+
+
+RawBatch = list[KeyWrite]  # the keys of one pipeline
+
+
+def raw_batches(
+    w: WriteData, event_s: int, project: str, params: ViewParams, per_command: int
+) -> list[RawBatch]:
+    """Pre-encoded records (``codec.encode_records``) with their 8-byte fields, grouped by
+    user key as the store groups them (rows sorted by user, stable), ``KEYS_PER_PIPELINE``
+    keys per pipeline."""
+    rows = normalize(PAIR, params, pair_input(w.users, w.items, w.z, event_s))
+    records = encode_records(PAIR, params, rows)
+    assert PAIR.partition is not None and PAIR.member is not None
+    users = rows[PAIR.partition.join_key].combine_chunks().to_numpy()
+    order = np.argsort(users, kind="stable")
+    users = users[order]
+    bounds = np.flatnonzero(np.r_[True, users[1:] != users[:-1], True])
+    members = rows[PAIR.member.join_key].combine_chunks().to_numpy()[order]
+    fields = keys.member_fields(members).tolist()
+    ordered = [records[i] for i in order.tolist()]
+    event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()[order]
+    newest = np.maximum.reduceat(event_us, bounds[:-1]).tolist()
+    prefix = keys.view_key(project, PAIR)
+    writes: list[KeyWrite] = []
+    for (lo, hi), top in zip(itertools.pairwise(bounds.tolist()), newest, strict=True):
+        hsets = []
+        for start in range(lo, hi, per_command):
+            stop = min(start + per_command, hi)
+            args: list[bytes] = [b""] * (2 * (stop - start))
+            args[0::2] = fields[start:stop]
+            args[1::2] = ordered[start:stop]
+            hsets.append(args)
+        key = keys.partition_key(prefix, PAIR, int(users[lo]))
+        writes.append(KeyWrite(key, hsets, int(top)))
+    return [writes[i : i + KEYS_PER_PIPELINE] for i in range(0, len(writes), KEYS_PER_PIPELINE)]
+
+
+def write_args(batch: RawBatch, retention_ms: int, touch_sha: str | None) -> list[Args]:
+    """The commands of one pipeline: per key its ``HSET``s, then ``PEXPIRE`` (the floor) or,
+    with ``touch_sha``, the store's touch script (``EVALSHA sha 1 key ms newest_us``)."""
+    out: list[Args] = []
+    for write in batch:
+        out.extend(("HSET", write.key, *args) for args in write.hsets)
+        if touch_sha is None:
+            out.append(("PEXPIRE", write.key, retention_ms))
+        else:
+            out.append(("EVALSHA", touch_sha, 1, write.key, retention_ms, write.newest_us))
+    return out
+
+
+def raw_write(
+    client: redis_py.Redis, batches: list[RawBatch], retention_ms: int, touch_sha: str | None
+) -> None:
+    for batch in batches:
+        pipe = client.pipeline(transaction=False)
+        for command in write_args(batch, retention_ms, touch_sha):
+            pipe.execute_command(*command)
+        pipe.execute()
+
+
+Writer = Callable[[int], float]  # event time (s) -> seconds of the timed part
+TOUCH = "raw + touch (store's commands)"
+
+
+def write_variants(b: Bench, w: WriteData, touch_sha: str) -> dict[str, Writer]:
+    """Each variant builds its input for one event time untimed, then times the write."""
+    fv = b.store.get_feature_view("pair")
+    params = b.pair_params
+    per_command = b.store.config.online_store.write_fields_per_command
+    retention_ms = params.retention_s * 1000
+
+    def bulk(event_s: int) -> float:
+        table = pair_input(w.users, w.items, w.z, event_s)
+        t0 = time.perf_counter()
+        b.online.write_table(b.store.config, fv, table)
+        return time.perf_counter() - t0
+
+    def feast_generic(event_s: int) -> float:
+        frame = generic_frame(w, event_s)
+        t0 = time.perf_counter()
+        b.store.write_to_online_store("pair", frame)
+        return time.perf_counter() - t0
+
+    def stock(event_s: int) -> float:
+        frame = stock_pair_frame(w.users, w.items, w.z, event_s)
+        t0 = time.perf_counter()
+        b.stock.write_to_online_store("pair", frame)
+        return time.perf_counter() - t0
+
+    def raw(event_s: int) -> float:
+        batches = raw_batches(w, event_s, b.raw_project, params, per_command)
+        t0 = time.perf_counter()
+        raw_write(b.redis, batches, retention_ms, None)
+        return time.perf_counter() - t0
+
+    def raw_touch(event_s: int) -> float:
+        batches = raw_batches(w, event_s, b.touch_project, params, per_command)
+        t0 = time.perf_counter()
+        raw_write(b.redis, batches, retention_ms, touch_sha)
+        return time.perf_counter() - t0
+
+    return {
+        "bulk write_table": bulk,
+        "feast write_to_online_store": feast_generic,
+        "stock feast write_to_online_store": stock,
+        FLOOR: raw,
+        TOUCH: raw_touch,
+    }
+
+
+def check_write_commands(b: Bench, w: WriteData, event_s: int, touch_sha: str) -> int:
+    """Write the rows through ``write_table`` once, capturing what the store sends
+    (``online._send`` wrapped), and check that ``raw + touch`` packs to the same bytes (so
+    the floor's ``HSET``s are the store's too); returns the store's command count."""
+    captured: list[list[Any]] = []
+    original = online_mod._send
+
+    def spy(client: Any, commands: Sequence[Any], *args: Any, **kwargs: Any) -> list:
+        captured.append(list(commands))
+        return original(client, commands, *args, **kwargs)
+
+    params = b.pair_params
+    online_mod._send = spy
+    try:
+        b.online.write_table(
+            b.store.config,
+            b.store.get_feature_view("pair"),
+            pair_input(w.users, w.items, w.z, event_s),
+        )
+    finally:
+        online_mod._send = original
+    if not captured:
+        raise RuntimeError("write_table sent nothing through online._send")
+    sent = b"".join(c if isinstance(c, bytes) else hiredis.pack_command(c) for c in captured[0])
+    per_command = b.store.config.online_store.write_fields_per_command
+    batches = raw_batches(w, event_s, b.project, params, per_command)
+    args = [a for batch in batches for a in write_args(batch, params.retention_s * 1000, touch_sha)]
+    if pipeline_bytes(b.redis, args) != sent:
+        raise RuntimeError("raw + touch: its commands differ from what write_table sends")
+    return len(captured[0])
+
+
+def check_writes(b: Bench, w: WriteData) -> None:
+    """The bulk path and the raw variants left the same records for a sample user, each
+    key with an expiry, and a prune marker where the touch script ran."""
+    user = int(w.users[0])
+    fields = keys.member_fields(np.sort(w.items[w.users == user])).tolist()
+    sol_key = solaris_pair_keys(b.project, [user])[0]
+    sol = b.redis.hmget(sol_key, fields)
+    if None in sol:
+        b.notes.append("writes: the bulk path's records are missing")
+    for project, marker in ((b.raw_project, False), (b.touch_project, True)):
+        key = solaris_pair_keys(project, [user])[0]
+        if sol != b.redis.hmget(key, fields):
+            b.notes.append(f"writes: the bulk path's records differ from {project}'s")
+        if b.redis.pttl(key) <= 0:
+            b.notes.append(f"writes: {project}'s key has no expiry")
+        if b.redis.hexists(key, b"") != marker:
+            b.notes.append(f"writes: {project}'s prune marker is not as expected")
+    if b.redis.pttl(sol_key) <= 0 or not b.redis.hexists(sol_key, b""):
+        b.notes.append("writes: the bulk path's key lacks its expiry or prune marker")
+
+
+def bench_writes(b: Bench, rows: int, reps: int, seed: int) -> dict:
+    """Median rows/s of interleaved rounds (after one untimed round that creates the keys)."""
+    w = write_data(rows, b.d, seed)
+    touch_sha = _text(b.redis.script_load(online_mod._TOUCH_LUA))
+    variants = write_variants(b, w, touch_sha)
+    clock = iter(range(b.now - 3_600, b.now))  # every write newer than the last
+    store_commands_sent = check_write_commands(b, w, next(clock), touch_sha)
+    for writer in variants.values():
+        writer(next(clock))
+    seconds: dict[str, list[float]] = {k: [] for k in variants}
+    rng = random.Random(seed)
+    order = list(variants)
+    for _ in range(reps):
+        rng.shuffle(order)
+        for name in order:
+            seconds[name].append(variants[name](next(clock)))
+    # The last rounds differ in event time: rewrite alike, then compare the records.
+    same = next(clock)
+    for name in ("bulk write_table", FLOOR, TOUCH):
+        variants[name](same)
+    check_writes(b, w)
+
+    raw_rps = rows / float(np.median(seconds[FLOOR]))
+    users = rows // WRITE_ITEMS_PER_USER
+    say(
+        f"\n3. Online writes: {rows:,} pair rows ({users:,} users x "
+        f"{WRITE_ITEMS_PER_USER}, shuffled), median of {reps} interleaved rounds"
+    )
+    say(
+        f"   set-up check: write_table sent {store_commands_sent:,} commands (HSET + touch "
+        "EVALSHA per key), byte-equal to raw + touch's"
+    )
+    out: dict[str, Any] = {"rows": rows, "variants": {}}
+    for name, s in seconds.items():
+        rps = rows / float(np.median(s))
+        out["variants"][name] = {"rows_per_s": rps, "seconds": s}
+        say(f"   {name:<36} {rps:12,.0f} rows/s  {rps / raw_rps:7.1%} of raw")
+    bulk = out["variants"]["bulk write_table"]["rows_per_s"]
+    ratio = bulk / raw_rps
+    out["bulk_over_raw"] = ratio
+    out["bulk_over_raw_touch"] = bulk / out["variants"][TOUCH]["rows_per_s"]
+    say(f"   bulk/raw {ratio:.2f}x (target >= 0.6: {_verdict(ratio, 0.6, at_most=False)})")
+    say(
+        "   raw = HSET key <8-byte field, record>... + PEXPIRE per user key, records "
+        "pre-encoded, 1,000 keys per redis-py pipeline; raw + touch = the same HSETs + the "
+        f"store's touch EVALSHA per key (bulk/it {out['bulk_over_raw_touch']:.2f}x)"
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Redis bytes per cached pair
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Population:
     label: str
-    calls: int
-    total_ms: float  # profiled ms per call
-    top: list[tuple[float, float, int, str]]  # cum ms/call, tot ms/call, ncalls/call, name
-    parts: dict[str, float]  # label → ms per call
+    user0: int
+    users: int
+    per_user: int
+
+    @property
+    def pairs(self) -> int:
+        return self.users * self.per_user
+
+    def rows(self, d: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        k = np.arange(self.pairs)
+        users = self.user0 + k // self.per_user
+        items = 1 + (k % self.per_user) * 97 + rng.integers(0, 97, self.pairs)
+        z = rng.standard_normal((self.pairs, d)).astype(np.float32)
+        return users.astype(np.int64), items.astype(np.int64), z
+
+
+def populations(memory_users: int) -> list[Population]:
+    return [
+        Population("1 user x 300 (the request)", MEMORY_USER0, 1, 300),
+        Population(f"{memory_users:,} users x 50", MEMORY_USER0 + 10_000, memory_users, 50),
+        Population(f"{memory_users:,} users x 120", MEMORY_USER0 + 20_000, memory_users, 120),
+    ]
+
+
+def hash_settings(client: redis_py.Redis) -> dict[str, str]:
+    """The server's small-hash limits (listpack names on Redis 7, ziplist on 6.2)."""
+    out: dict[str, str] = {}
+    for name in ("hash-max-listpack-value", "hash-max-listpack-entries"):
+        out.update(client.config_get(name))
+    if not out:
+        for name in ("hash-max-ziplist-value", "hash-max-ziplist-entries"):
+            out.update(client.config_get(name))
+    return {_text(k): _text(v) for k, v in out.items()}
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def memory_of(
+    client: redis_py.Redis, key_list: Sequence[str | bytes]
+) -> tuple[int, dict[str, int]]:
+    """(sum of MEMORY USAGE SAMPLES 0, key count per OBJECT ENCODING) of plain keys."""
+    usage = 0
+    encodings: dict[str, int] = {}
+    for start in range(0, len(key_list), 1_000):
+        pipe = client.pipeline(transaction=False)
+        for key in key_list[start : start + 1_000]:
+            pipe.memory_usage(key, samples=0)
+            pipe.object("encoding", key)
+        replies = pipe.execute()
+        if None in replies[0::2]:
+            raise RuntimeError("MEMORY USAGE: a measured key does not exist")
+        usage += sum(replies[0::2])
+        for encoding in replies[1::2]:
+            encodings[_text(encoding)] = encodings.get(_text(encoding), 0) + 1
+    return usage, encodings
+
+
+def copy_hashes(source: redis_py.Redis, target: redis_py.Redis, key_list: Sequence[bytes]) -> None:
+    pipe = source.pipeline(transaction=False)
+    for key in key_list:
+        pipe.hgetall(key)
+    hashes = pipe.execute()
+    pipe = target.pipeline(transaction=False)
+    for key, mapping in zip(key_list, hashes, strict=True):
+        pipe.hset(key, mapping=mapping)
+    pipe.execute()
+
+
+def repo_config(b: Bench, project: str, redis_url: str) -> RepoConfig:
+    """Feast's ``RepoConfig`` of a bench project on ``redis_url``, built as
+    ``open_feature_store`` builds it (the write path reads only its project and online-store
+    settings; no registry is opened)."""
+    from feast.repo_config import RepoConfig
+
+    repo = Path(b.cfg.store.repo_path)
+    config = RepoConfig(**repo_config_dict(bench_config(repo, project, redis_url, b.d), redis_url))
+    config.repo_path = repo
+    return config
+
+
+def measure_server(
+    label: str,
+    client: redis_py.Redis,
+    redis_url: str,
+    b: Bench,
+    pops: list[Population],
+    stock: list[bytes],
+    payload: int,
+    seed: int,
+    event_s: int,
+) -> dict:
+    """Write each population through ``SolarisOnlineStore.write_table`` in a project of its
+    own on this server, and measure it with ``footprint.view_footprint``."""
+    online = SolarisOnlineStore()
+    fv = b.store.get_feature_view("pair")
+    rng = np.random.default_rng(seed + 2)  # the same rows on every server
+    out: dict[str, Any] = {
+        "server": label,
+        "redis_version": _text(client.info("server")["redis_version"]),
+        "config": hash_settings(client),
+    }
+    rows = []
+    for pop, project in zip(pops, b.memory_projects, strict=True):
+        users, items, z = pop.rows(b.d, rng)
+        config = repo_config(b, project, redis_url)
+        online.write_table(config, fv, pair_input(users, items, z, event_s))
+        fp = view_footprint(client, project, PAIR)
+        if (fp.keys, fp.rows) != (pop.users, pop.pairs):
+            raise RuntimeError(
+                f"{project}: footprint of {fp.keys} keys and {fp.rows} rows, written "
+                f"{pop.users} keys and {pop.pairs} rows"
+            )
+        rows.append(
+            {
+                "label": f"SOLARIS {pop.label}",
+                "project": project,
+                "keys": fp.keys,
+                "pairs": fp.rows,
+                "bytes": fp.bytes,
+                "record_bytes": fp.record_bytes,
+                "bytes_per_pair": fp.bytes_per_row,
+                "over_record": fp.overhead,
+                "encodings": fp.encodings,
+            }
+        )
+        online.client(config).close()
+    usage, encodings = memory_of(client, stock)
+    rows.append(
+        {
+            "label": "stock Feast 1 user x 300 (pair only)",
+            "keys": len(stock),
+            "pairs": len(stock),
+            "bytes": usage,
+            "record_bytes": None,
+            "bytes_per_pair": usage / len(stock),
+            "over_record": usage / len(stock) / payload,
+            "encodings": encodings,
+        }
+    )
+    out["rows"] = rows
+    return out
+
+
+def bench_memory(b: Bench, memory_users: int, seed: int) -> dict:
+    """Section 4 on the running Redis and on a private embedded one."""
+    params = b.pair_params
+    sample = pair_input(np.array([1]), np.array([1]), np.zeros((1, b.d), np.float32), b.now)
+    payload = len(encode_records(PAIR, params, normalize(PAIR, params, sample))[0])
+    pops = populations(memory_users)
+    event_s = b.now - 120
+
+    stock_user = MEMORY_USER0
+    stock_items = np.arange(1, 301, dtype=np.int64) * 97
+    b.stock.write_to_online_store(
+        "pair",
+        stock_pair_frame(
+            np.full(300, stock_user, np.int64),
+            stock_items,
+            np.random.default_rng(seed + 3).standard_normal((300, b.d)).astype(np.float32),
+            event_s,
+        ),
+    )
+    stock = stock_keys(b.stock_project, [stock_user] * 300, stock_items.tolist())
+    if b.redis.exists(*stock) != 300:
+        raise RuntimeError("stock Feast keys not where expected (serialize_entity_key changed?)")
+
+    args = (b, pops, stock, payload, seed, event_s)
+    servers = [measure_server(f"running Redis {b.redis_url}", b.redis, b.redis_url, *args)]
+    with embedded_redis() as url:
+        private = redis_client(url, timeout_s=30.0)
+        try:
+            copy_hashes(b.redis, private, stock)
+            label = "private embedded_redis() (keys.SERVER_SETTINGS)"
+            servers.append(measure_server(label, private, url, *args))
+        finally:
+            private.close()
+
+    say(
+        f"\n4. Redis bytes per cached pair: footprint.view_footprint (MEMORY USAGE key SAMPLES 0 "
+        f"summed over a population's pair keys / its rows); record (payload) {payload} B = "
+        f"8 event + {2 * b.d} z (d={b.d} float16) + {len(FM_VERSION)} fm_version"
+    )
+    for s in servers:
+        config = ", ".join(f"{k} {v}" for k, v in s["config"].items())
+        say(f"   {s['server']}: redis {s['redis_version']}; CONFIG GET: {config}")
+        say(f"     {'population':<38} {'keys':>6} {'B/pair':>7} {'x record':>9}  encoding")
+        for r in s["rows"]:
+            say(
+                f"     {r['label']:<38} {r['keys']:6,} {r['bytes_per_pair']:7.1f} "
+                f"{r['over_record']:8.2f}x  {_encodings(r['encodings'])}"
+            )
+    recommended = servers[1]["rows"][: len(pops)]
+    worst = max(r["over_record"] for r in recommended)
+    compact = [r["over_record"] for r in recommended if "hashtable" not in r["encodings"]]
+    worst_compact = max(compact) if compact else float("nan")
+    say(
+        f"   SOLARIS under the recommended setting: worst {worst:.2f}x the record (target <= 1.5:"
+        f" {_verdict(worst, 1.5, at_most=True)}); populations whose hashes stay compact (within"
+        f" the entries limit): worst {worst_compact:.2f}x"
+    )
+    say(
+        '   the bytes include each hash\'s prune marker (field ""), the rows do not; a hash over '
+        "the entries limit (keys.SERVER_SETTINGS) is a hashtable"
+    )
+    return {
+        "payload_bytes": payload,
+        "servers": servers,
+        "worst_recommended": worst,
+        "worst_recommended_compact": worst_compact,
+    }
+
+
+def _encodings(counts: dict[str, int]) -> str:
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{name} {n:,}" for name, n in sorted(counts.items()))
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Where the time goes
+# --------------------------------------------------------------------------------------------
 
 
 def _func_name(key: tuple[str, int, str]) -> str:
@@ -1248,223 +1641,38 @@ def _func_name(key: tuple[str, int, str]) -> str:
     if filename == "~":
         return func
     parts = Path(filename).parts
-    short = "/".join(parts[-2:]) if len(parts) > 1 else filename
-    return f"{short}:{line}({func})"
+    return f"{'/'.join(parts[-2:])}:{line}({func})"
 
 
-def _cum(stats: dict, suffix: str, func: str) -> float:
-    """Cumulative seconds of ``func`` defined in a file ending with ``suffix``."""
-    return sum(
-        v[3]
-        for k, v in stats.items()
-        if k[2] == func and k[0].replace(os.sep, "/").endswith(suffix)
-    )
-
-
-def _is_wait(key: tuple[str, int, str]) -> bool:
-    filename, _, func = key
-    return (filename == "~" and "acquire" in func) or (
-        func in _WAITS and filename.replace(os.sep, "/").endswith(("threading.py", "_base.py"))
-    )
-
-
-def _summarise(
-    label: str,
-    stats: dict,
-    calls: int,
-    total_s: float,
-    categories: Sequence[tuple[str, str, str]],
-    top: int,
-    extra: dict[str, float] | None = None,
-) -> Profile:
-    entries = sorted(
-        (
-            (v[3], v[2], v[1], k)
-            for k, v in stats.items()
-            if not _is_wait(k)
-            and not k[2].startswith("<method 'disable'")
-            and not (k[2] in ("fetch", "write") and "bench" in k[0])
-        ),
-        key=lambda e: -e[0],
-    )
-    rows = [
-        (ct / calls * 1e3, tt / calls * 1e3, nc // calls, _func_name(k))
-        for ct, tt, nc, k in entries[:top]
-    ]
-    parts: dict[str, float] = {}
-    for name, suffix, func in categories:
-        ct = _cum(stats, suffix, func)
-        if ct:
-            parts[name] = parts.get(name, 0.0) + ct / calls * 1e3
-    for name, seconds in (extra or {}).items():
-        parts[name] = seconds / calls * 1e3
-    total_ms = total_s / calls * 1e3
-    parts[_OTHER] = max(total_ms - sum(parts.values()), 0.0)
-    return Profile(label, calls, total_ms, rows, parts)
-
-
-def _bench_total(stats: dict, func: str) -> float:
-    return max(
-        (
-            v[3]
-            for k, v in stats.items()
-            if k[2] == func and k[0].endswith("feature_store.py") and "bench" in k[0]
-        ),
-        default=0.0,
-    )
-
-
-def profile_fetch(
-    label: str,
-    fetch: Callable[[], Any],
-    calls: int,
-    *,
-    worker: tuple[Any, str] | None = None,
-    top: int = 12,
-) -> Profile:
-    """cProfile ``calls`` fetches; figures per call (profiling inflates Python-heavy parts).
-
-    ``worker = (obj, method)`` names the function the fetch runs on a worker thread (the
-    client's Feast call): it gets its own profiler in that thread, merged into the report;
-    the caller's time blocked on it is not double-counted, and what the wait costs beyond
-    the worker's own time is reported as the thread hand-off.
-    """
+def bench_profile(fetch: Fetch, calls: int, top: int = 15) -> dict:
     fetch()
-    main, inner = cProfile.Profile(), cProfile.Profile()
-    if worker is not None:
-        obj, attr = worker
-        original = getattr(obj, attr)
-
-        def profiled(*args: Any, **kwargs: Any) -> Any:
-            return inner.runcall(original, *args, **kwargs)
-
-        setattr(obj, attr, profiled)
-    try:
-        main.enable()
-        for _ in range(calls):
-            fetch()
-        main.disable()
-    finally:
-        if worker is not None:
-            delattr(worker[0], worker[1])
-    merged = pstats.Stats(main)
-    extra = {}
-    if worker is not None:
-        worker_stats = pstats.Stats(inner).stats  # type: ignore[attr-defined]
-        worker_s = max((v[3] for v in worker_stats.values()), default=0.0)
-        waited = _cum(merged.stats, "_base.py", "result")  # type: ignore[attr-defined]
-        extra["worker-thread hand-off (wait beyond the worker's own time)"] = max(
-            waited - worker_s, 0.0
-        )
-        merged.add(inner)
-    stats = merged.stats  # type: ignore[attr-defined]
-    return _summarise(label, stats, calls, _bench_total(stats, "fetch"), _CATEGORIES, top, extra)
-
-
-# (label, module, owner attribute or None, function name): Feast stages timed by wrappers
-_STAGES: tuple[tuple[str, str, str | None, str], ...] = (
-    ("request prep", "feast.utils", None, "_prepare_entities_to_read_from_online_store"),
-    ("entity dedup + EntityKey protos", "feast.utils", None, "_get_unique_entities"),
-    ("entity dedup + EntityKey protos", "feast.utils", None, "_get_entity_key_protos"),
-    (
-        "Redis key serialisation",
-        "feast.infra.online_stores.redis",
-        "RedisOnlineStore",
-        "_generate_redis_keys_for_entities",
-    ),
-    (
-        "Redis round trip (pipeline of HMGET)",
-        "feast.infra.online_stores.redis",
-        "RedisOnlineStore",
-        "_read_hash_fields",
-    ),
-    (
-        "ValueProto decode per value",
-        "feast.infra.online_stores.redis",
-        "RedisOnlineStore",
-        "_convert_redis_values_to_protobuf",
-    ),
-    ("response building", "feast.utils", None, "_populate_response_from_feature_data"),
-    ("OnlineResponse.to_dict", "feast.online_response", "OnlineResponse", "to_dict"),
-    ("tier assembly", "solaris.serving.client", None, "assemble_tiers"),
-    ("tier assembly", __name__, None, "assemble_tiers"),
-)
-
-
-@contextmanager
-def stage_timers() -> Iterator[dict[str, float]]:
-    """Wrap Feast's read stages with wall-clock accumulators (seconds, all threads).
-
-    A few wrapper calls per fetch, microseconds each: unlike cProfile this does not
-    inflate Python-heavy code relative to C, so the shares are the real ones.
-    """
-    import importlib
-
-    totals: dict[str, float] = {}
-    restore: list[tuple[Any, str, Any]] = []
-    clock = time.perf_counter
-
-    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                totals[label] = totals.get(label, 0.0) + clock() - t0
-
-        return wrapper
-
-    for label, module_name, owner_name, func in _STAGES:
-        try:
-            module = sys.modules.get(module_name) or importlib.import_module(module_name)
-        except ImportError:
-            continue
-        owner = getattr(module, owner_name) if owner_name else module
-        if not hasattr(owner, func):
-            continue
-        original = owner.__dict__[func] if owner_name else getattr(owner, func)
-        restore.append((owner, func, original))
-        setattr(owner, func, timed(label, original))
-    try:
-        yield totals
-    finally:
-        for owner, func, original in reversed(restore):
-            setattr(owner, func, original)
-
-
-def time_stages(fetch: Callable[[], Any], calls: int) -> tuple[float, dict[str, float]]:
-    """``(ms per call, {stage: ms per call})`` over ``calls`` fetches, with a remainder."""
-    fetch()
-    with stage_timers() as totals:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fetch()
-        elapsed = time.perf_counter() - t0
-    parts = {k: v / calls * 1e3 for k, v in totals.items()}
-    total = elapsed / calls * 1e3
-    parts["other (registry, glue, client guards, threads)"] = max(total - sum(parts.values()), 0.0)
-    return total, parts
-
-
-def profile_writes(b: Bench, rows: int, top: int = 10) -> Profile:
-    """cProfile one ``write_to_online_store`` of ``rows`` pair rows (one chunk)."""
-    batch = write_batch(rows, b.d, seed=99)
-    frame = batch.frame(b.now + 10)
-
-    def write() -> None:
-        b.store.write_to_online_store("pair", frame)
-
     prof = cProfile.Profile()
-    prof.runcall(write)
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(calls):
+        fetch()
+    prof.disable()
+    total_ms = (time.perf_counter() - t0) / calls * 1e3
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    label = f"write_to_online_store, {rows:,} pair rows"
-    python_part = _cum(stats, "online_stores/redis.py", "online_write_batch") - _cum(
-        stats, "redis/client.py", "execute"
+    entries = sorted(stats.items(), key=lambda kv: -kv[1][2])
+    rows = [
+        {
+            "tottime_ms": v[2] / calls * 1e3,
+            "cumtime_ms": v[3] / calls * 1e3,
+            "calls": v[1] / calls,
+            "function": _func_name(k),
+        }
+        for k, v in entries
+        if not k[2].startswith("<method 'disable'")
+    ][:top]
+    say(
+        f"\n5. Where the time goes: cProfile of {calls} client fetches, {total_ms:.3f} ms per "
+        f"call under the profiler; top {top} by own time (per call)"
     )
-    extra = {
-        "online_write_batch in Python (keys, Timestamps, SerializeToString, dedup)": python_part
-    }
-    return _summarise(label, stats, 1, _bench_total(stats, "write"), _WRITE_CATEGORIES, top, extra)
+    say(f"   {'own ms':>8} {'cum ms':>8} {'calls':>7}  function")
+    for r in rows:
+        say(f"   {r['tottime_ms']:8.4f} {r['cumtime_ms']:8.4f} {r['calls']:7.1f}  {r['function']}")
+    return {"calls": calls, "ms_per_call_profiled": total_ms, "top": rows}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1475,234 +1683,97 @@ def profile_writes(b: Bench, rows: int, top: int = 10) -> Profile:
 def environment(b: Bench) -> dict[str, str]:
     import feast
     import redis as redis_pkg
-    from google.protobuf.internal import api_implementation
 
-    try:
-        import hiredis
-
-        hiredis_v = hiredis.__version__
-    except ImportError:
-        hiredis_v = "not installed"
     info = b.redis.info("server")
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": str(os.cpu_count()),
+        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "feast": feast.__version__,
         "redis-py": redis_pkg.__version__,
-        "hiredis": hiredis_v,
-        "protobuf backend": api_implementation.Type(),
+        "hiredis": hiredis.__version__,
+        "numpy": np.__version__,
+        "pyarrow": pa.__version__,
         "redis-server": f"{info['redis_version']} at {b.redis_url}",
+        "request": f"1 user x {b.n} candidates, d={b.d}, fm_version {FM_VERSION!r}",
     }
 
 
-def _pct(a: np.ndarray, q: float) -> float:
-    return float(np.percentile(a, q))
-
-
-def print_fetch(
-    times: dict[str, np.ndarray], b: Bench, note: str, title: str | None = None
-) -> dict[str, Any]:
-    title = title or f"1. Fetch: one request, N={b.n} candidates, d={b.d}, all four views present"
-    print(f"\n{title}")
-    print(f"   {note}")
-    print(f"   {'variant':<16} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}   x raw p50   x raw p99")
-    raw50, raw99 = _pct(times["raw"], 50), _pct(times["raw"], 99)
-    out: dict[str, Any] = {}
-    for name, t in times.items():
-        p50, p99 = _pct(t, 50), _pct(t, 99)
-        out[name] = {"p50_ms": p50, "p99_ms": p99, "mean_ms": float(t.mean()), "reps": len(t)}
-        print(
-            f"   {name:<16} {p50:8.2f} {p99:8.2f} {t.mean():8.2f}   "
-            f"{p50 / raw50:9.2f}   {p99 / raw99:9.2f}"
-        )
-    solaris = "client" if "client" in times else "feast 1 call"
-    s50, s99 = _pct(times[solaris], 50), _pct(times[solaris], 99)
-    n50, n99 = _pct(times["naive feast"], 50), _pct(times["naive feast"], 99)
-    ratios = {
-        "solaris_variant": solaris,
-        "solaris_over_raw_p50": s50 / raw50,
-        "solaris_over_raw_p99": s99 / raw99,
-        "naive_over_solaris_p50": n50 / s50,
-        "naive_over_solaris_p99": n99 / s99,
-    }
-    print(
-        f"   ratios ({solaris}): {solaris}/raw p50 {ratios['solaris_over_raw_p50']:.2f}x, "
-        f"p99 {ratios['solaris_over_raw_p99']:.2f}x (target p99 <= 3x);  naive/{solaris} "
-        f"p50 {ratios['naive_over_solaris_p50']:.2f}x, p99 {ratios['naive_over_solaris_p99']:.2f}x"
-        " (target >= 4x)"
-    )
-    out["ratios"] = ratios
-    return out
-
-
-def print_writes(w: WriteResult) -> dict[str, Any]:
-    print(f"\n2. Online writes: {w.rows:,} pair rows per round, median of {len(w.seconds['raw'])}")
-    raw = w.rows_per_s("raw")
-    out: dict[str, Any] = {}
-    for name in w.seconds:
-        rps = w.rows_per_s(name)
-        out[name] = {"rows_per_s": rps, "seconds": w.seconds[name]}
-        print(f"   {name:<18} {rps:10,.0f} rows/s   {rps / raw:6.1%} of raw")
-    off = w.rows / float(np.median(w.offline_seconds))
-    print(f"   (materialize's offline parquet part: {off:,.0f} rows/s, not in the figure above)")
-    print(
-        "   raw = HSET of the byte-identical hashes, pre-serialised with Feast's protobufs "
-        "(transport only); raw encode+write builds the same bytes in the loop"
-    )
-    out["offline_rows_per_s"] = off
-    out["feast_over_raw"] = w.rows_per_s("materialize") / raw
-    out["feast_over_raw_encode"] = w.rows_per_s("materialize") / w.rows_per_s("raw encode+write")
-    return out
-
-
-def print_memory(rows: list[MemoryRow], private: list[MemoryRow], note: str, d: int) -> list:
-    print("\n3. Redis bytes per cached pair (MEMORY USAGE SAMPLES 0, mean over the sample)")
-    z = 2 * d
-    version = len(FM_VERSION)
-    print(
-        f"   payload: z {z} B (d={d} float16) + fm_version {version} B + computed_at 8 B "
-        f"+ event ts 8 B = {z + version + 16} B per pair row"
-    )
-    print(f"   {'hashes':<44} {'n':>4} {'MEMORY':>7} {'key':>5} {'fields':>6} {'values':>6}  enc")
-    out = []
-    for r in [*rows, *private]:
-        out.append(r.__dict__)
-        print(
-            f"   {r.label:<44} {r.keys:4d} {r.memory_usage:7.0f} {r.key_bytes:5.0f} "
-            f"{r.field_bytes:6.0f} {r.value_bytes:6.0f}  {r.encoding}"
-        )
-    print(f"   ({note})")
-    return out
-
-
-def print_profile(p: Profile) -> dict[str, Any]:
-    print(f"\n   {p.label}: {p.total_ms:.2f} ms per call under cProfile ({p.calls} calls)")
-    print(f"   {'cum ms':>8} {'self ms':>8} {'calls':>7}  function")
-    for cum, tot, nc, name in p.top:
-        print(f"   {cum:8.2f} {tot:8.2f} {nc:7d}  {name}")
-    if p.parts:
-        print("   breakdown:")
-        for name, ms in p.parts.items():
-            print(f"     {ms / p.total_ms:6.1%}  {ms:7.2f} ms  {name}")
-    return {"label": p.label, "total_ms": p.total_ms, "top": p.top, "parts": p.parts}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.feature_store", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--redis", default=REDIS_DEFAULT, help="Feast connection string")
     parser.add_argument("--candidates", type=int, default=300)
     parser.add_argument("--dim", type=int, default=32)
-    parser.add_argument("--reps", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--frozen-reps", type=int, default=100)
-    parser.add_argument("--write-rows", type=int, default=50_000)
-    parser.add_argument("--write-reps", type=int, default=3)
-    parser.add_argument("--profile-calls", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    for name, value in FULL.items():
+        kind = float if isinstance(value, float) else int
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            default=None,
+            help=f"default {value:,} ({QUICK[name]:,} with --quick)",
+        )
     args = parser.parse_args(argv)
+    for name in FULL:
+        if getattr(args, name) is None:
+            setattr(args, name, (QUICK if args.quick else FULL)[name])
+    return args
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     started = time.perf_counter()
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"options": {k: str(v) for k, v in vars(args).items()}}
     with bench_context(args.redis, args.candidates, args.dim, args.seed) as b:
         report["environment"] = env = environment(b)
-        print("SOLARIS feature-store benchmark  " + "  ".join(f"{k}: {v}" for k, v in env.items()))
+        say("SOLARIS feature-store benchmark" + (" (--quick)" if args.quick else ""))
+        for k, v in env.items():
+            say(f"   {k}: {v}")
 
-        variants, note, client = fetch_variants(b)
-        problems = check_consistency(b, variants)
-        for p in problems:
-            print(f"   CONSISTENCY PROBLEM: {p}")
+        client = open_client(b.cfg, b.redis_url)
+        variants = fetch_variants(b, client)
+        check_values(b, variants)
+        say(
+            "   set-up check: every variant returns the written rows; the raw commands are the "
+            "store's (same commands and 8-byte fields; redis-py packs them to the store's bytes)"
+        )
         with gc_counter() as collections:
             times = interleaved(variants, args.reps, args.warmup, args.seed)
-        note += f"; {collections[2]} full (gen-2) GC collections during the timed run"
-        report["fetch"] = print_fetch(times, b, note)
-        report["fetch"]["consistent"] = not problems
-        report["fetch"]["gc_collections"] = collections
-        stats = getattr(client, "stats", None)
-        if stats is not None:
-            print(f"   client stats after the run: {stats}")
+        server = server_line(b.redis, b.project, b.data)
+        main_block = report_fetch(b, times, client.stats.as_dict(), collections, server)
+        report["fetch"] = main_block
+        report["fetch_embedded"] = fetch_embedded(b, args.reps, args.warmup, args.seed, main_block)
+        report["fetch_two_registries"] = two_registries(b, client, min(args.reps, 300), args.seed)
 
-        # The same after gc.freeze(): the p99 of the Feast paths is mostly full collections
-        # that walk the whole heap (feast, pandas, pyarrow objects), triggered by the many
-        # short-lived objects each Feast read allocates.
-        subset = {k: v for k, v in variants.items() if k in FROZEN_VARIANTS}
-        gc.collect()
-        gc.freeze()
-        n_frozen = gc.get_freeze_count()
-        try:
-            with gc_counter() as collections:
-                frozen = interleaved(subset, args.frozen_reps, 5, args.seed + 1)
-        finally:
-            gc.unfreeze()
-        report["fetch_gc_frozen"] = print_fetch(
-            frozen,
+        report["concurrency"] = bench_concurrency(
             b,
-            f"{n_frozen:,} objects frozen; {collections[2]} full GC collections during the run",
-            title="1b. The same after gc.freeze() at start-up (objects alive then are never "
-            "scanned again)",
+            args.threads,
+            args.concurrency_seconds,
+            args.single_seconds,
+            variants["stock feast + to_dict"],
         )
-
-        w = bench_writes(b, args.write_rows, args.write_reps, args.seed)
-        report["writes"] = print_writes(w)
-
-        batch = write_batch(args.write_rows, b.d, args.seed)
-        pair_only = [
-            b.layout.pairs(int(u), [int(i)])[0]
-            for u, i in zip(batch.users[:500], batch.items[:500], strict=True)
-        ]
-        shared = b.layout.pairs(b.data.user, b.data.items.tolist())
-        naive_shared = b.naive_layout.pairs(b.data.user, b.data.items.tolist())
-        rows = [
-            memory_of(b.redis, "pair only (SOLARIS, z float16 Bytes)", pair_only),
-            memory_of(b.redis, "pair + nbr in one hash (SOLARIS)", shared),
-            memory_of(b.redis, "pair + nbr in one hash (naive Array(Float32))", naive_shared),
-            memory_of(
-                b.redis,
-                "pair + nbr in one hash (packed experiment)",
-                KeyLayout(b.projects[3]).pairs(b.data.user, b.data.items.tolist()),
-            ),
-        ]
-        private, pnote = memory_on_private_redis(
-            b.redis, {"pair only": pair_only[:300], "pair + nbr": shared}
-        )
-        report["memory"] = print_memory(rows, private, pnote, b.d)
-
-        print("\n4. Where the time goes (cProfile; figures per call)")
-        solaris = "client" if "client" in variants else "feast 1 call"
-        profiles = [
-            profile_fetch(
-                f"SOLARIS path ({solaris})",
-                variants[solaris],
-                args.profile_calls,
-                worker=(client, "_online") if solaris == "client" else None,
-            ),
-            profile_fetch(
-                "naive feast (4 calls)", variants["naive feast"], max(args.profile_calls // 3, 5)
-            ),
-            profile_writes(b, b.cfg.store.write_chunk_rows),
-        ]
-        report["profile"] = [print_profile(p) for p in profiles]
-        report["stages"] = {}
-        print("\n   stage timers (wall clock around Feast's stage functions, no profiler):")
-        for label, name in ((f"SOLARIS path ({solaris})", solaris), ("naive feast", "naive feast")):
-            total, parts = time_stages(variants[name], args.profile_calls)
-            report["stages"][label] = {"total_ms": total, "parts": parts}
-            print(f"   {label}: {total:.2f} ms per call")
-            for stage, ms in parts.items():
-                print(f"     {ms / total:6.1%}  {ms:7.2f} ms  {stage}")
-        for n_ in b.notes:
-            print(f"   note: {n_}")
+        report["writes"] = bench_writes(b, args.write_rows, args.write_reps, args.seed)
+        report["memory"] = bench_memory(b, args.memory_users, args.seed)
+        report["profile"] = bench_profile(variants["client"], args.profile_calls)
+        client.close()
+        for note in b.notes:
+            say(f"   note: {note}")
+        report["notes"] = b.notes
     elapsed = time.perf_counter() - started
-    print(f"\ndone in {elapsed:.0f} s")
+    say(f"\ndone in {elapsed:.0f} s")
     report["elapsed_s"] = elapsed
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
+        say(f"figures written to {args.json}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -11,7 +11,7 @@ and used through Feast's own surface (``get_online_features``, ``write_to_online
 expiry rules are specified in ``docs/online_store_format.md``; in short:
 
 * **Reads.** A request for one user and ``N`` candidates sends one command per view in one
-  pipeline (``HMGET`` of the ``N`` items on the user's pair and nbr hashes, ``GET`` of the
+  round trip (``HMGET`` of the ``N`` items on the user's pair and nbr hashes, ``GET`` of the
   user's uagg record, ``HMGET`` on the item-aggregate hash), decodes each view's replies
   with one ``frombuffer`` and returns a :class:`~solaris.store.response.SolarisOnlineResponse`,
   which builds Feast's proto only if someone asks for it. Freshness is applied inside the
@@ -25,15 +25,15 @@ expiry rules are specified in ``docs/online_store_format.md``; in short:
   hash of rows older than ``retention`` before its newest row, at most every
   ``prune_every × retention`` of event time.
 
-Feature requests this store cannot serve on its fast path (on-demand views, views renamed
-join keys) go through Feast's generic path (:meth:`online_read` per view). Views that are not
+Feature requests this store cannot serve on its fast path (on-demand views, projections that
+rename join keys, version metadata) go through Feast's generic path (:meth:`online_read` per
+view). Views that are not
 in :mod:`solaris.store.contract` are refused at ``feast apply``.
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -78,7 +78,6 @@ from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, r
 
 __all__ = ["SolarisOnlineStore", "SolarisOnlineStoreConfig", "ViewDefinitionError"]
 
-log = logging.getLogger(__name__)
 
 _US = 1_000_000
 _INT64_MAX = np.iinfo(np.int64).max
@@ -148,8 +147,8 @@ class SolarisOnlineStoreConfig(FeastConfigBaseModel):
     than the last prune (so a stale row lives at most (1 + prune_every) × retention in
     event time, given later writes to its key)."""
 
-    write_fields_per_command: int = Field(2_000, gt=0, le=3_500)
-    """Hash fields per write command (Lua's argument stack bounds it)."""
+    write_fields_per_command: int = Field(2_000, gt=0)
+    """Hash fields per ``HSET`` (bounds one command's size on the wire and in Redis)."""
 
 
 @dataclass(frozen=True)

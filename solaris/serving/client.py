@@ -221,11 +221,19 @@ def _check_now(now: object) -> int | float:
 
 
 def _is_timeout(exc: BaseException) -> bool:
+    """A timeout, also when wrapped (a cluster client reports one as a cluster error)."""
     import socket
 
     import redis
 
-    return isinstance(exc, redis.TimeoutError | socket.timeout | TimeoutError)
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, redis.TimeoutError | socket.timeout | TimeoutError):
+            return True
+        if "Timeout" in type(seen).__name__ or "timed out" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class SolarisFeatures:
@@ -429,7 +437,11 @@ class SolarisFeatures:
             if len(self._pending_misses) >= _MAX_PENDING_MISS_WRITES:
                 self.stats.misses_dropped += 1
                 return
-            future = self._miss_pool.submit(self._write_misses, user, items, ts)
+            try:
+                future = self._miss_pool.submit(self._write_misses, user, items, ts)
+            except RuntimeError:  # the client was closed: the entry is dropped, not raised
+                self.stats.misses_dropped += 1
+                return
             self._pending_misses.add(future)
 
     def _write_misses(self, user: int, items: np.ndarray, ts: int) -> None:

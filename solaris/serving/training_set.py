@@ -14,8 +14,8 @@ the online store held that time's latest rows.
 One requirement on the definitions follows: the offline join drops a ``pair`` row older than
 ``pair``'s ``FeatureView.ttl``, while serving still sees it in Redis and uses it (not as a
 hit, but) to remove the item from the user aggregate. For both paths to agree on that
-exclusion, the ``pair`` view's retention (its ``ttl``) covers the user-aggregate window
-(:data:`solaris.store.contract.PAIR`).
+exclusion, the ``pair`` view's retention (its ``ttl``) covers the window of the oldest
+aggregate that can be served (:data:`solaris.store.contract.PAIR`).
 """
 
 from __future__ import annotations

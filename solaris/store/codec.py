@@ -59,6 +59,7 @@ __all__ = [
 _US = 1_000_000
 _INT64_MAX = np.iinfo(np.int64).max
 _F16_MAX = float(np.finfo(np.float16).max)
+_F32_MAX = float(np.finfo(np.float32).max)
 _EVENT = "__event_us"
 _NUMPY = {
     Kind.VECTOR_F16: "<f2",
@@ -137,16 +138,25 @@ def _ints(spec: ViewSpec, name: str, col: pa.ChunkedArray, *, ids: bool) -> pa.A
     return pa.array(values, pa.int64())
 
 
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
 def _event_us(spec: ViewSpec, col: pa.ChunkedArray) -> np.ndarray:
+    """Event times in µs; they must be whole seconds (SOLARIS times are epoch seconds, and
+    serving and the offline point-in-time join agree to the second only on whole seconds)."""
     _no_nulls(spec, EVENT_TS, col)
     if not pa.types.is_timestamp(col.type):
         raise _bad(spec, EVENT_TS, None, f"must be a timestamp, got {col.type}")
-    # A zone-less timestamp is UTC (as in Feast).
-    us = col.cast(pa.timestamp("us", tz=col.type.tz), safe=False).cast(pa.int64()).to_numpy()
-    bad = (us < 0) | (us >= MAX_EPOCH_S * _US)
+    # A zone-less timestamp is UTC (as in Feast); the cast to int64 keeps the column's unit.
+    ticks = col.cast(pa.int64()).to_numpy()
+    per_second = _PER_SECOND[col.type.unit]
+    bad = (ticks < 0) | (ticks // per_second >= MAX_EPOCH_S)
     if bad.any():
         raise _bad(spec, EVENT_TS, _first(bad), "is outside 1970 .. 2286")
-    return us
+    fraction = ticks % per_second != 0
+    if fraction.any():
+        raise _bad(spec, EVENT_TS, _first(fraction), "must be a whole second")
+    return ticks // per_second * _US
 
 
 def _vectors(spec: ViewSpec, name: str, kind: Kind, col: pa.ChunkedArray, d: int) -> np.ndarray:
@@ -166,18 +176,24 @@ def _vectors(spec: ViewSpec, name: str, kind: Kind, col: pa.ChunkedArray, d: int
         nulls = flat.is_null().to_numpy(zero_copy_only=False).reshape(-1, d).any(axis=1)
         raise _bad(spec, name, _first(nulls), "holds a null value")
     z = flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, d)
-    limit = _F16_MAX if kind is Kind.VECTOR_F16 else np.inf
+    limit = _F16_MAX if kind is Kind.VECTOR_F16 else _F32_MAX  # inf fails either limit
     # One reduction over everything (NaN propagates and fails the comparison; inf and float16
     # overflow exceed the limit); rows are looked at only to name the first bad one.
     if z.size and not np.abs(z).max() <= limit:
         row = _first(~(np.abs(z).max(axis=1) <= limit))
         problem = (
-            "holds NaN or inf"
+            "holds NaN or inf (or a value beyond float32)"
             if not np.isfinite(z[row]).all()
-            else ("holds values outside the float16 range")
+            else "holds values outside the float16 range"
         )
         raise _bad(spec, name, row, problem)
     return f16_round(z) if kind is Kind.VECTOR_F16 else z
+
+
+def _at_least(spec: ViewSpec, field: FieldSpec, values: np.ndarray) -> None:
+    if field.minimum is not None and len(values) and values.min() < field.minimum:
+        row = _first(values < field.minimum)
+        raise _bad(spec, field.name, row, f"must be >= {field.minimum}, got {values[row]}")
 
 
 def _strings(spec: ViewSpec, name: str, col: pa.ChunkedArray) -> pa.Array:
@@ -254,6 +270,7 @@ def normalize(spec: ViewSpec, params: ViewParams, data: pa.Table | pd.DataFrame)
             )
         elif f.kind is Kind.INT64:
             columns[f.name] = _ints(spec, f.name, data[f.name], ids=False)
+            _at_least(spec, f, columns[f.name].to_numpy())
         elif f.kind is Kind.FLOAT32:
             col = data[f.name]
             _no_nulls(spec, f.name, col)
@@ -267,6 +284,18 @@ def normalize(spec: ViewSpec, params: ViewParams, data: pa.Table | pd.DataFrame)
             columns[f.name] = _strings(spec, f.name, data[f.name])
         else:
             columns[f.name] = _lists(spec, f.name, f.kind, data[f.name])
+            flat = pc.list_flatten(columns[f.name]).to_numpy(zero_copy_only=False)
+            if f.kind is Kind.FLOAT32_LIST and not np.isfinite(flat).all():
+                raise _bad(spec, f.name, None, "holds NaN or inf")
+            if f.minimum is not None and len(flat) and flat.min() < f.minimum:
+                raise _bad(spec, f.name, None, f"holds values below {f.minimum}")
+    for f in spec.fields:
+        if f.same_length_as is not None:
+            mine = pc.list_value_length(columns[f.name]).to_numpy(zero_copy_only=False)
+            theirs = pc.list_value_length(columns[f.same_length_as]).to_numpy(zero_copy_only=False)
+            if (mine != theirs).any():
+                row = _first(mine != theirs)
+                raise _bad(spec, f.name, row, f"must have as many values as {f.same_length_as}")
     columns[EVENT_TS] = pa.array(event_us, pa.timestamp("us", tz="UTC"))
     return pa.table(columns, schema=offline_schema(spec))
 

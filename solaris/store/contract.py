@@ -11,9 +11,11 @@ Two TTLs per view:
 
 * ``read_ttl``: how old a row may be and still be served (``now − read_ttl <= event <= now``);
 * ``retention``: how long a row is kept, online (Redis expiry and pruning) and for the offline
-  point-in-time join (``FeatureView.ttl``). It is at least ``read_ttl``; for ``pair`` it also
-  spans the user-aggregate window, because removing the current item from the 24 h sum needs
-  that pair's code even when it is too old to be served as the pair tier.
+  point-in-time join (``FeatureView.ttl``). It is at least ``read_ttl``. For ``pair`` it also
+  spans the oldest pair a served user aggregate can hold: an aggregate is served up to its
+  read TTL after its window end, and its window reaches ``uagg_window_hours`` further back,
+  and removing the current item from that sum needs the pair's code even when it is too old
+  to be served as the pair tier (24 h + 24 h by default).
 
 This module imports neither Feast nor Redis.
 """
@@ -131,11 +133,20 @@ class Kind(StrEnum):
 # request path, where hashing every field would cost more than the lookup saves.
 @dataclass(frozen=True, eq=False)
 class FieldSpec:
-    """One feature of a view."""
+    """One feature of a view.
+
+    Attributes:
+        name, kind, description: the feature.
+        minimum: the smallest value a write may hold (integer fields and lists): ``0`` for
+            ids and counts.
+        same_length_as: for a list field, the list field whose length each row must equal.
+    """
 
     name: str
     kind: Kind
     description: str
+    minimum: int | None = None
+    same_length_as: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,7 +268,9 @@ PAIR = ViewSpec(
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version that produced z"),
     ),
     read_ttl=_pair_ttl,
-    retention=lambda cfg: max(_pair_ttl(cfg), _hours(cfg.store.uagg_window_hours)),
+    retention=lambda cfg: max(
+        _pair_ttl(cfg), _hours(cfg.store.uagg_window_hours + cfg.store.uagg_ttl_hours)
+    ),
     description="FM code z[u,i] of a verifier-selected pair (float16 online)",
 )
 
@@ -268,9 +281,9 @@ NBR = ViewSpec(
     fields=(
         FieldSpec(Z_TOP1, Kind.VECTOR_F16, "code of the most similar neighbour with the item"),
         FieldSpec(Z_MEAN, Kind.VECTOR_F16, "similarity-weighted mean of the neighbours' codes"),
-        FieldSpec(SRC_USER, Kind.INT64, "the neighbour z_top1 comes from"),
+        FieldSpec(SRC_USER, Kind.INT64, "the neighbour z_top1 comes from", minimum=0),
         FieldSpec(SIMILARITY, Kind.FLOAT32, "cosine similarity of that neighbour"),
-        FieldSpec(N_NBRS, Kind.INT64, "neighbours averaged in z_mean"),
+        FieldSpec(N_NBRS, Kind.INT64, "neighbours averaged in z_mean", minimum=0),
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "when the row was built, epoch s"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
@@ -285,8 +298,8 @@ UAGG = ViewSpec(
     member=None,
     fields=(
         FieldSpec(Z_SUM, Kind.VECTOR_F32, "sum of the user's float16-rounded pair codes"),
-        FieldSpec(COUNT, Kind.INT64, "codes in the sum"),
-        FieldSpec(WINDOW_START, Kind.INT64, "window start, epoch s (exclusive)"),
+        FieldSpec(COUNT, Kind.INT64, "codes in the sum", minimum=0),
+        FieldSpec(WINDOW_START, Kind.INT64, "window start, epoch s (exclusive)", minimum=0),
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s (inclusive)"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
@@ -302,7 +315,7 @@ IAGG = ViewSpec(
     member=ITEM,
     fields=(
         FieldSpec(Z_MEAN, Kind.VECTOR_F32, "mean of the item's pair codes over users"),
-        FieldSpec(COUNT, Kind.INT64, "users averaged"),
+        FieldSpec(COUNT, Kind.INT64, "users averaged", minimum=0),
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
@@ -316,8 +329,8 @@ UNN = ViewSpec(
     partition=USER,
     member=None,
     fields=(
-        FieldSpec(NBR_IDS, Kind.INT64_LIST, "the user's nearest users"),
-        FieldSpec(NBR_SIMS, Kind.FLOAT32_LIST, "their cosine similarities"),
+        FieldSpec(NBR_IDS, Kind.INT64_LIST, "the user's nearest users", minimum=0),
+        FieldSpec(NBR_SIMS, Kind.FLOAT32_LIST, "their cosine similarities", same_length_as=NBR_IDS),
     ),
     read_ttl=lambda cfg: _hours(cfg.store.unn_ttl_hours),
     retention=lambda cfg: _hours(cfg.store.unn_ttl_hours),

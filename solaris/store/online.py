@@ -33,6 +33,7 @@ in :mod:`solaris.store.contract` are refused at ``feast apply``.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import threading
 import time
@@ -117,6 +118,13 @@ end
 redis.call('HSET', KEYS[1], '', ARGV[2])
 return removed
 """
+
+
+# The request time of a get_online_features call that Feast answers view by view through
+# online_read, which has no request context of its own.
+_GENERIC_NOW: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "solaris_generic_request_time", default=None
+)
 
 
 class ViewDefinitionError(ValueError):
@@ -250,16 +258,22 @@ class SolarisOnlineStore(OnlineStore):
         the lock, so a hung Redis never serialises the callers)."""
         cfg = config.online_store
         key = (cfg.connection_string, cfg.redis_type, cfg.retries)
-        if self._client is None or self._client_key != key:
-            with self._lock:
-                if self._client is None or self._client_key != key:
-                    self._client = redis_client(
-                        cfg.connection_string, redis_type=cfg.redis_type, retries=cfg.retries
-                    )
-                    self._prune = self._client.register_script(_PRUNE_LUA)
-                    self._touch = self._client.register_script(_TOUCH_LUA)
-                    self._client_key = key
-        return self._client
+        client = self._client
+        if client is not None and self._client_key == key:
+            return client
+        # Built outside the lock: a cluster client talks to the cluster while it is built,
+        # and a hung node must not make the other callers wait in line. Concurrent first
+        # callers may each build one; all but the one kept are closed.
+        built = redis_client(cfg.connection_string, redis_type=cfg.redis_type, retries=cfg.retries)
+        with self._lock:
+            if self._client is None or self._client_key != key:
+                self._prune = built.register_script(_PRUNE_LUA)
+                self._touch = built.register_script(_TOUCH_LUA)
+                self._client, self._client_key = built, key
+                return built
+            client = self._client
+        built.close()
+        return client
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -370,10 +384,13 @@ class SolarisOnlineStore(OnlineStore):
         replies = _send_scripted(client, commands)
         interval = cfg.prune_every * params.retention_s * _US
         retention_us = params.retention_s * _US
+        # Due when the newest row written is an interval past the marker, or an interval
+        # before it (a marker left by rows from the future, e.g. a replay after live data,
+        # would otherwise block pruning until that date): the prune resets the marker.
         prunes = [
             (b"EVALSHA", self._prune.sha, 1, key, top - retention_us, top)
             for key, top, at in zip(key_names, newest, touches, strict=True)
-            if top - int(replies[at]) >= interval
+            if abs(top - int(replies[at])) >= interval
         ]
         if prunes:
             _send_scripted(client, prunes)
@@ -526,8 +543,10 @@ class SolarisOnlineStore(OnlineStore):
         a scalar or one per row): freshness is judged at that time instead of the wall clock.
         """
         plan = self._plan(registry, project, features, full_feature_names)
+        if isinstance(entity_rows, list):
+            entity_rows = {k: [row.get(k) for row in entity_rows] for k in entity_rows[0]}
         if plan is None or include_feature_view_version_metadata:
-            return super().get_online_features(
+            return self._generic(
                 config,
                 features,
                 entity_rows,
@@ -536,8 +555,6 @@ class SolarisOnlineStore(OnlineStore):
                 full_feature_names,
                 include_feature_view_version_metadata,
             )
-        if isinstance(entity_rows, list):
-            entity_rows = {k: [row.get(k) for row in entity_rows] for k in entity_rows[0]}
         entities: dict[str, np.ndarray] = {}
         for name, values in entity_rows.items():
             key = plan.entity_names.get(name, name)
@@ -560,6 +577,30 @@ class SolarisOnlineStore(OnlineStore):
             entities, answers, now_s, full_feature_names=full_feature_names
         )
 
+    def _generic(self, config, features, entity_rows, registry, project, full, metadata):
+        """Feast's generic path (per view, through :meth:`online_read`), for the requests
+        the fast path does not take. Feast deduplicates entity rows there, so only one
+        request time for the whole call can be honoured."""
+        rows = dict(entity_rows)
+        given = rows.pop(REQUEST_TS, None)
+        now = None
+        if given is not None:
+            times = np.unique(_request_time(given, len(next(iter(rows.values()), []))))
+            if len(times) > 1:
+                raise ValueError(
+                    f"{REQUEST_TS!r} varies by row; requests that go through Feast's generic "
+                    "path (on-demand views, version metadata, renamed join keys) take one "
+                    "request time per call"
+                )
+            now = float(times[0]) if len(times) else None
+        token = _GENERIC_NOW.set(now)
+        try:
+            return super().get_online_features(
+                config, features, rows, registry, project, full, metadata
+            )
+        finally:
+            _GENERIC_NOW.reset(token)
+
     def online_read(
         self,
         config: RepoConfig,
@@ -567,7 +608,8 @@ class SolarisOnlineStore(OnlineStore):
         entity_keys: list[EntityKeyProto],
         requested_features: list[str] | None = None,
     ) -> list[tuple[datetime | None, dict[str, ValueProto] | None]]:
-        """Feast's generic per-view read: rows that are not fresh now are absent."""
+        """Feast's generic per-view read: rows that are not fresh at the request time (the
+        call's ``request_ts``, else the wall clock) are absent."""
         spec, params = view_params(table)
         n = len(entity_keys)
         entities: dict[str, list[int]] = {k: [] for k in spec.join_keys}
@@ -577,7 +619,8 @@ class SolarisOnlineStore(OnlineStore):
                 entities[k].append(ids[k].int64_val)
         arrays = {k: np.asarray(v, np.int64) for k, v in entities.items()}
         rows = self.read(config, [(spec, params)], arrays, n)[0]
-        now = np.full(n, float(int(time.time())))
+        at = _GENERIC_NOW.get()
+        now = np.full(n, float(int(time.time())) if at is None else at)
         status = row_status(rows, params.read_ttl_s, now)
         answer = ViewAnswer(spec, params, table.name, tuple(requested_features or ()), rows)
         response = SolarisOnlineResponse({}, [answer], now, full_feature_names=False)

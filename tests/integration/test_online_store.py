@@ -216,11 +216,13 @@ def test_apply_refuses_a_view_that_is_not_a_solaris_view(feast_store) -> None:
 
 @pytest.fixture
 def short_lived(solaris_cfg: SolarisConfig, redis_connection, redis_client):
-    """A store whose pair read TTL and retention are 2 s (and the uagg window 1 s)."""
+    """A store whose pair read TTL and retention are 4 s (the uagg window and TTL 1 s), so
+    a hash is pruned at most every second of event time."""
+    short = {"uagg_window_hours": 1 / 3600, "uagg_ttl_hours": 1 / 3600}
     cfg = solaris_cfg.model_copy(
         update={
-            "selection": solaris_cfg.selection.model_copy(update={"ttl_hours": 2 / 3600}),
-            "store": solaris_cfg.store.model_copy(update={"uagg_window_hours": 1 / 3600}),
+            "selection": solaris_cfg.selection.model_copy(update={"ttl_hours": 4 / 3600}),
+            "store": solaris_cfg.store.model_copy(update=short),
         }
     )
     store = open_feature_store(cfg, redis_connection)
@@ -229,7 +231,7 @@ def short_lived(solaris_cfg: SolarisConfig, redis_connection, redis_client):
     store.teardown()
 
 
-def _write_pair(store, user: int, item: int, event_s: float) -> None:
+def _write_pair(store, user: int, item: int, event_s: int) -> None:
     frame = pd.DataFrame(
         {
             "user_id": [user],
@@ -246,11 +248,11 @@ def test_a_key_expires_within_its_retention_after_its_last_write(short_lived, re
     store, cfg = short_lived
     key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 20)
     _write_pair(store, 20, 200, NOW)
-    assert 0 < redis_client.pttl(key) <= 2_000  # the retention, in wall-clock time
+    assert 0 < redis_client.pttl(key) <= 4_000  # the retention, in wall-clock time
     time.sleep(1.0)
     _write_pair(store, 20, 201, NOW + 1)  # a write renews it
-    assert 1_000 < redis_client.pttl(key) <= 2_000
-    deadline = time.monotonic() + 2.5
+    assert 3_000 < redis_client.pttl(key) <= 4_000
+    deadline = time.monotonic() + 4.5
     while redis_client.exists(key) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not redis_client.exists(key)
@@ -263,25 +265,33 @@ def test_a_write_prunes_rows_older_than_the_retention_before_its_newest(
     key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 21)
     _write_pair(store, 21, 210, NOW)
     _write_pair(store, 21, 211, NOW + 1)  # inside the retention: both kept
-    assert redis_client.hexists(key, keys.member_field(210)) and redis_client.hexists(
-        key, keys.member_field(211)
-    )
-    # Event time moves 2.5 s (retention 2 s + a prune interval of 0.5 s) past item 210.
-    _write_pair(store, 21, 212, NOW + 2.5)
+    assert redis_client.hexists(key, keys.member_field(210))
+    assert redis_client.hexists(key, keys.member_field(211))
+    # Event time moves 5 s (retention 4 s + a prune interval of 1 s) past item 210.
+    _write_pair(store, 21, 212, NOW + 5)
     assert not redis_client.hexists(key, keys.member_field(210))
-    assert redis_client.hexists(key, keys.member_field(211)) and redis_client.hexists(
-        key, keys.member_field(212)
-    )
+    assert redis_client.hexists(key, keys.member_field(211))
+    assert redis_client.hexists(key, keys.member_field(212))
 
 
 def test_hash_size_stays_bounded_under_a_long_stream_of_writes(short_lived, redis_client):
     store, cfg = short_lived
     key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 22)
-    # 200 writes, one new item each, 0.1 s of event time apart: 20 s of history.
-    for k in range(200):
-        _write_pair(store, 22, 1000 + k, NOW + 0.1 * k)
-    # Rows within retention (2 s) + a prune interval (0.5 s) of the newest, + the marker.
-    assert redis_client.hlen(key) <= 25 + 1 + 1
+    for k in range(40):  # one new item a second of event time: 40 s of history
+        _write_pair(store, 22, 1000 + k, NOW + k)
+    # Rows within the retention (4 s) + a prune interval (1 s) of the newest, + the marker.
+    assert redis_client.hlen(key) <= 6 + 1
+
+
+def test_a_row_from_the_future_does_not_stop_pruning_its_hash(short_lived, redis_client):
+    store, cfg = short_lived
+    key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 23)
+    _write_pair(store, 23, 2300, NOW + 30 * 86_400)  # a marker 30 days ahead
+    for k in range(40):  # then 40 s of history, 1 s apart
+        _write_pair(store, 23, 3000 + k, NOW + k)
+    # The future row stays (it is the newest), the history is pruned to the retention.
+    assert redis_client.hexists(key, keys.member_field(2300))
+    assert redis_client.hlen(key) <= 1 + 6 + 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,3 +343,61 @@ def test_a_write_after_the_server_lost_its_scripts_loads_them_again(
         entity_rows={"user_id": [40, 40], "item_id": [400, 401], "request_ts": NOW},
     ).to_dict()
     assert out["z"] == [_z(1).tolist(), _z(2).tolist()]
+
+
+def test_a_fractional_request_time_is_judged_alike_by_the_store_and_the_client(
+    feast_store, rows, solaris_cfg, redis_connection
+) -> None:
+    rows.pair(41, 410, _z(1), NOW - 6 * H)  # exactly at the read TTL for a request at NOW
+    now = NOW + 0.7
+    status = _statuses(
+        feast_store.get_online_features(
+            features=["pair:z"], entity_rows={"user_id": [41], "item_id": [410], "request_ts": now}
+        )
+    )["z"]
+    features = SolarisFeatures(
+        solaris_cfg, redis=redis_connection, fm_version=FM_VERSION, store=feast_store
+    )
+    try:
+        served = features.fetch(41, [410], now=now)
+    finally:
+        features.close()
+    assert status == [FieldStatus.OUTSIDE_MAX_AGE] and served.tier.tolist() == ["none"]
+
+
+def test_the_generic_read_path_honours_one_request_time_per_call(feast_store, rows) -> None:
+    rows.pair(42, 420, _z(1), NOW - 60)
+    # Version metadata sends Feast through its generic per-view path (online_read).
+    kwargs = dict(features=["pair:z"], include_feature_view_version_metadata=True)
+    at_now = feast_store.get_online_features(
+        entity_rows={"user_id": [42], "item_id": [420], "request_ts": NOW}, **kwargs
+    )
+    assert _statuses(at_now)["z"] == [FieldStatus.PRESENT]
+    before = feast_store.get_online_features(
+        entity_rows={"user_id": [42], "item_id": [420], "request_ts": [NOW - 120]}, **kwargs
+    )
+    assert _statuses(before)["z"] == [FieldStatus.NOT_FOUND]
+    with pytest.raises(ValueError, match="one request time per call"):
+        feast_store.get_online_features(
+            entity_rows={"user_id": [42, 42], "item_id": [420, 1], "request_ts": [NOW, NOW + 1]},
+            **kwargs,
+        )
+
+
+def test_a_write_of_a_fraction_of_a_second_is_refused(feast_store, redis_client, solaris_cfg):
+    from solaris.store.contract import InvalidWriteError
+
+    frame = pd.DataFrame(
+        {
+            "user_id": [43],
+            "item_id": [430],
+            "z": [_z(1)],
+            "fm_version": [FM_VERSION],
+            "event_ts": [pd.Timestamp(NOW, unit="s", tz="UTC") + pd.Timedelta("500ms")],
+        }
+    )
+    with pytest.raises(InvalidWriteError, match="whole second"):
+        online_store_of(feast_store).write_table(
+            feast_store.config, feast_store.get_feature_view("pair"), frame
+        )
+    assert list(redis_client.scan_iter(match=keys.project_pattern(solaris_cfg.store.project))) == []

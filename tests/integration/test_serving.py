@@ -54,7 +54,7 @@ def test_a_stale_row_is_never_served_by_the_client_nor_by_a_plain_feast_read(
     rows,
     feast_store,
 ) -> None:
-    rows.pair(1, 10, _z(1), NOW - 3 * 24 * H)  # beyond the pair's 24 h retention: pruned
+    rows.pair(1, 10, _z(1), NOW - 3 * 24 * H)  # beyond the pair's 48 h retention: pruned
     rows.pair(1, 14, _z(6), NOW - 10 * H)  # older than the 6 h read TTL, kept (retention)
     rows.pair(1, 11, _z(2), NOW - 6 * H)  # exactly at the TTL: still fresh
     rows.nbr(1, 12, _z(3), _z(4), NOW - 6 * H - 1)  # one second too old
@@ -378,3 +378,10 @@ def test_every_concurrent_caller_gets_zeros_within_the_bound_from_a_hung_redis(
         assert features.stats.timeouts == 8
     finally:
         features.close()
+
+
+def test_a_fetch_after_close_still_answers_and_drops_its_misses(client) -> None:
+    client.close()
+    out = client.fetch(1, [1, 2], now=NOW)  # a miss it can no longer log
+    assert out.tier.tolist() == ["none", "none"]
+    assert client.stats.misses_dropped == 1

@@ -156,6 +156,29 @@ def test_pair_older_than_its_ttl_but_inside_the_window_is_excluded_in_both(
     np.testing.assert_array_equal(train.tier_z[0, UAGG], served.tier_z[0, UAGG])
 
 
+def test_a_pair_older_than_a_day_in_the_window_of_a_served_aggregate_is_excluded_in_both(
+    rows,
+    solaris_cfg,
+    feast_store,
+    redis_connection,
+) -> None:
+    # A 12 h old aggregate (servable: TTL 24 h) whose window reaches 36 h back holds a 30 h
+    # old pair: the pair's retention (48 h) keeps it online and offline, so both paths
+    # remove it, even after another write to the user's pair hash (which prunes it).
+    own, a = _z(1), _z(2)
+    rows.offline = True
+    rows.pair(6, 60, own, T0 - 30 * H)
+    rows.uagg(6, own + a, 2, window_start=T0 - 36 * H, computed_at=T0 - 12 * H)
+    rows.pair(6, 61, _z(3), T0 - H)
+    rows.flush_offline()
+    imp = pd.DataFrame({"user_id": [6], "item_id": [60], "ts": [T0]})
+    train = build_training_set(imp, feast_store, solaris_cfg, fm_version=FM_VERSION)
+    with _client(solaris_cfg, redis_connection, feast_store) as client:
+        served = client.fetch(6, [60], now=T0)
+    np.testing.assert_array_equal(served.tier_z[0, UAGG], a)
+    np.testing.assert_array_equal(train.tier_z[0, UAGG], a)
+
+
 def test_views_without_offline_data_are_null(rows, solaris_cfg, feast_store) -> None:
     rows.offline = True
     rows.pair(5, 50, _z(1), T0 - 60)  # only data/offline/pair exists

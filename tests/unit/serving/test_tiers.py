@@ -276,11 +276,11 @@ def test_iagg_with_no_users_is_missing() -> None:
     assert not out.tier_z[0, 3].any()
 
 
-def test_uagg_with_a_zero_or_negative_count_is_missing() -> None:
-    rows = [_row(uagg=_uagg([0] * 4, c)) for c in (0, -1, 1)]
+def test_uagg_with_a_zero_count_is_missing() -> None:
+    rows = [_row(uagg=_uagg([0] * 4, c)) for c in (0, 1)]
     out = assemble_tiers(_views(*rows), NOW, **KW)
-    assert out.mask[:, 2].tolist() == [False, False, True]
-    assert not out.tier_z[:2, 2].any()
+    assert out.mask[:, 2].tolist() == [False, True]
+    assert not out.tier_z[:1, 2].any()
 
 
 # -- user aggregate without the current item -------------------------------------------------

@@ -37,7 +37,7 @@ from solaris.store.contract import (
 D = 4
 PARAMS = ViewParams(z_dim=D, read_ttl_s=3600, retention_s=7200)
 N = 5
-T0_US = 1_700_000_000_123_456  # sub-second part on purpose
+T0_US = 1_700_000_000_000_000  # event times are whole seconds
 US = 1_000_000
 TS_TYPE = pa.timestamp("us", tz="UTC")
 MIXED_VERSIONS = ["fm-1", "fm-1", "fm-22", "é-v3", "fm-1"]  # several record lengths
@@ -59,7 +59,7 @@ def _data(spec: ViewSpec, versions: list[str] | None = None, seed: int = 0) -> d
         if f.kind.is_vector:
             data[f.name] = (rng.standard_normal((N, D)) * 3).astype(np.float32)
         elif f.kind is Kind.INT64:
-            data[f.name] = [0, -5, 7, 2**62, 123]
+            data[f.name] = [0, 5, 7, 2**62, 123]
         elif f.kind is Kind.FLOAT32:
             data[f.name] = rng.random(N).astype(np.float32)
         elif f.kind is Kind.STRING:
@@ -68,7 +68,7 @@ def _data(spec: ViewSpec, versions: list[str] | None = None, seed: int = 0) -> d
             data[f.name] = [[1, 2, 3], [], [4], [5, 2**62], [7, 8, 9, 10]]
         elif f.kind is Kind.FLOAT32_LIST:
             data[f.name] = [[0.5, 0.25, 0.125], [], [1.0], [0.75, -0.5], [0.1, 0.2, 0.3, 0.4]]
-    data[EVENT_TS] = [T0_US + k * 3_600 * US + k for k in range(N)]
+    data[EVENT_TS] = [T0_US + k * 3_601 * US for k in range(N)]
     return data
 
 
@@ -367,7 +367,7 @@ def test_normalize_accepts_computed_at_omitted_or_equal_to_the_event_seconds() -
 
 def test_normalize_accepts_the_last_second_before_max_epoch() -> None:
     data = _data(PAIR)
-    data[EVENT_TS] = [MAX_EPOCH_S * US - 1] * N
+    data[EVENT_TS] = [(MAX_EPOCH_S - 1) * US] * N
     normalize(PAIR, PARAMS, _table(data, PAIR))
 
 
@@ -555,3 +555,25 @@ def test_normalize_rejects_a_null_inside_a_list_field() -> None:
 def test_normalize_rejects_something_that_is_not_a_table() -> None:
     with pytest.raises(InvalidWriteError, match=r"view 'pair'.*pyarrow Table or a pandas"):
         normalize(PAIR, PARAMS, [{"user_id": 1}])  # type: ignore[arg-type]
+
+
+def test_normalize_rejects_an_event_ts_with_a_fraction_of_a_second() -> None:
+    events = pa.array([T0_US, T0_US, T0_US + 500_000, T0_US, T0_US], TS_TYPE)
+    _rejects(PAIR, _with(PAIR, EVENT_TS, events), EVENT_TS, 2)
+
+
+def test_normalize_rejects_infinite_and_float32_overflowing_aggregate_vectors() -> None:
+    for bad in (np.inf, 1e39):
+        z = np.ones((N, D))
+        z[1, 2] = bad
+        vectors = pa.array(list(z), pa.list_(pa.float64()))
+        _rejects(UAGG, _with(UAGG, "z_sum", vectors), "z_sum", 1)
+
+
+def test_normalize_rejects_negative_counts_and_neighbour_ids_and_unpaired_lists() -> None:
+    _rejects(UAGG, _with(UAGG, "count", pa.array([1, 2, -1, 4, 5])), "count", 2)
+    _rejects(NBR, _with(NBR, "src_user", pa.array([1, -3, 1, 4, 5])), "src_user", 1)
+    ids = pa.array([[1, 2, 3], [], [-4], [5, 2], [7, 8, 9, 10]])
+    _rejects(UNN, _with(UNN, "nbr_ids", ids), "nbr_ids", None)
+    sims = pa.array([[0.5, 0.25], [], [1.0], [0.75, -0.5], [0.1, 0.2, 0.3, 0.4]])
+    _rejects(UNN, _with(UNN, "nbr_sims", sims), "nbr_sims", 0)

@@ -190,20 +190,22 @@ def test_invalid_write_error_is_a_value_error() -> None:
     assert issubclass(InvalidWriteError, ValueError)
 
 
-def test_pair_retention_spans_a_uagg_window_longer_than_its_read_ttl() -> None:
+def test_pair_retention_spans_the_window_of_the_oldest_servable_user_aggregate() -> None:
+    # A uagg row is served up to its read TTL (24 h) after its window end, and its window
+    # reaches 48 h further back: a pair up to 72 h old can be in a served sum.
     params = PAIR.params(_cfg(pair_ttl_h=6, uagg_window_h=48))
     assert params.read_ttl_s == 6 * H
-    assert params.retention_s == 48 * H
+    assert params.retention_s == (48 + 24) * H
 
 
-def test_pair_retention_is_the_read_ttl_when_that_is_longer_than_the_uagg_window() -> None:
-    params = PAIR.params(_cfg(pair_ttl_h=72, uagg_window_h=24))
+def test_pair_retention_is_the_read_ttl_when_that_is_longer_than_the_uagg_reach() -> None:
+    params = PAIR.params(_cfg(pair_ttl_h=72, uagg_window_h=24, ttl_h=24))
     assert params.read_ttl_s == 72 * H
     assert params.retention_s == 72 * H
 
 
 def test_fractional_hours_become_whole_seconds() -> None:
-    params = PAIR.params(_cfg(pair_ttl_h=0.5, uagg_window_h=0.25))
+    params = PAIR.params(_cfg(pair_ttl_h=0.5, uagg_window_h=0.25, ttl_h=0.125))
     assert (params.read_ttl_s, params.retention_s) == (1800, 1800)
 
 

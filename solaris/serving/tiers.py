@@ -9,10 +9,11 @@ so a (user, item, time) gets the same features in both.
 Rules, per row ``n`` and tier (all vectorised):
 
 * **present** only if the view has a row, its ``fm_version`` equals the version the VM
-  expects, and the row is **fresh**: ``now − ttl <= computed_at <= now`` (both ends
-  inclusive, as Feast's point-in-time join applies ``FeatureView.ttl``; a row computed after
-  ``now`` is never used). ``computed_at`` is the row's event time in seconds (the contract's
-  ``Kind.EVENT_S``), which the online store and the offline join both return.
+  expects, and the row is **fresh**: ``now − ttl <= event time <= now``
+  (:meth:`~solaris.store.codec.ViewRows.fresh`, the rule the online store's statuses apply
+  too; both ends inclusive, as Feast's point-in-time join applies ``FeatureView.ttl``; a row
+  computed after ``now`` is never used). The event time is the row's ``computed_at``, which
+  the online store and the offline join both return.
 * **nbr** takes ``z_top1`` (``nbr_strategy="top1"``) or ``z_mean`` (``"weighted"``).
 * **uagg** is the user's mean code *without the current item* (:func:`mean_excluding`):
   ``(z_sum − z[u,i]) / (count − 1)`` when the current pair's code was counted in the sum,
@@ -222,12 +223,6 @@ def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray | float:
     return arr
 
 
-def _fresh(rows: ViewRows, now: np.ndarray, ttl_s: float) -> np.ndarray:
-    """``now − ttl <= computed_at <= now`` where the row exists."""
-    computed = rows.values[COMPUTED_AT]
-    return rows.found & (computed >= now - ttl_s) & (computed <= now)
-
-
 def assemble_tiers(
     views: Mapping[str, ViewRows],
     now: int | float | np.ndarray,
@@ -278,11 +273,11 @@ def assemble_tiers(
     pair, nbr, uagg, iagg = (views[name] for name in TIERS)
 
     pair_known = pair.found & (pair.values[FM_VERSION] == version)
-    pair_ok = pair_known & _fresh(pair, t, pair_ttl_s)
-    nbr_ok = (nbr.values[FM_VERSION] == version) & _fresh(nbr, t, nbr_ttl_s)
+    pair_ok = pair_known & pair.fresh(t, pair_ttl_s)
+    nbr_ok = (nbr.values[FM_VERSION] == version) & nbr.fresh(t, nbr_ttl_s)
 
     count = uagg.values[COUNT]
-    uagg_row = (count >= 0) & (uagg.values[FM_VERSION] == version) & _fresh(uagg, t, uagg_ttl_s)
+    uagg_row = (count >= 0) & (uagg.values[FM_VERSION] == version) & uagg.fresh(t, uagg_ttl_s)
     pair_ca = pair.values[COMPUTED_AT]
     in_window = (
         uagg_row
@@ -296,9 +291,7 @@ def assemble_tiers(
     uagg_ok = uagg_row & user_valid
 
     iagg_ok = (
-        (iagg.values[COUNT] > 0)
-        & (iagg.values[FM_VERSION] == version)
-        & _fresh(iagg, t, iagg_ttl_s)
+        (iagg.values[COUNT] > 0) & (iagg.values[FM_VERSION] == version) & iagg.fresh(t, iagg_ttl_s)
     )
 
     features = np.zeros((n, len(TIERS) * z_dim), dtype=np.float32)

@@ -327,6 +327,18 @@ class ViewRows:
     def __len__(self) -> int:
         return len(self.found)
 
+    def current(self, now_s: float | np.ndarray) -> np.ndarray:
+        """``[N]`` rows that exist and were computed at or before ``now_s`` (epoch seconds,
+        a scalar or one per row)."""
+        return self.found & (self.event_us <= np.multiply(now_s, _US))
+
+    def fresh(self, now_s: float | np.ndarray, ttl_s: float) -> np.ndarray:
+        """``[N]`` rows fresh at ``now_s``: ``now − ttl <= event time <= now``, both ends
+        inclusive as in Feast's point-in-time join. Serving, training and the store's
+        statuses all apply this one rule."""
+        now_us = np.multiply(now_s, _US)
+        return self.current(now_s) & (self.event_us >= now_us - ttl_s * _US)
+
     @classmethod
     def empty(cls, spec: ViewSpec, params: ViewParams, n: int) -> ViewRows:
         values: dict[str, np.ndarray] = {}
@@ -451,20 +463,26 @@ def encode_record_array(
     """The records as one numpy ``V<length>`` array when they all have the same length
     (one ``fm_version`` in the batch: the usual case), else ``None``."""
     n = table.num_rows
-    fixed, variable = _stored(spec)
+    _, variable = _stored(spec)
     if n == 0 or (variable and not _simple_tail(spec)):
         return None
     table = table.combine_chunks()
-    tail = table[variable[0].name].chunk(0) if variable else None
     width = 0
-    if tail is not None:
-        lengths = pc.binary_length(tail).to_numpy()
+    if variable:
+        lengths = pc.binary_length(table[variable[0].name].chunk(0)).to_numpy()
         width = int(lengths[0])
         if (lengths != width).any():
             return None
-    rec = np.empty(n, _fixed_dtype(spec, params.z_dim, width))
-    event_us = table[EVENT_TS].chunk(0).cast(pa.int64()).to_numpy()
-    rec[_EVENT] = event_us
+    records = _as_void(_record_array(spec, params, table, width))
+    return records if order is None else records[order]
+
+
+def _record_array(spec: ViewSpec, params: ViewParams, table: pa.Table, tail: int) -> np.ndarray:
+    """The structured records of a combined table: the fixed part and, when ``tail``, the
+    string tail of that many bytes (every row's)."""
+    fixed, variable = _stored(spec)
+    rec = np.empty(table.num_rows, _fixed_dtype(spec, params.z_dim, tail))
+    rec[_EVENT] = table[EVENT_TS].chunk(0).cast(pa.int64()).to_numpy()
     for f in fixed:
         col = table[f.name].chunk(0)
         if f.kind.is_vector:
@@ -472,10 +490,15 @@ def encode_record_array(
             rec[f.name] = flat.reshape(-1, params.z_dim)
         else:
             rec[f.name] = col.to_numpy(zero_copy_only=False)
-    if width:
-        rec[variable[0].name] = _fixed_width_strings(tail, width)
-    records = rec.view(np.dtype((np.void, rec.dtype.itemsize))).ravel()
-    return records if order is None else records[order]
+    if tail:
+        rec[variable[0].name] = _fixed_width_strings(table[variable[0].name].chunk(0), tail)
+    return rec
+
+
+def _as_void(rec: np.ndarray) -> np.ndarray:
+    """Structured records as a flat array of opaque ``V<itemsize>`` values (bytes on
+    ``tolist``)."""
+    return rec.view(np.dtype((np.void, rec.dtype.itemsize))).ravel()
 
 
 def _encode_records(
@@ -485,47 +508,20 @@ def _encode_records(
     n = table.num_rows
     if n == 0:
         return []
-    d = params.z_dim
-    fixed, variable = _stored(spec)
+    _, variable = _stored(spec)
     table = table.combine_chunks()
-    event_us = table[EVENT_TS].chunk(0).cast(pa.int64()).to_numpy()
-    columns = {
-        f.name: (
-            pc.list_flatten(table[f.name].chunk(0)).to_numpy(zero_copy_only=False).reshape(-1, d)
-            if f.kind.is_vector
-            else table[f.name].chunk(0).to_numpy(zero_copy_only=False)
-        )
-        for f in fixed
-    }
-
-    def fill(rec: np.ndarray, rows: np.ndarray | slice) -> None:
-        rec[_EVENT] = event_us[rows]
-        for f in fixed:
-            rec[f.name] = columns[f.name][rows]
-
-    if not variable or _simple_tail(spec):
-        tail = table[variable[0].name].chunk(0) if variable else None
-        lengths = pc.binary_length(tail).to_numpy() if tail is not None else np.zeros(n, int)
-        widths = np.unique(lengths)
+    if _simple_tail(spec):
+        # One structured array per tail length (a batch holds a few fm_versions at most).
+        lengths = pc.binary_length(table[variable[0].name].chunk(0)).to_numpy()
         out = np.empty(n, object)
-        for width in widths:
-            rows = np.flatnonzero(lengths == width) if len(widths) > 1 else slice(None)
-            dtype = _fixed_dtype(spec, d, int(width))
-            rec = np.empty(n if isinstance(rows, slice) else len(rows), dtype)
-            fill(rec, rows)
-            if tail is not None and width:
-                part = tail if isinstance(rows, slice) else tail.take(pa.array(rows))
-                rec[variable[0].name] = _fixed_width_strings(part, int(width))
-            records = rec.view(np.dtype((np.void, dtype.itemsize))).ravel()
-            if len(widths) == 1:
-                return (records if order is None else records[order]).tolist()
-            out[rows] = records.tolist()
+        for width in np.unique(lengths).tolist():
+            rows = np.flatnonzero(lengths == width)
+            part = table.take(pa.array(rows)).combine_chunks()
+            out[rows] = _as_void(_record_array(spec, params, part, width)).tolist()
         return out.tolist() if order is None else out[order].tolist()
 
     # Several variable fields (``unn``): row by row, off the request path.
-    rec = np.empty(n, _fixed_dtype(spec, d))
-    fill(rec, slice(None))
-    heads = rec.view(np.dtype((np.void, rec.dtype.itemsize))).ravel().tolist()
+    heads = _as_void(_record_array(spec, params, table, 0)).tolist()
     values = [table[f.name].to_pylist() for f in variable]
     records = []
     for row, head in enumerate(heads):

@@ -22,6 +22,8 @@ This module imports neither Feast nor Redis.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -64,6 +66,7 @@ __all__ = [
     "ViewParams",
     "ViewSpec",
     "Z",
+    "epoch_seconds",
     "offline_path",
     "view",
 ]
@@ -340,6 +343,20 @@ UNN = ViewSpec(
 VIEWS: dict[str, ViewSpec] = {v.name: v for v in (PAIR, NBR, UAGG, IAGG, UNN)}
 SERVING_VIEWS: tuple[ViewSpec, ...] = (PAIR, NBR, UAGG, IAGG)
 """The views of :data:`FEATURE_SERVICE`, in tier order."""
+
+
+def epoch_seconds(value: object, name: str) -> int | float:
+    """``value`` when it is a time in epoch seconds (a finite real number in
+    ``[0, MAX_EPOCH_S)``); ``ValueError`` naming ``name`` otherwise (a bool, NaN, a time in
+    milliseconds, 1e20)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be epoch seconds, got {value!r}")
+    if not (math.isfinite(value) and 0 <= value < MAX_EPOCH_S):
+        raise ValueError(
+            f"{name} must be epoch seconds in [0, {MAX_EPOCH_S:.0e}) (not milliseconds), "
+            f"got {value!r}"
+        )
+    return value
 
 
 def offline_path(spec: ViewSpec) -> str:

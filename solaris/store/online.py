@@ -73,6 +73,7 @@ from solaris.store.contract import (
     InvalidWriteError,
     ViewParams,
     ViewSpec,
+    epoch_seconds,
     view,
 )
 from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, row_status
@@ -227,9 +228,7 @@ def _request_time(values: Any, n: int) -> np.ndarray:
     if values is None:
         return np.full(n, float(int(time.time())))
     if isinstance(values, int | float) and not isinstance(values, bool):
-        if not 0 <= values < MAX_EPOCH_S:  # NaN fails too
-            raise ValueError(f"{REQUEST_TS!r} must be epoch seconds in [0, {MAX_EPOCH_S})")
-        return np.full(n, float(values))
+        return np.full(n, float(epoch_seconds(values, REQUEST_TS)))
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
@@ -449,14 +448,14 @@ class SolarisOnlineStore(OnlineStore):
         layouts = []
         for spec, _ in plans:
             layouts.append(_queue_reads(commands, config.project, spec, entities, n))
-        if isinstance(client, RedisCluster):
-            pipe = client.pipeline(transaction=False)
-            for command, key, members in commands:
-                fields = keys.member_fields(members).tolist() if members is not None else ()
-                pipe.execute_command(command.decode(), key, *fields)
-            replies = pipe.execute()
+        if isinstance(client, RedisCluster):  # redis-py packs, and routes by key
+            built = [
+                (name, key, *(keys.member_fields(ids).tolist() if ids is not None else ()))
+                for name, key, ids in commands
+            ]
         else:
-            replies = _round_trip(client, [_pack(commands)], len(commands))
+            built = _pack(commands)
+        replies = _send(client, built)
         out = []
         pos = 0
         for (spec, params), (count, assemble) in zip(plans, layouts, strict=True):
@@ -710,9 +709,9 @@ def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, n: int)
     return len(unique), assemble
 
 
-def _pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> bytes:
-    """The RESP bytes of ``commands``; the fields of a member-id array shared by several
-    commands (pair, nbr and iagg of one request) are framed once."""
+def _pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> list[bytes]:
+    """The RESP bytes of each of ``commands``; the fields of a member-id array shared by
+    several commands (pair, nbr and iagg of one request) are framed once."""
     bodies: dict[int, bytes] = {}
     parts = []
     for command, key, members in commands:
@@ -723,7 +722,7 @@ def _pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> bytes:
         if body is None:
             body = bodies[id(members)] = resp.frames(keys.member_fields(members)).tobytes()
         parts.append(resp.command(command, [key], body, len(members)))
-    return b"".join(parts)
+    return parts
 
 
 def _round_trip(client: redis_py.Redis, packed: list[bytes], count: int) -> list:

@@ -57,11 +57,9 @@ _VALUE_TYPE = {
 
 def row_status(rows: ViewRows, read_ttl_s: int, now_s: np.ndarray) -> np.ndarray:
     """``[N]`` Feast ``FieldStatus`` of each row under the freshness rule (module docstring)."""
-    now_us = np.asarray(now_s, np.float64) * _US  # a fractional now, as assemble_tiers reads it
     status = np.full(len(rows), NOT_FOUND, np.int32)
-    current = rows.found & (rows.event_us <= now_us)
-    status[current] = OUTSIDE_MAX_AGE
-    status[current & (rows.event_us >= now_us - read_ttl_s * _US)] = PRESENT
+    status[rows.current(now_s)] = OUTSIDE_MAX_AGE
+    status[rows.fresh(now_s, read_ttl_s)] = PRESENT
     return status
 
 

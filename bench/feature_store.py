@@ -171,15 +171,10 @@ def bench_config(
     repo: Path, project: str, redis: str, d: int, registry: Path | None = None
 ) -> SolarisConfig:
     """Settings of a bench project (the serving bounds are the defaults)."""
-    store: dict[str, Any] = {
-        "project": project,
-        "repo_path": repo,
-        "redis": redis,
-        "miss_stream": f"{project}:misses",
-    }
+    store: dict[str, Any] = {"repo_path": repo, "redis": redis}
     if registry is not None:
         store["registry"] = str(registry)
-    return SolarisConfig(model={"z_dim": d}, store=store)
+    return SolarisConfig(namespace=project, model={"z_dim": d}, store=store)
 
 
 def share_registry(store: FeatureStore, owner: FeatureStore) -> None:
@@ -474,7 +469,7 @@ class Bench:
 
     @property
     def project(self) -> str:
-        return self.cfg.store.project
+        return self.cfg.namespace
 
 
 def solaris_projects(tag: str) -> list[str]:

@@ -1,35 +1,35 @@
-"""Verifier selection, once per refresh interval or when new request-log data lands.
+"""Verifier selection, once per refresh interval.
 
 The schedule interval is the refresh cadence (``SOLARIS_SELECTION__CADENCE_MINUTES``): the
 pairs selected from one interval's requests are embedded after it ends and are usable from
-the next interval on. The run first serves the interval's requests to measure what the VM
-got, drains the miss stream, then selects; its record becomes the ``candidates`` asset
-event's extra, which tells the embeddings DAG which interval to embed.
+the next interval on. A run works in one namespace (``SOLARIS_NAMESPACE``, default ``live``;
+a run's conf may name another, e.g. a replay of history) and on one interval (its data
+interval, or the ``interval_start``/``interval_end`` of its conf, on the cadence grid).
 
-Intervals must run in order (each skips what earlier ones cached): backfill with max active
-runs 1.
+1. ``previous_published`` waits until the previous interval's embeddings and enrichment of
+   the namespace are published, so intervals (a backfill too) run strictly in order.
+2. ``select_candidates`` (in a replay namespace, first serves the interval's requests from
+   the traffic source through the serving client, which logs them) drains the interval's
+   request log into its table, drains the miss stream and selects the top share of each
+   request by the logged verifier score. It emits ``request_log`` (the drained interval)
+   and ``candidates`` (the selection), whose extras tell the embeddings DAG what to embed.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import Asset, AssetOrTimeSchedule, DeltaDataIntervalTimetable, dag, task
+from airflow.sdk import Asset, DeltaDataIntervalTimetable, dag, task
 
-from solaris.orchestration import tasks
+from solaris.orchestration import candidates, runs
 
-# The schedule is configuration (SOLARIS_* and the SOLARIS_CONFIG YAML); no data, Redis or
-# models are touched at parse time.
-SETTINGS = tasks.config()
-REQUEST_LOG = Asset(tasks.REQUEST_LOG)
-CANDIDATES = Asset(tasks.CANDIDATES)
+SETTINGS = runs.settings()  # schedules only: no data, Redis or models at parse time
+REQUEST_LOG = Asset(runs.REQUEST_LOG)
+CANDIDATES = Asset(runs.CANDIDATES)
 
 
 @dag(
-    schedule=AssetOrTimeSchedule(
-        timetable=DeltaDataIntervalTimetable(timedelta(minutes=SETTINGS.selection.cadence_minutes)),
-        assets=[REQUEST_LOG],
-    ),
+    schedule=DeltaDataIntervalTimetable(timedelta(minutes=SETTINGS.selection.cadence_minutes)),
     start_date=datetime.fromisoformat(SETTINGS.cycle.start),
     catchup=False,
     max_active_runs=1,  # each interval's selection skips the pairs earlier ones cached
@@ -37,19 +37,23 @@ CANDIDATES = Asset(tasks.CANDIDATES)
     doc_md=__doc__,
 )
 def solaris_candidates():
-    @task(outlets=[CANDIDATES])
+    @task.sensor(
+        poke_interval=5,
+        timeout=SETTINGS.cycle.wait_previous_minutes * 60,
+        mode="poke",
+    )
+    def previous_published(params=None, data_interval_start=None, data_interval_end=None):
+        return candidates.previous_published(params, data_interval_start, data_interval_end)
+
+    @task(outlets=[REQUEST_LOG, CANDIDATES])
     def select_candidates(
-        params=None,
-        data_interval_start=None,
-        data_interval_end=None,
-        triggering_asset_events=None,
-        outlet_events=None,
+        params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
     ):
-        outlet_events[CANDIDATES].extra = tasks.select(
-            params, data_interval_start, data_interval_end, triggering_asset_events, REQUEST_LOG
+        outlet_events[REQUEST_LOG].extra, outlet_events[CANDIDATES].extra = candidates.select(
+            params, data_interval_start, data_interval_end
         )
 
-    select_candidates()
+    previous_published() >> select_candidates()
 
 
 solaris_candidates()

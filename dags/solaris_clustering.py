@@ -10,10 +10,10 @@ from datetime import datetime
 
 from airflow.sdk import Asset, dag, task
 
-from solaris.orchestration import tasks
+from solaris.orchestration import clustering, runs
 
-SETTINGS = tasks.config()
-USER_NEIGHBOURS = Asset(tasks.USER_NEIGHBOURS)
+SETTINGS = runs.settings()  # schedules only: no data, Redis or models at parse time
+USER_NEIGHBOURS = Asset(runs.USER_NEIGHBOURS)
 
 
 @dag(
@@ -28,7 +28,7 @@ def solaris_clustering():
     def cluster_users(
         params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
     ):
-        outlet_events[USER_NEIGHBOURS].extra = tasks.cluster_users(
+        outlet_events[USER_NEIGHBOURS].extra = clustering.cluster_users(
             params, data_interval_start, data_interval_end
         )
 

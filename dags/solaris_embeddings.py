@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Asset, dag, task
 
-from solaris.orchestration import tasks
+from solaris.orchestration import embeddings, runs
 
-SETTINGS = tasks.config()
-CANDIDATES = Asset(tasks.CANDIDATES)
-PAIR_EMBEDDINGS = Asset(tasks.PAIR_EMBEDDINGS)
+SETTINGS = runs.settings()  # schedules only: no data, Redis or models at parse time
+CANDIDATES = Asset(runs.CANDIDATES)
+PAIR_EMBEDDINGS = Asset(runs.PAIR_EMBEDDINGS)
 
 
 @dag(
@@ -30,7 +30,7 @@ PAIR_EMBEDDINGS = Asset(tasks.PAIR_EMBEDDINGS)
 def solaris_embeddings():
     @task
     def plan_shards(params=None, triggering_asset_events=None):
-        return tasks.plan_shards(params, triggering_asset_events, CANDIDATES)
+        return embeddings.plan(params, triggering_asset_events)
 
     @task(
         pool=SETTINGS.cycle.gpu_pool,
@@ -39,14 +39,14 @@ def solaris_embeddings():
         retry_exponential_backoff=2.0,
     )
     def embed_shard(shard):
-        return tasks.embed_shard(shard)
+        return embeddings.embed(shard)
 
     # none_failed: an interval with nothing selected maps zero shards (a skip); the event
     # is still published, so enrichment moves on to this interval.
     @task(outlets=[PAIR_EMBEDDINGS], trigger_rule="none_failed")
     def publish(shards, params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[PAIR_EMBEDDINGS].extra = tasks.summarize_embeddings(
-            params, shards, triggering_asset_events, CANDIDATES
+        outlet_events[PAIR_EMBEDDINGS].extra = embeddings.publish(
+            params, shards, triggering_asset_events
         )
 
     publish(embed_shard.expand(shard=plan_shards()))

@@ -11,13 +11,13 @@ from datetime import datetime
 
 from airflow.sdk import Asset, dag, task
 
-from solaris.orchestration import tasks
+from solaris.orchestration import enrichment, runs
 
-SETTINGS = tasks.config()
-PAIR_EMBEDDINGS = Asset(tasks.PAIR_EMBEDDINGS)
-USER_AGGREGATES = Asset(tasks.USER_AGGREGATES)
-ITEM_AGGREGATES = Asset(tasks.ITEM_AGGREGATES)
-NEIGHBOUR_FILL = Asset(tasks.NEIGHBOUR_FILL)
+SETTINGS = runs.settings()  # schedules only: no data, Redis or models at parse time
+PAIR_EMBEDDINGS = Asset(runs.PAIR_EMBEDDINGS)
+USER_AGGREGATES = Asset(runs.USER_AGGREGATES)
+ITEM_AGGREGATES = Asset(runs.ITEM_AGGREGATES)
+NEIGHBOUR_FILL = Asset(runs.NEIGHBOUR_FILL)
 
 
 @dag(
@@ -31,20 +31,20 @@ NEIGHBOUR_FILL = Asset(tasks.NEIGHBOUR_FILL)
 def solaris_enrichment():
     @task(outlets=[USER_AGGREGATES])
     def user_aggregates(params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[USER_AGGREGATES].extra = tasks.user_aggregates(
-            params, triggering_asset_events, PAIR_EMBEDDINGS
+        outlet_events[USER_AGGREGATES].extra = enrichment.user_aggregates(
+            params, triggering_asset_events
         )
 
     @task(outlets=[ITEM_AGGREGATES])
     def item_aggregates(params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[ITEM_AGGREGATES].extra = tasks.item_aggregates(
-            params, triggering_asset_events, PAIR_EMBEDDINGS
+        outlet_events[ITEM_AGGREGATES].extra = enrichment.item_aggregates(
+            params, triggering_asset_events
         )
 
     @task(outlets=[NEIGHBOUR_FILL])
     def neighbour_fill(params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[NEIGHBOUR_FILL].extra = tasks.neighbour_fill(
-            params, triggering_asset_events, PAIR_EMBEDDINGS
+        outlet_events[NEIGHBOUR_FILL].extra = enrichment.neighbour_fill(
+            params, triggering_asset_events
         )
 
     user_aggregates()

@@ -12,10 +12,10 @@ from datetime import datetime
 
 from airflow.sdk import Asset, dag, task
 
-from solaris.orchestration import tasks
+from solaris.orchestration import runs, training
 
-SETTINGS = tasks.config()
-VERIFIER = Asset(tasks.VERIFIER)
+SETTINGS = runs.settings()  # schedules only: no data, Redis or models at parse time
+VERIFIER = Asset(runs.VERIFIER)
 
 
 @dag(
@@ -30,7 +30,7 @@ def solaris_training():
     def retrain_verifier(
         params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
     ):
-        outlet_events[VERIFIER].extra = tasks.retrain_verifier(
+        outlet_events[VERIFIER].extra = training.retrain_verifier(
             params, data_interval_start, data_interval_end
         )
 

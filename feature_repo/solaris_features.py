@@ -21,6 +21,7 @@ from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueT
 from feast.types import Array, Float32, Int64, String
 
 from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
 from solaris.store import contract
 from solaris.store.contract import Kind
 
@@ -52,7 +53,7 @@ def definitions(cfg: SolarisConfig) -> list[Entity | FeatureView | FeatureServic
             schema=[Field(name=f.name, dtype=_DTYPES[f.kind]) for f in spec.fields],
             source=FileSource(
                 name=f"{spec.name}_source",
-                path=contract.offline_path(spec),
+                path=contract.offline_path(spec, Namespace.of(cfg).project),
                 timestamp_field=contract.EVENT_TS,
             ),
             description=spec.description,

@@ -2,7 +2,8 @@
 
 An Airflow 3 plugin that mounts a small FastAPI app in the api-server under ``/solaris`` and
 adds a "SOLARIS" entry to the UI's navigation bar. The page lists, per DAG and per DAG run,
-the run records that the tasks write (``artifacts_dir/cycle/runs/<dag_id>/<key>.json``, see
+the run records that the tasks write
+(``artifacts_dir/namespaces/<namespace>/runs/<dag_id>/<key>.json``, see
 :func:`solaris.orchestration.layout.write_run_record`): candidates selected, FM passes, rows
 written, coverage per serving tier, embedding freshness and run time.
 
@@ -31,7 +32,7 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
-from solaris.orchestration.layout import read_run_records
+from solaris.orchestration.layout import read_all_run_records
 
 ARTIFACTS_ENV = "SOLARIS_ARTIFACTS_DIR"
 MISSING = "–"
@@ -40,6 +41,7 @@ TIERS = ("pair", "nbr", "uagg", "iagg", "any")
 _COLUMN_KEYS = frozenset(
     {
         "dag_id",
+        "namespace",
         "key",
         "interval_start",
         "interval_end",
@@ -66,7 +68,7 @@ def load_runs(root: Path) -> dict[str, list[dict[str, Any]]]:
     A record that is valid JSON but not an object is reported as an error record, like one
     that does not parse, so that every record the page shows is a dict.
     """
-    runs = read_run_records(Path(root) / "cycle")
+    runs = read_all_run_records(Path(root))
     out: dict[str, list[dict[str, Any]]] = {}
     for dag_id, records in runs.items():
         out[dag_id] = [
@@ -258,14 +260,15 @@ def _row(record: dict[str, Any], dag_id: str, *, first: bool) -> str:
 
 def render_page(runs: dict[str, list[dict[str, Any]]], root: Path) -> str:
     """The HTML page of ``runs`` (as :func:`load_runs` returns them), read from ``root``."""
-    where = html.escape(str(Path(root) / "cycle" / "runs"))
+    where = html.escape(str(Path(root) / "namespaces"))
     n_runs = sum(len(records) for records in runs.values())
     if n_runs == 0:
         body = (
             '<div class="empty"><strong>No runs yet.</strong> '
             f"There are no run records under <code>{where}</code>. Each SOLARIS DAG task "
             "writes one when its run finishes; unpause the DAGs (or trigger one) and reload "
-            f"this page. The folder is <code>${ARTIFACTS_ENV}/cycle/runs</code>.</div>"
+            "this page. The folder is "
+            f"<code>${ARTIFACTS_ENV}/namespaces/&lt;namespace&gt;/runs</code>.</div>"
         )
     else:
         head = "".join(

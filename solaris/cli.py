@@ -23,7 +23,6 @@ ConfigOption = Annotated[
 
 
 def _config(path: Path | None, **overrides: object):
-
     return SolarisConfig.load(path, **overrides)
 
 
@@ -61,11 +60,48 @@ def demo(
     airflow: Annotated[
         bool, typer.Option(help="after the offline stage, run the cycle through Airflow DAGs")
     ] = True,
+    namespace: Annotated[
+        str, typer.Option(help="namespace of the replay (Feast project, streams, state folder)")
+    ] = "demo",
 ) -> None:
     """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures."""
     from solaris.demo import run_demo
 
-    run_demo(_config(config), airflow=airflow, echo=typer.echo)
+    run_demo(_config(config, namespace=namespace), airflow=airflow, echo=typer.echo)
+
+
+@app.command("fit-autoencoder")
+def fit_autoencoder_command(
+    start: Annotated[str, typer.Option(help="first request time of the sample (ISO 8601)")],
+    end: Annotated[str, typer.Option(help="end of the sample, exclusive (ISO 8601)")],
+    config: ConfigOption = None,
+    max_pairs: Annotated[
+        int, typer.Option(help="most pairs to train on (seeded sample)")
+    ] = 200_000,
+) -> None:
+    """Train the autoencoder h -> z on your FM (model.foundation), from the pairs of your
+    traffic (requests.source) in [start, end); writes it and codes.json to the models folder."""
+    from solaris.pipeline.codes import fit_autoencoder_from_traffic
+
+    manifest, mse = fit_autoencoder_from_traffic(
+        _config(config), _epoch_option(start, "--start"), _epoch_option(end, "--end"), max_pairs
+    )
+    typer.echo(
+        f"autoencoder for FM {manifest.fm}: fm_version {manifest.fm_version} "
+        f"(h {manifest.shared_dim} -> z {manifest.z_dim}, reconstruction MSE {mse:.4f})"
+    )
+
+
+def _epoch_option(value: str, name: str) -> int:
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r} is not ISO 8601", param_hint=name) from exc
+    if moment.tzinfo is None:
+        raise typer.BadParameter(f"{value!r} has no time zone (add +00:00)", param_hint=name)
+    return int(moment.timestamp())
 
 
 @app.command("replay")

@@ -4,15 +4,33 @@ Values come, highest precedence first, from keyword overrides, environment varia
 (``SOLARIS_`` prefix, ``__`` between nested names, e.g. ``SOLARIS_SELECTION__SHARE=0.1``),
 a YAML file (``SolarisConfig.load(path)`` or ``SOLARIS_CONFIG=path``), then the defaults
 below. The object is built once at the edge (CLI, DAG task) and passed down explicitly.
+
+Bad settings fail when the object is built, naming the setting: unknown names at any level
+(a typo'd ``SOLARIS_SELECTION__SHAR``, a YAML key or a keyword override), non-finite floats,
+invalid cron expressions and a ``cycle.start`` without a UTC offset. ``SOLARIS_`` variables
+that are not settings (the YAML path, test and script knobs) are listed in
+:data:`NON_SETTING_ENV`.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, Field, model_validator
+from croniter import croniter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,20 +38,66 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from solaris.adapters import IMPORT_PATH
+from solaris.namespace import NAME_PATTERN
+
+ENV_PREFIX = "SOLARIS_"
+ENV_NESTED_DELIMITER = "__"
+
+# ``SOLARIS_`` environment variables that are not settings: the YAML path, and the knobs of
+# the test harness, the Airflow scripts and the benchmarks. Any other ``SOLARIS_`` variable
+# must name a setting, or building the configuration fails.
+NON_SETTING_ENV = frozenset(
+    {
+        "SOLARIS_CONFIG",
+        "SOLARIS_AIRFLOW_DB_URL",
+        "SOLARIS_AIRFLOW_CHECK",
+        "SOLARIS_AIRFLOW_BIN",
+        "SOLARIS_BENCH_DUCKDB_PYTHON",
+        "SOLARIS_TEST_POSTGRES",
+        "SOLARIS_TEST_REDIS",
+    }
+)
+
+# Airflow's schedule presets, accepted besides cron expressions.
+CRON_PRESETS = frozenset(
+    {"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually"}
+)
+
+ImportPath = Annotated[str, Field(pattern=IMPORT_PATH)]
+
+
+class Section(BaseModel):
+    """A section of the settings: unknown keys, non-finite floats and mutation are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _check_cron(value: str) -> str:
+    if value.startswith("@"):
+        if value not in CRON_PRESETS:
+            raise ValueError(
+                f"{value!r} is not a schedule preset (one of {', '.join(sorted(CRON_PRESETS))})"
+            )
+        return value
+    if not croniter.is_valid(value):
+        raise ValueError(f"{value!r} is not a valid cron expression (e.g. '0 0 * * *')")
+    return value
+
 
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "solaris"
 
 
-class DataConfig(BaseModel):
+class DataConfig(Section):
     """Where MovieLens-100K is obtained from and cached (never inside the repository)."""
 
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     recbole_version: str = "1.2.1"
 
 
-class RequestLogConfig(BaseModel):
+class RequestLogConfig(Section):
     """How ratings become ranking requests with retrieval candidates."""
 
     bucket_seconds: int = Field(60, gt=0, description="one request per user per bucket")
@@ -44,9 +108,14 @@ class RequestLogConfig(BaseModel):
     )
     cooccurrence_history: int = Field(20, gt=0, description="recent items used for co-occurrence")
     recurrence_window_hours: float = Field(6.0, gt=0)
+    source: str = Field(
+        "solaris.examples.movielens:traffic",
+        pattern=IMPORT_PATH,
+        description="the traffic source replays feed through serving",
+    )
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(Section):
     """Sizes of the FM, the autoencoder and the VM."""
 
     embed_dim: int = Field(16, gt=0)
@@ -58,9 +127,26 @@ class ModelConfig(BaseModel):
     z_dim: int = Field(32, gt=0, description="autoencoder code size d")
     vm_hidden: int = Field(64, gt=0)
     tasks: tuple[str, ...] = ("like", "love")  # rating>=4, rating==5
+    foundation: str = Field(
+        "solaris.examples.movielens:foundation_model",
+        pattern=IMPORT_PATH,
+        description="the FM adapter: 'package.module:factory', "
+        "factory(cfg) -> solaris.adapters.FoundationModel",
+    )
+    verifier: str = Field(
+        "solaris.adapters:logged_scores",
+        pattern=IMPORT_PATH,
+        description="the verifier adapter: 'package.module:factory', "
+        "factory(cfg) -> solaris.adapters.Verifier; the default ranks by the score serving logged",
+    )
+    trainer: ImportPath | None = Field(
+        "solaris.examples.movielens:vm_trainer",
+        description="what retrains the VM behind the verifier: 'package.module:factory', "
+        "factory(cfg) -> solaris.adapters.VerifierTrainer; None: the training DAG skips it",
+    )
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Section):
     """Time-split training with early stopping."""
 
     seed: int = 0
@@ -86,7 +172,7 @@ class TrainConfig(BaseModel):
         return self
 
 
-class SelectionConfig(BaseModel):
+class SelectionConfig(Section):
     """Verifier selection, cache freshness and the refresh cadence."""
 
     share: float = Field(0.2, gt=0, le=1, description="share of each request's candidates")
@@ -96,7 +182,7 @@ class SelectionConfig(BaseModel):
     )
 
 
-class StoreConfig(BaseModel):
+class StoreConfig(Section):
     """Feast feature store on Redis: connection, registry, read TTLs and serving bounds."""
 
     redis: str | None = Field(
@@ -107,7 +193,6 @@ class StoreConfig(BaseModel):
     redis_type: Literal["redis", "redis_cluster"] = Field(
         "redis", description="redis_cluster: every host:port of `redis` is a start-up node"
     )
-    project: str = Field("solaris", pattern=r"^[a-z][a-z0-9_]*$")
     repo_path: Path = Path("feature_repo")
     registry: str = Field(
         "data/registry.db",
@@ -132,11 +217,13 @@ class StoreConfig(BaseModel):
     breaker_cooldown_ms: float = Field(
         1_000.0, gt=0, description="how long an open breaker answers zeros before a probe"
     )
-    miss_stream: str = "solaris:misses"
     miss_stream_maxlen: int = Field(100_000, gt=0)
+    request_log_maxlen: int = Field(
+        1_000_000, gt=0, description="entries (requests) the request-log stream keeps at most"
+    )
 
 
-class CycleConfig(BaseModel):
+class CycleConfig(Section):
     """The Airflow cycle: schedules, sharding and the verifier's retraining.
 
     The candidates DAG's schedule interval is ``selection.cadence_minutes``; the cycle's
@@ -145,14 +232,25 @@ class CycleConfig(BaseModel):
 
     start: str = Field(
         "1997-09-20T00:00:00+00:00",
-        description="start_date of every DAG (ISO 8601); the MovieLens-100K log starts then",
+        description="start_date of every DAG (ISO 8601 with a UTC offset); the MovieLens-100K "
+        "log starts then",
     )
     shard_rows: int = Field(2_000, gt=0, description="pairs per mapped embedding task")
     embed_retries: int = Field(3, ge=0)
     retry_delay_seconds: float = Field(30.0, gt=0, description="first retry delay (doubles)")
     gpu_pool: str = Field("gpu", description="Airflow pool of the embedding tasks")
-    clustering_cron: str = "0 0 * * *"
-    training_cron: str = "30 0 * * *"
+    clustering_cron: str = Field(
+        "0 0 * * *", description="clustering DAG schedule (cron or an Airflow preset)"
+    )
+    training_cron: str = Field(
+        "30 0 * * *", description="training DAG schedule (cron or an Airflow preset)"
+    )
+    wait_previous_minutes: float = Field(
+        60.0,
+        gt=0,
+        description="how long a candidates run waits for the previous interval's embeddings "
+        "and enrichment before it fails",
+    )
     training_window_days: float = Field(
         30.0, gt=0, description="labelled impressions the retrained VM learns from"
     )
@@ -172,18 +270,51 @@ class CycleConfig(BaseModel):
         description="refresh cadence of the demo's Airflow window (coarser than production "
         "so that the window needs fewer DAG runs)",
     )
-    measure_coverage: bool = Field(
-        True,
-        description="read each interval's labelled impressions back through SolarisFeatures "
-        "at their own times (replays and backfills; production reads its serving logs)",
-    )
+
+    @field_validator("start")
+    @classmethod
+    def _start_is_aware_iso(cls, value: str) -> str:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"cycle.start {value!r} is not an ISO 8601 time (e.g. '1997-09-20T00:00:00+00:00')"
+            ) from None
+        if parsed.tzinfo is None:
+            raise ValueError(
+                f"cycle.start {value!r} has no UTC offset, so it would be read in the process's "
+                f"local time zone: add one, e.g. '{value}+00:00'"
+            )
+        return value
+
+    @field_validator("clustering_cron", "training_cron")
+    @classmethod
+    def _valid_schedule(cls, value: str) -> str:
+        return _check_cron(value)
 
 
 class SolarisConfig(BaseSettings):
     """Every setting SOLARIS reads. Build once, pass down."""
 
     model_config = SettingsConfigDict(
-        env_prefix="SOLARIS_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+    )
+
+    namespace: str = Field(
+        "live",
+        pattern=NAME_PATTERN,
+        description="the world this process works in: Feast project, Redis streams and "
+        "cycle-state folder are named by it (solaris.namespace); replays and the live cycle "
+        "use different ones",
+    )
+    replay: bool = Field(
+        False,
+        description="this namespace replays history from requests.source through the serving "
+        "path (the demo, backfills); False: the requests come from serving's request log",
     )
 
     data: DataConfig = Field(default_factory=DataConfig)
@@ -195,6 +326,16 @@ class SolarisConfig(BaseSettings):
     cycle: CycleConfig = Field(default_factory=CycleConfig)
     artifacts_dir: Path = Path("artifacts")
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    def __init__(self, **values: Any) -> None:
+        # pydantic-settings drops SOLARIS_ variables whose top-level name it does not know
+        # (a typo'd SOLARIS_DEVICES is ignored silently), so every one is checked here.
+        errors = _unknown_env_settings(type(self), os.environ)
+        if errors:
+            raise ValidationError.from_exception_data(
+                self.model_config.get("title") or type(self).__name__, errors, hide_input=True
+            )
+        super().__init__(**values)
 
     @classmethod
     def settings_customise_sources(
@@ -218,6 +359,72 @@ class SolarisConfig(BaseSettings):
             raise FileNotFoundError(f"SOLARIS config file not found: {path}")
 
         class _FromFile(cls):  # type: ignore[valid-type, misc]
-            model_config = SettingsConfigDict(**{**cls.model_config, "yaml_file": path})
+            model_config = SettingsConfigDict(
+                **{**cls.model_config, "yaml_file": path, "title": cls.__name__}
+            )
 
         return _FromFile(**overrides)
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The model class behind a field's annotation (``X`` or ``X | None``), if any."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _setting_names(model: type[BaseModel], prefix: str = "") -> list[str]:
+    names = []
+    for name, field in model.model_fields.items():
+        names.append(prefix + name)
+        section = _section_of(field.annotation)
+        if section is not None:
+            names.extend(_setting_names(section, f"{prefix}{name}."))
+    return names
+
+
+def _unknown_env_settings(
+    model: type[BaseModel], environ: Mapping[str, str]
+) -> list[InitErrorDetails]:
+    """An error per ``SOLARIS_`` variable of ``environ`` that names no setting of ``model``.
+
+    Names are matched case-insensitively, as pydantic-settings reads them; the variables of
+    :data:`NON_SETTING_ENV` are skipped. Each error's location is the setting's path.
+    """
+    errors: list[InitErrorDetails] = []
+    for var in sorted(environ):
+        upper = var.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in NON_SETTING_ENV:
+            continue
+        parts = upper[len(ENV_PREFIX) :].lower().split(ENV_NESTED_DELIMITER)
+        section: type[BaseModel] | None = model
+        for i, part in enumerate(parts):
+            field = section.model_fields.get(part) if section is not None else None
+            if field is None:
+                break
+            section = _section_of(field.annotation) if i < len(parts) - 1 else None
+        else:
+            continue
+        setting = ".".join(parts)
+        close = difflib.get_close_matches(setting, _setting_names(model), n=1)
+        if close:
+            env = ENV_PREFIX + close[0].replace(".", ENV_NESTED_DELIMITER).upper()
+            hint = f"did you mean {env} ({close[0]})?"
+        else:
+            hint = (
+                "no such setting (list a variable that is not one in "
+                "solaris.config.NON_SETTING_ENV)"
+            )
+        errors.append(
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    "unknown_setting",
+                    "unknown setting {var} ({setting}): {hint}",
+                    {"var": var, "setting": setting, "hint": hint},
+                ),
+                loc=tuple(parts),
+                input=var,
+            )
+        )
+    return errors

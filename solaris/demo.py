@@ -2,7 +2,7 @@
 
 Offline stage: fetch → request log → FM / autoencoder / VM on a time split → verifier scores
 every candidate → time-ordered replays (verifier, random, oracle) with a TTL cache at the
-configured cadence. Airflow stage (:mod:`solaris.orchestration.demo`): the five DAGs replay
+configured cadence. Airflow stage (:mod:`solaris.local.demo`): the five DAGs replay
 a window of the test period, writing to Redis through Feast and serving every request.
 """
 
@@ -76,11 +76,6 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
             out / "log" / "requests.parquet",
             "requests",
         )
-        write_table(
-            pa.Table.from_pandas(log.candidates, preserve_index=False),
-            out / "log" / "candidates.parquet",
-            "candidates",
-        )
     window = cfg.requests.recurrence_window_hours
     echo(f"requests ({cfg.requests.bucket_seconds} s buckets):      {stats.n_requests:,}")
     echo(
@@ -114,6 +109,13 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
 
     with _timed(timings, "verifier_scores"):
         scores = score_candidates(models.vm, ctx, log.candidates, progress=True)
+        # The traffic the Airflow stage replays (solaris.examples.movielens.traffic): each
+        # candidate with the score a serving VM would have logged for it.
+        write_table(
+            pa.Table.from_pandas(log.candidates.assign(score=scores), preserve_index=False),
+            out / "log" / "candidates.parquet",
+            "request_log",
+        )
     selectors = {
         "verifier": scores,
         "random": random_scores(len(scores), cfg.train.seed),
@@ -167,7 +169,7 @@ def run_demo(cfg: SolarisConfig, *, airflow: bool = True, echo: Printer = print)
     summary = run_offline_cycle(cfg, echo=echo)
     if not airflow:
         return summary
-    from solaris.orchestration.demo import run_airflow_stage
+    from solaris.local.demo import run_airflow_stage
 
     start = time.perf_counter()
     models = summary["models"]

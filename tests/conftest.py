@@ -130,12 +130,8 @@ def tiny_solaris_config(tmp: Path, project: str, redis: str) -> dict:
         ignore=shutil.ignore_patterns("data"),
     )
     return {
-        "store": {
-            "redis": redis,
-            "project": project,
-            "repo_path": str(repo),
-            "miss_stream": f"{project}:misses",
-        },
+        "namespace": project,
+        "store": {"redis": redis, "repo_path": str(repo)},
         # fetch_movielens finds <cache_dir>/ml-100k complete and downloads nothing.
         "data": {"cache_dir": str(tmp)},
         "artifacts_dir": str(tmp / "artifacts"),

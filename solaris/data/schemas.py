@@ -47,6 +47,9 @@ CANDIDATES_SCHEMA = pa.schema(
     ]
 )
 
+# The request log: candidates with the verifier score serving logged (null: none logged).
+REQUEST_LOG_SCHEMA = CANDIDATES_SCHEMA.append(pa.field("score", pa.float32(), nullable=True))
+
 
 def pair_embeddings_schema(z_dim: int) -> pa.Schema:
     """Schema of pair-embedding rows whose code ``z`` has ``z_dim`` floats."""
@@ -65,7 +68,7 @@ def pair_embeddings_schema(z_dim: int) -> pa.Schema:
 # Validation
 # --------------------------------------------------------------------------------------------
 
-TableKind = Literal["requests", "candidates", "pair_embeddings"]
+TableKind = Literal["requests", "candidates", "request_log", "pair_embeddings"]
 
 # Integer columns that hold identifiers; a negative value there is always a bug upstream
 # (hash overflow, sentinel -1 leaking through), never a legitimate id.
@@ -310,6 +313,22 @@ def validate_candidates(table: pa.Table, source: str, *, as_of: int | None = Non
     return _finish(columns, CANDIDATES_SCHEMA)
 
 
+def validate_request_log(table: pa.Table, source: str, *, as_of: int | None = None) -> pa.Table:
+    """:func:`validate_candidates` plus ``score``: float32, finite where present."""
+    table = _require_table(table, source)
+    _check_columns(REQUEST_LOG_SCHEMA.names, table.column_names, source)
+    candidates = validate_candidates(table, source, as_of=as_of)
+    score = table.column("score")
+    if not (pa.types.is_floating(score.type) or pa.types.is_null(score.type)):
+        raise _type_error(source, "score", score.type, "float32")
+    score = pc.cast(score, pa.float32())
+    bad = pc.and_(pc.is_valid(score), pc.invert(pc.is_finite(score)))
+    if _count_true(bad):
+        first = _first_true(bad)
+        raise SchemaError(source, "score", f"non-finite score at row {first}")
+    return candidates.append_column(REQUEST_LOG_SCHEMA.field("score"), score)
+
+
 def _validate_z(col: pa.ChunkedArray, z_dim: int, source: str) -> pa.ChunkedArray:
     name = "z"
     actual = col.type
@@ -462,6 +481,8 @@ def _schema_for(kind: TableKind, z_dim: int | None) -> pa.Schema:
         return REQUESTS_SCHEMA
     if kind == "candidates":
         return CANDIDATES_SCHEMA
+    if kind == "request_log":
+        return REQUEST_LOG_SCHEMA
     if kind == "pair_embeddings":
         if z_dim is None:
             raise ValueError("z_dim is required for kind='pair_embeddings'")
@@ -483,6 +504,8 @@ def validate(
         return validate_requests(table, source, as_of=_optional_seconds(as_of))
     if kind == "candidates":
         return validate_candidates(table, source, as_of=_optional_seconds(as_of))
+    if kind == "request_log":
+        return validate_request_log(table, source, as_of=_optional_seconds(as_of))
     assert z_dim is not None
     return validate_pair_embeddings(table, source, z_dim=z_dim, as_of=as_of)
 

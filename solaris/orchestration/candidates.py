@@ -1,9 +1,19 @@
-"""The candidates DAG's work: verifier selection for one scheduling interval.
+"""The candidates DAG: verifier selection for one scheduling interval.
 
-The selection of an interval is written to a ledger file (``selections/<key>.parquet``);
-the ledgers of earlier intervals are the cache the selection skips, exactly like the offline
-replay's in-memory cache: a pair selected in ``[start, end)`` is computed at ``end`` and is
-usable through ``end + ttl``. So a backfill over the log selects the same pairs as
+Task entry points (each ``@task`` of ``dags/solaris_candidates.py`` calls one):
+
+- :func:`previous_published`, the sensor: the previous interval's embeddings and enrichment
+  of this namespace are published (so intervals of a backfill run strictly in order);
+- :func:`select`: in a replay namespace, first serve the interval's requests from the
+  traffic source through :class:`~solaris.serving.client.SolarisFeatures` (which logs them,
+  as serving does in production, and measures what the VM got); then drain the interval's
+  request log into its table, drain the miss stream, select the top share of each request
+  by the verifier's score (by default the score serving logged: no forward pass), and write
+  the selection ledger.
+
+The ledgers of earlier intervals are the cache the selection skips, exactly like the
+offline replay's in-memory cache: a pair selected in ``[start, end)`` is computed at ``end``
+and usable through ``end + ttl``. So a backfill selects the same pairs as
 :func:`solaris.evaluation.replay.replay`, whatever order the embedding runs finish in.
 """
 
@@ -14,48 +24,116 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
-from solaris.orchestration.resources import (
-    current_verifier,
-    cycle_redis,
-    feature_context,
-    feature_store,
-    fm_version,
-    read_parquet,
-    read_requests,
-    write_parquet,
-)
+from solaris.orchestration.resources import cycle_redis, read_parquet, write_parquet
+from solaris.orchestration.runs import Params, task_run
 
 if TYPE_CHECKING:
     from feast import FeatureStore
 
+__all__ = [
+    "DAG_ID",
+    "drain_interval_misses",
+    "drain_request_log",
+    "ledger_cache",
+    "previous_published",
+    "select",
+    "select_interval",
+    "serve_replay",
+    "with_misses",
+]
+
 DAG_ID = "solaris_candidates"
+ENRICHMENT_DAG_ID = "solaris_enrichment"
 PSEUDO_REQUEST_BASE = 1 << 48  # request ids of drained misses that are not in the log
 _KEY = ["user_id", "item_id", "ts"]
 
 
-def served_coverage(
-    cfg: SolarisConfig, store: FeatureStore, redis: str, requests: pd.DataFrame, version: str
+# -- entry points -----------------------------------------------------------------------------
+
+
+def previous_published(params: Params, start: object, end: object) -> bool:
+    """True when the interval before the run's has its embeddings and enrichment published
+    (or there is none): the sensor's poke."""
+    run = task_run(params, start, end, grid=True)
+    layout = run.layout
+    first = run.intervals[0]
+    earlier = layout.intervals("selections", ending_after=-1, ending_by=first.start)
+    if not earlier:
+        return True
+    previous = earlier[-1]
+    if not layout.embeddings_done(previous).is_file():
+        return False
+    # Enrichment records itself per view as of the newest interval end it ran for.
+    return layout.run_record(ENRICHMENT_DAG_ID, f"{previous.end:011d}-uagg").is_file()
+
+
+def select(params: Params, start: object, end: object) -> tuple[dict, dict]:
+    """Selection for the run's interval(s); returns the extras of the ``request_log`` event
+    (the drained interval) and of the ``candidates`` event (the selection)."""
+    run = task_run(params, start, end, grid=True)
+    records = [select_interval(run.cfg, interval) for interval in run.intervals]
+    logs = [r.pop("request_log") for r in records]
+    return (
+        run.extra(_combine(logs, ("requests", "rows", "late_dropped"))),
+        run.extra(_combine(records, ("selected", "candidates", "requests"))),
+    )
+
+
+def _combine(records: list[dict[str, Any]], summed: tuple[str, ...]) -> dict[str, Any]:
+    """One record for one interval; for several, their bounds and summed counts."""
+    if len(records) == 1:
+        return records[0]
+    return {
+        "interval_start": min(r["interval_start"] for r in records),
+        "interval_end": max(r["interval_end"] for r in records),
+        "intervals": [
+            {"interval_start": r["interval_start"], "interval_end": r["interval_end"]}
+            for r in records
+        ],
+        **{k: sum(r.get(k) or 0 for r in records) for k in summed},
+    }
+
+
+# -- the work ---------------------------------------------------------------------------------
+
+
+def serve_replay(
+    cfg: SolarisConfig, store: FeatureStore, redis: str, fm_version: str, interval: Interval
 ) -> dict[str, Any]:
-    """Serve each request of the interval through ``SolarisFeatures`` at its own time and
-    count its labelled impressions by tier: what the VM received during the interval."""
+    """A replay's serving: each request of the traffic source in ``interval`` is fetched
+    through ``SolarisFeatures`` at its own time and logged with its scores, as a serving
+    process logs it. Returns what the VM got: coverage by tier of labelled impressions."""
+    from solaris import adapters
     from solaris.evaluation.served_coverage import ServedCoverage
     from solaris.serving.client import SolarisFeatures
     from solaris.serving.tiers import TIERS
 
+    requests = adapters.traffic_source(cfg).requests(interval.start, interval.end)
     result = ServedCoverage()
-    # This replays history to measure coverage: a fetch slowed by the replaying machine must
-    # count as what the cache held, not as a miss, so the serving time bound is lifted.
+    # This replays history: a fetch slowed by the replaying machine must count as what the
+    # cache held, not as a miss, so the serving time bound is lifted.
     cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"fetch_timeout_ms": 30e3})})
-    with SolarisFeatures(cfg, redis=redis, fm_version=version, store=store) as client:
-        client.warm_up()
-        for (_, user_id, ts), rows in requests.groupby(["request_id", "user_id", "ts"], sort=True):
-            served = client.fetch(int(user_id), rows["item_id"].to_numpy(), now=int(ts))
+    with SolarisFeatures(cfg, redis=redis, fm_version=fm_version, store=store) as client:
+        if len(requests):
+            client.warm_up()
+        scores = requests["score"].to_numpy(np.float32, na_value=np.nan)
+        for (request_id, user_id, ts), rows in requests.groupby(
+            ["request_id", "user_id", "ts"], sort=True
+        ):
+            items = rows["item_id"].to_numpy()
+            served = client.fetch(int(user_id), items, now=int(ts))
             result.count(served, rows["label"].notna().to_numpy())
-        client.flush()
-        failures = client.stats.failures
+            logged = scores[rows.index.to_numpy()]
+            if np.isfinite(logged).all():
+                client.log_request(int(request_id), int(user_id), items, logged, now=int(ts))
+        if not client.flush(timeout_s=60.0):
+            raise RuntimeError("the replay's serving client could not flush its writes")
+        stats = client.stats
     n = max(result.n_impressions, 1)
     return {
         "labelled": result.n_impressions,
@@ -65,24 +143,71 @@ def served_coverage(
         },
         "pair_hits": result.tier_present_counts["pair"],
         "main_tier_share": {k: v / n for k, v in result.main_tier_counts.items()},
-        "fetch_failures": failures,
+        "fetch_failures": stats.failures,
+        "log_writes_dropped": stats.requests_dropped + stats.misses_dropped,
     }
 
 
-def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) -> pd.DataFrame:
-    """Drain the miss stream; misses from after the interval go back for the next run.
+def drain_request_log(
+    cfg: SolarisConfig, redis: str, interval: Interval
+) -> tuple[pd.DataFrame, dict]:
+    """The interval's request log, drained from the namespace's stream exactly once.
 
-    Nothing is lost on the way: the drained rows are added to ``misses/<key>.parquet``
-    before anything else happens with them, and a retried run starts from that file, so
-    misses a failed attempt drained are still selected from.
+    Entries with ``ts`` in the interval are added to ``request_log/<key>.parquet`` (merged
+    with what an earlier attempt of this run stored) before they are deleted from the stream,
+    so a retried run keeps what it drained. Entries from after the interval stay for the next
+    run; entries from before it (late, for an interval already selected) are deleted and
+    counted, never selected at a time they do not belong to.
+    """
+    from solaris.data.schemas import read_table, write_table
+    from solaris.serving.request_log import delete_entries, read_request_log
+    from solaris.store.connection import redis_client
+
+    path = CycleLayout(Namespace.of(cfg)).request_log(interval)
+    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        batch = read_request_log(client, Namespace.of(cfg).request_stream, before=interval.end)
+        rows = batch.rows
+        late = rows["ts"].to_numpy() < interval.start
+        fresh = rows[~late].assign(label=pd.array([pd.NA] * int((~late).sum()), "Int8"))
+        if path.is_file():  # an earlier attempt of this run stored these
+            earlier = read_table(path, "request_log").to_pandas()
+            fresh = pd.concat([earlier, fresh], ignore_index=True)
+        fresh = fresh.drop_duplicates(["request_id", "item_id"], ignore_index=True)
+        fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
+        columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
+        write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")
+        delete_entries(client, Namespace.of(cfg).request_stream, batch.ids)
+    finally:
+        client.close()
+    figures = {
+        **interval.as_dict(),
+        "requests": int(fresh["request_id"].nunique()),
+        "rows": len(fresh),
+        "late_dropped": int(rows.loc[late, "request_id"].nunique()),
+        "left_for_later": batch.later,
+        "unreadable": len(batch.skipped),
+    }
+    return fresh, figures
+
+
+def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) -> pd.DataFrame:
+    """Drain the namespace's miss stream for ``interval``.
+
+    Misses from after the interval go back for the next run; misses older than a TTL
+    before it are of another time (no code computed now could have served them) and are
+    dropped. Nothing is lost on the way: the drained rows are added to
+    ``misses/<key>.parquet`` before anything else happens with them, and a retried run
+    starts from that file.
     """
     from solaris.serving.misses import append_misses, drain_misses
     from solaris.store.connection import redis_client
 
-    path = CycleLayout(cfg.artifacts_dir).misses(interval)
+    namespace = Namespace.of(cfg)
+    path = CycleLayout(namespace).misses(interval)
     client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        misses = drain_misses(client, cfg.store.miss_stream)
+        misses = drain_misses(client, namespace.miss_stream)
         if path.is_file():  # an earlier attempt of this run drained these
             earlier = read_parquet(path)
             misses = pd.concat([earlier, misses], ignore_index=True).drop_duplicates(
@@ -94,7 +219,7 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
         for (user_id, ts), rows in later.groupby(["user_id", "ts"], sort=True):
             append_misses(
                 client,
-                cfg.store.miss_stream,
+                namespace.miss_stream,
                 cfg.store.miss_stream_maxlen,
                 int(user_id),
                 rows["item_id"].to_numpy(),
@@ -102,14 +227,16 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
             )
     finally:
         client.close()
-    return misses[misses["ts"].to_numpy() < interval.end].reset_index(drop=True)
+    oldest = interval.start - round(cfg.selection.ttl_hours * 3600)
+    ts = misses["ts"].to_numpy()
+    return misses[(ts >= oldest) & (ts < interval.end)].reset_index(drop=True)
 
 
 def with_misses(requests: pd.DataFrame, misses: pd.DataFrame) -> pd.DataFrame:
-    """The interval's candidates plus the missed pairs the log does not already hold.
+    """The interval's logged candidates plus the missed pairs the log does not hold.
 
-    Each (user, ts) group of new misses becomes one pseudo-request (unlabelled), so the
-    per-request selection budget applies to it as to any request.
+    Each (user, ts) group of new misses becomes one pseudo-request (unlabelled, no logged
+    score), so the per-request selection budget applies to it as to any request.
     """
     if len(misses) == 0:
         return requests
@@ -121,7 +248,9 @@ def with_misses(requests: pd.DataFrame, misses: pd.DataFrame) -> pd.DataFrame:
         return requests
     group = fresh.groupby(["user_id", "ts"], sort=True).ngroup().to_numpy(np.int64)
     pseudo = fresh.assign(
-        request_id=PSEUDO_REQUEST_BASE + group, label=pd.array([pd.NA] * len(fresh), "Int8")
+        request_id=PSEUDO_REQUEST_BASE + group,
+        label=pd.array([pd.NA] * len(fresh), "Int8"),
+        score=np.float32(np.nan),
     )[list(requests.columns)]
     combined = pd.concat([requests, pseudo], ignore_index=True)
     return combined.sort_values("ts", kind="stable", ignore_index=True)
@@ -145,33 +274,33 @@ def ledger_cache(layout: CycleLayout, interval: Interval, ttl_s: int) -> pd.Data
 
 
 def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
-    """One candidates run: measure what serving got, drain the misses, select, write the
-    ledger. Returns the run's figures (also written as its run record)."""
+    """One interval of the candidates DAG (see the module docstring). Returns the run's
+    figures (also its run record), with the request-log drain's under ``request_log``."""
+    from solaris import adapters
+    from solaris.orchestration.resources import feature_store
+    from solaris.pipeline.codes import read_manifest
     from solaris.pipeline.select import select_candidates
-    from solaris.pipeline.train import score_candidates
 
     began = time.perf_counter()
-    layout = CycleLayout(cfg.artifacts_dir)
+    namespace = Namespace.of(cfg)
+    layout = CycleLayout(namespace)
     ttl_s = round(cfg.selection.ttl_hours * 3600)
-    requests = read_requests(layout, interval.start, interval.end)
     redis = cycle_redis(cfg)
-    version = fm_version(layout)
-    record: dict[str, Any] = {
-        **interval.as_dict(),
-        "requests": int(requests["request_id"].nunique()),
-    }
-    if cfg.cycle.measure_coverage and len(requests):
-        record.update(served_coverage(cfg, feature_store(cfg, redis), redis, requests, version))
+    version = read_manifest(layout.models_dir).fm_version
+    record: dict[str, Any] = {**interval.as_dict(), "namespace": namespace.name}
+    if cfg.replay:
+        store = feature_store(cfg, redis)
+        record.update(serve_replay(cfg, store, redis, version, interval))
+    logged, drained = drain_request_log(cfg, redis, interval)
     misses = drain_interval_misses(cfg, redis, interval)
-    batch = with_misses(requests, misses)
-    verifier = current_verifier(layout, as_of=interval.start)
-    scores = (
-        score_candidates(verifier.vm, feature_context(cfg), batch)
-        if len(batch)
-        else np.zeros(0, np.float32)
-    )
+    batch = with_misses(logged, misses)
+    verifier = adapters.verifier(cfg)
+    scores = verifier.score(batch) if len(batch) else np.zeros(0, np.float32)
     selected = select_candidates(
-        batch, scores, share=cfg.selection.share, cache=ledger_cache(layout, interval, ttl_s)
+        batch.drop(columns="score"),
+        scores,
+        share=cfg.selection.share,
+        cache=ledger_cache(layout, interval, ttl_s),
     )
     ledger = selected.assign(
         computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
@@ -179,16 +308,17 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
     write_parquet(ledger, layout.selections(interval))
     embedded = layout.embedded_intervals(ending_after=-1, ending_by=interval.start)
     record.update(
+        requests=drained["requests"],
         # How old the newest pair codes had grown by the end of the interval they served
         # (one cadence when the cycle keeps up; None before the first codes).
         freshness_s=interval.end - embedded[-1].end if embedded else None,
         candidates=len(batch),
         misses_drained=len(misses),
-        miss_candidates_added=len(batch) - len(requests),
+        miss_candidates_added=len(batch) - len(logged),
         selected=len(ledger),
         fm_passes=int(ledger[["user_id", "item_id"]].drop_duplicates().shape[0]),
         verifier=verifier.version,
         seconds=round(time.perf_counter() - began, 3),
     )
-    write_run_record(layout, DAG_ID, interval.key, record)
-    return record
+    write_run_record(layout, DAG_ID, interval.key, {**record, "request_log": drained})
+    return {**record, "request_log": drained}

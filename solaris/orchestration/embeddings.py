@@ -1,8 +1,11 @@
-"""The embeddings DAG's work: shard the selections, embed each shard, materialize it.
+"""The embeddings DAG: shard the selections, embed each shard, materialize it.
 
-Each shard is one mapped task (on the GPU pool when there is one): FM last shared layer →
-autoencoder → ``z`` with ``computed_at`` = the interval's end, then Feast's ``pair`` view,
-offline history first and Redis second. A retried shard rewrites the same files.
+Task entry points: :func:`plan` (the shards of the selections that triggered the run),
+:func:`embed` (one mapped task per shard, on the GPU pool when there is one: the FM of
+``model.foundation`` → its last shared layer → the autoencoder → ``z`` with ``computed_at``
+= the interval's end, then Feast's ``pair`` view, offline history first and Redis second; a
+retried shard rewrites the same files) and :func:`publish` (the run's record, the
+completion markers and the ``pair_embeddings`` event). Each shard carries its namespace.
 """
 
 from __future__ import annotations
@@ -16,16 +19,55 @@ import numpy as np
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
+from solaris.files import atomic_write_bytes
+from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
-from solaris.orchestration.resources import (
-    cycle_redis,
-    feature_context,
-    feature_store,
-    read_parquet,
-)
+from solaris.orchestration.resources import cycle_redis, feature_store, read_parquet
+from solaris.orchestration.runs import CANDIDATES, Params, task_run
+
+__all__ = [
+    "DAG_ID",
+    "embed",
+    "embed_and_materialize",
+    "forget_embeddings",
+    "plan",
+    "plan_shards",
+    "publish",
+    "summarize_embeddings",
+]
 
 DAG_ID = "solaris_embeddings"
 _CANDIDATE_COLUMNS = ["request_id", "user_id", "item_id", "ts", "label"]
+
+
+def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
+    """The shards of the selections that triggered the run: one mapped task each."""
+    run = task_run(params, events=events, asset=CANDIDATES)
+    return [run.extra(shard) for shard in plan_shards(run.cfg, run.intervals)]
+
+
+def embed(shard: dict[str, Any]) -> dict[str, Any]:
+    """FM → autoencoder → ``pair`` view for one shard (a mapped task on the gpu pool)."""
+    run = task_run(
+        {
+            "namespace": shard["namespace"],
+            "replay": shard["replay"],
+            "interval_start": shard["interval_start"],
+            "interval_end": shard["interval_end"],
+        }
+    )
+    return embed_and_materialize(run.cfg, shard)
+
+
+def publish(
+    params: Params, shards: Sequence[dict[str, Any] | None], events: Any = None
+) -> dict[str, Any]:
+    """The run's record: the ``pair_embeddings`` asset event's extra."""
+    run = task_run(params, events=events, asset=CANDIDATES)
+    # Indexing, not iterating: iterating Airflow's lazy sequence of mapped results probes one
+    # past its end and logs that probe's 404 as an error.
+    results = [shards[i] for i in range(len(shards))]
+    return run.extra(summarize_embeddings(run.cfg, run.intervals, results))
 
 
 def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[str, int]]:
@@ -36,7 +78,7 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     """
     from solaris.data.schemas import write_table
 
-    layout = CycleLayout(cfg.artifacts_dir)
+    layout = CycleLayout(Namespace.of(cfg))
     shards = []
     for interval in intervals:
         forget_embeddings(cfg, interval)  # a rerun may cut fewer or different shards
@@ -59,13 +101,14 @@ def forget_embeddings(cfg: SolarisConfig, interval: Interval) -> None:
     Redis rows stay: the rerun overwrites the same keys."""
     from solaris.pipeline.materialize import offline_dir
 
-    layout = CycleLayout(cfg.artifacts_dir)
+    namespace = Namespace.of(cfg)
+    layout = CycleLayout(namespace)
     # The marker lives in the codes' folder, so it goes first, with that folder.
     for folder in (layout.embeddings(interval, 0).parent, layout.shard(interval, 0).parent):
         shutil.rmtree(folder, ignore_errors=True)
     # materialize() writes a batch as date=<day>/batch-<batch_id>.parquet.
     pattern = f"date=*/batch-{_batch_id(interval, '*')}.parquet"
-    for path in offline_dir(cfg.store.repo_path, "pair").glob(pattern):
+    for path in offline_dir(namespace.repo_path, "pair", namespace.project).glob(pattern):
         path.unlink(missing_ok=True)
 
 
@@ -76,24 +119,25 @@ def _batch_id(interval: Interval, shard: int | str) -> str:
 
 def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str, Any]:
     """Embed one shard and write its codes to the ``pair`` view (offline, then online)."""
+    from solaris import adapters
     from solaris.data.schemas import read_table
     from solaris.models.training import resolve_device
+    from solaris.pipeline.codes import load_autoencoder
     from solaris.pipeline.embed import embed_shard
     from solaris.pipeline.materialize import materialize, pair_rows
-    from solaris.pipeline.train import load_models
 
     began = time.perf_counter()
-    layout = CycleLayout(cfg.artifacts_dir)
+    layout = CycleLayout(Namespace.of(cfg))
     interval = Interval(int(shard["interval_start"]), int(shard["interval_end"]))
     index = int(shard["shard"])
-    fm, autoencoder, _, version = load_models(layout.models_dir)
+    fm = adapters.foundation_model(cfg)
+    autoencoder, version = load_autoencoder(layout.models_dir, fm)
     out = layout.embeddings(interval, index)
     rows = embed_shard(
         layout.shard(interval, index),
         out,
         fm=fm,
         autoencoder=autoencoder,
-        ctx=feature_context(cfg),
         computed_at=interval.end,
         fm_version=version,
         device=resolve_device(cfg.device),
@@ -120,7 +164,7 @@ def summarize_embeddings(
     cfg: SolarisConfig, intervals: Sequence[Interval], shards: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
     """The run's figures (its run record and the ``pair_embeddings`` asset's metadata)."""
-    layout = CycleLayout(cfg.artifacts_dir)
+    layout = CycleLayout(Namespace.of(cfg))
     shards = [s for s in shards if s]  # a skipped mapped task returns nothing
     rows = int(sum(s["rows"] for s in shards))
     embed_s = float(sum(s["embed_seconds"] for s in shards))
@@ -137,9 +181,7 @@ def summarize_embeddings(
         "computed_at": latest,
     }
     for interval in intervals:  # every shard is in: readers may take these codes now
-        done = layout.embeddings_done(interval)
-        done.parent.mkdir(parents=True, exist_ok=True)
-        done.touch()
+        atomic_write_bytes(layout.embeddings_done(interval), b"")
     key = Interval(record["interval_start"], latest).key
     write_run_record(layout, DAG_ID, key, record)
     return record

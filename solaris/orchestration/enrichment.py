@@ -1,8 +1,11 @@
-"""The enrichment and clustering DAGs' work: the views built from the pair-code history.
+"""The enrichment DAG: the views built from the pair-code history, as of an interval end.
 
-Each function reads the codes the embeddings DAG wrote for intervals ending at or before
-``as_of`` (within the window the view needs), computes one view with
-:mod:`solaris.pipeline.enrich` and materializes it.
+Task entry points: :func:`user_aggregates`, :func:`item_aggregates` and
+:func:`neighbour_fill`, each run on the ``pair_embeddings`` events of one namespace, as of
+the newest interval end they carry. Each reads the codes the embeddings DAG wrote for
+intervals ending at or before that time (within the window the view needs), computes one
+view with :mod:`solaris.pipeline.enrich` and materializes it. The clustering DAG's
+``unn`` view is built here too (:func:`rebuild_user_neighbours`) from the same history.
 """
 
 from __future__ import annotations
@@ -14,19 +17,65 @@ import pandas as pd
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
-from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
+from solaris.namespace import Namespace
+from solaris.orchestration.layout import CycleLayout, write_run_record
 from solaris.orchestration.resources import (
-    CycleInputError,
     cycle_redis,
     feature_store,
-    fm_version,
     read_parquet,
-    read_requests,
     write_parquet,
 )
+from solaris.orchestration.runs import PAIR_EMBEDDINGS, Params, task_run
+
+__all__ = [
+    "CLUSTERING_DAG_ID",
+    "ENRICHMENT_DAG_ID",
+    "item_aggregates",
+    "neighbour_fill",
+    "pair_history",
+    "rebuild_user_neighbours",
+    "recent_requests",
+    "refresh_item_aggregates",
+    "refresh_neighbour_fill",
+    "refresh_user_aggregates",
+    "user_aggregates",
+]
 
 ENRICHMENT_DAG_ID = "solaris_enrichment"
 CLUSTERING_DAG_ID = "solaris_clustering"
+
+
+def user_aggregates(params: Params, events: Any = None) -> dict[str, Any]:
+    run = task_run(params, events=events, asset=PAIR_EMBEDDINGS)
+    return run.extra(refresh_user_aggregates(run.cfg, run.as_of))
+
+
+def item_aggregates(params: Params, events: Any = None) -> dict[str, Any]:
+    run = task_run(params, events=events, asset=PAIR_EMBEDDINGS)
+    return run.extra(refresh_item_aggregates(run.cfg, run.as_of))
+
+
+def neighbour_fill(params: Params, events: Any = None) -> dict[str, Any]:
+    run = task_run(params, events=events, asset=PAIR_EMBEDDINGS)
+    return run.extra(refresh_neighbour_fill(run.cfg, run.as_of))
+
+
+def _fm_version(cfg: SolarisConfig) -> str:
+    from solaris.pipeline.codes import read_manifest
+
+    return read_manifest(Namespace.of(cfg).models_dir).fm_version
+
+
+def recent_requests(cfg: SolarisConfig, as_of: int, window_s: int) -> pd.DataFrame:
+    """The logged requests of the intervals ending in ``(as_of - window_s, as_of]``."""
+    from solaris.data.schemas import read_table
+
+    layout = CycleLayout(Namespace.of(cfg))
+    found = layout.intervals("request_log", ending_after=as_of - window_s, ending_by=as_of)
+    tables = [read_table(layout.request_log(i), "request_log") for i in found]
+    if not tables:
+        return pd.DataFrame({"user_id": [], "item_id": []}, dtype="int64")
+    return pa.concat_tables(tables).to_pandas()
 
 
 def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
@@ -35,7 +84,7 @@ def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
     from solaris.data.schemas import read_table
     from solaris.pipeline.enrich import PairHistory
 
-    layout = CycleLayout(cfg.artifacts_dir)
+    layout = CycleLayout(Namespace.of(cfg))
     intervals = layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of)
     folders = [layout.embeddings(i, 0).parent for i in intervals]
     tables = [
@@ -66,7 +115,7 @@ def _record(
         "rows_written": {view: rows},
         "seconds": round(time.perf_counter() - began, 3),
     }
-    write_run_record(CycleLayout(cfg.artifacts_dir), dag_id, f"{as_of:011d}-{view}", record)
+    write_run_record(CycleLayout(Namespace.of(cfg)), dag_id, f"{as_of:011d}-{view}", record)
     return record
 
 
@@ -75,7 +124,7 @@ def _refresh_aggregate(cfg: SolarisConfig, as_of: int, view: str, build) -> dict
     began = time.perf_counter()
     window = round(cfg.store.uagg_window_hours * 3600)
     history = pair_history(cfg, as_of, window)
-    rows = build(history, as_of, cfg, fm_version(CycleLayout(cfg.artifacts_dir)))
+    rows = build(history, as_of, cfg, _fm_version(cfg))
     _materialize(cfg, view, rows, f"cycle-{as_of}")
     return _record(ENRICHMENT_DAG_ID, cfg, as_of, view, len(rows), began)
 
@@ -100,17 +149,17 @@ def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     from solaris.pipeline.enrich import neighbour_rows
 
     began = time.perf_counter()
-    layout = CycleLayout(cfg.artifacts_dir)
+    layout = CycleLayout(Namespace.of(cfg))
     ttl = round(cfg.selection.ttl_hours * 3600)
     table = layout.latest_neighbours(as_of)
     rows = pd.DataFrame()
     if table is not None:
         neighbours = read_parquet(table)
-        recent = read_requests(layout, as_of - ttl, as_of)
+        recent = recent_requests(cfg, as_of, ttl)
         if len(recent) and len(neighbours):
             history = pair_history(cfg, as_of, ttl)
             rows = neighbour_rows(
-                recent[["user_id", "item_id"]], neighbours, history, as_of, cfg, fm_version(layout)
+                recent[["user_id", "item_id"]], neighbours, history, as_of, cfg, _fm_version(cfg)
             )
             _materialize(cfg, "nbr", rows, f"cycle-{as_of}")
     return _record(ENRICHMENT_DAG_ID, cfg, as_of, "nbr", len(rows), began)
@@ -122,18 +171,11 @@ def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     from solaris.pipeline.enrich import user_neighbours
 
     began = time.perf_counter()
-    layout = CycleLayout(cfg.artifacts_dir)
+    layout = CycleLayout(Namespace.of(cfg))
     window = round(cfg.store.unn_ttl_hours * 3600)
     history = pair_history(cfg, as_of, window)
-    rows = user_neighbours(history, as_of, cfg, fm_version(layout))
+    rows = user_neighbours(history, as_of, cfg, _fm_version(cfg))
     if len(rows):
         _materialize(cfg, "unn", rows, f"cycle-{as_of}")
     write_parquet(rows.drop(columns=["event_ts"], errors="ignore"), layout.neighbours(as_of))
     return _record(CLUSTERING_DAG_ID, cfg, as_of, "unn", len(rows), began)
-
-
-def enrichment_as_of(intervals: list[Interval]) -> int:
-    """Enrichment runs as of the newest interval end it was triggered for."""
-    if not intervals:
-        raise CycleInputError("enrichment needs at least one interval")
-    return max(i.end for i in intervals)

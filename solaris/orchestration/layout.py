@@ -1,8 +1,10 @@
 """Where the Airflow cycle keeps its state, and the small file formats it uses.
 
-Everything lives under ``artifacts_dir/cycle`` (one folder a kind, one file an interval, named
-by epoch seconds so that names sort by time)::
+Everything lives under the namespace's folder, ``artifacts_dir/namespaces/<name>``
+(:mod:`solaris.namespace`; one folder a kind, one file an interval, named by epoch seconds so
+that names sort by time)::
 
+    request_log/<start>-<end>.parquet  the requests serving logged in that interval (drained)
     selections/<start>-<end>.parquet   the verifier's selection of one interval (the ledger)
     misses/<start>-<end>.parquet       miss-stream entries drained by that interval's run
     shards/<start>-<end>/shard-K.parquet          the ledger split for the mapped tasks
@@ -12,19 +14,21 @@ by epoch seconds so that names sort by time)::
     verifier/<as_of>.json              each VM the training DAG published, in force from as_of
     runs/<dag_id>/<key>.json           one record per DAG run, read by the SOLARIS UI page
 
-Every file appears atomically (temporary name, then ``os.replace``), so a retried or killed
-task never leaves half a file for the next one to read. This module imports nothing heavy:
-the Airflow plugin reads run records through it.
+Every file appears atomically (:mod:`solaris.files`), so a retried or killed task never
+leaves half a file for the next one to read. This module imports nothing heavy: the Airflow
+plugin reads run records through it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from solaris.files import atomic_write_json
+from solaris.namespace import Namespace
 
 _INTERVAL = re.compile(r"^(\d+)-(\d+)$")
 
@@ -57,35 +61,23 @@ class Interval:
         return {"interval_start": self.start, "interval_end": self.end}
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
-
-
-def atomic_write_json(path: Path, payload: dict[str, Any]) -> Path:
-    return atomic_write_bytes(path, json.dumps(payload, indent=2, default=str).encode())
-
-
 @dataclass(frozen=True)
 class CycleLayout:
-    """Paths of the cycle's inputs (request log, trained models) and of its state."""
+    """Paths of one namespace's cycle state, and of the models it reads."""
 
-    artifacts_dir: Path
+    namespace: Namespace
 
     @property
     def root(self) -> Path:
-        return Path(self.artifacts_dir) / "cycle"
-
-    @property
-    def request_log(self) -> Path:
-        return Path(self.artifacts_dir) / "log" / "candidates.parquet"
+        return self.namespace.cycle_root
 
     @property
     def models_dir(self) -> Path:
-        return Path(self.artifacts_dir) / "models"
+        return self.namespace.models_dir
+
+    def request_log(self, interval: Interval) -> Path:
+        """The requests serving logged in ``interval``, drained from the request stream."""
+        return self.root / "request_log" / f"{interval.key}.parquet"
 
     def selections(self, interval: Interval) -> Path:
         return self.root / "selections" / f"{interval.key}.parquet"
@@ -128,8 +120,8 @@ class CycleLayout:
     # -- listing ----------------------------------------------------------------------------
 
     def intervals(self, kind: str, *, ending_after: int, ending_by: int) -> list[Interval]:
-        """Intervals of ``kind`` (``selections``, ``pair_embeddings``) whose end is in
-        ``(ending_after, ending_by]``, oldest first."""
+        """Intervals of ``kind`` (``request_log``, ``selections``, ``pair_embeddings``) whose
+        end is in ``(ending_after, ending_by]``, oldest first."""
         folder = self.root / kind
         if not folder.is_dir():
             return []
@@ -177,7 +169,7 @@ def write_run_record(layout: CycleLayout, dag_id: str, key: str, record: dict[st
 
 
 def read_run_records(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every run record under ``root`` (``artifacts_dir/cycle``), by DAG id, newest first.
+    """Every run record under ``root`` (a namespace's folder), by DAG id, newest first.
 
     A record that cannot be parsed is reported as such rather than dropped silently.
     """
@@ -193,4 +185,24 @@ def read_run_records(root: Path) -> dict[str, list[dict[str, Any]]]:
             except (OSError, ValueError) as exc:
                 records.append({"dag_id": folder.name, "key": path.stem, "error": str(exc)})
         out[folder.name] = records
+    return out
+
+
+def read_all_run_records(artifacts_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The run records of every namespace under ``artifacts_dir``, by DAG id, newest first;
+    each record names its ``namespace`` (replays and the live cycle are told apart)."""
+    folder = Path(artifacts_dir) / "namespaces"
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not folder.is_dir():
+        return out
+    for root in sorted(p for p in folder.iterdir() if p.is_dir()):
+        for dag_id, records in read_run_records(root).items():
+            for record in records:
+                if isinstance(record, dict):
+                    record.setdefault("namespace", root.name)
+            out.setdefault(dag_id, []).extend(records)
+    for records in out.values():
+        records.sort(
+            key=lambda r: str(r.get("key", "")) if isinstance(r, dict) else "", reverse=True
+        )
     return out

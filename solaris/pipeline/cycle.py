@@ -1,16 +1,15 @@
-"""Steps that read the artifacts an earlier run left (request log, checkpoints)."""
+"""Steps that read the artifacts an earlier run left (request log with its logged scores,
+the models' time split)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from solaris.adapters import LoggedScores
 from solaris.config import SelectionConfig, SolarisConfig
-from solaris.data.fetch import fetch_movielens
-from solaris.data.movielens import MovieLens
 from solaris.data.schemas import read_table
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
-from solaris.models.features import FeatureContext
-from solaris.pipeline.train import load_models, load_split, score_candidates
+from solaris.pipeline.train import load_split
 
 SELECTORS = ("verifier", "random", "oracle")
 
@@ -27,13 +26,10 @@ def replay_from_artifacts(
         raise FileNotFoundError(
             f"no request log or models under {cfg.artifacts_dir}: run `solaris demo` first"
         )
-    candidates = read_table(log_path, "candidates").to_pandas()
+    candidates = read_table(log_path, "request_log").to_pandas()
     ttl_s, cadence_s = int(selection.ttl_hours * 3600), int(selection.cadence_minutes * 60)
-    if selector == "verifier":
-        data = MovieLens.load(fetch_movielens(cfg.data))
-        _, _, vm, _ = load_models(models_dir)
-        ctx = FeatureContext.from_config(data, cfg.model)
-        scores = score_candidates(vm, ctx, candidates, progress=True)
+    if selector == "verifier":  # the VM's scores, logged with the request log
+        scores = LoggedScores().score(candidates)
     elif selector == "random":
         scores = random_scores(len(candidates), cfg.train.seed)
     else:

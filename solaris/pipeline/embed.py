@@ -15,10 +15,9 @@ import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
+from solaris.adapters import FoundationModel
 from solaris.data.schemas import pair_embeddings_schema, read_table, write_table
 from solaris.models.autoencoder import Autoencoder
-from solaris.models.features import FeatureContext
-from solaris.models.fm import FoundationModel
 
 
 @torch.inference_mode()
@@ -29,28 +28,24 @@ def encode_pairs(
     *,
     fm: FoundationModel,
     autoencoder: Autoencoder,
-    ctx: FeatureContext,
     batch_size: int = 8192,
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> np.ndarray:
     """``[N, z_dim]`` float32 codes of the FM's last shared layer for rows as of ``ts``.
 
-    Moves ``fm`` and ``autoencoder`` to ``device`` (in place, as ``Module.to`` does) and
-    leaves them in eval mode there.
+    Moves ``fm`` and ``autoencoder`` to ``device`` (the FM through its adapter's ``to``)
+    and leaves the autoencoder in eval mode there.
     """
     device = torch.device(device)
     cuda = device.type == "cuda"
-    fm.eval().to(device)
+    fm.to(device)
     autoencoder.eval().to(device)
     out = np.empty((len(users), autoencoder.z_dim), dtype=np.float32)
     starts = range(0, len(users), batch_size)
     for start in tqdm(starts, desc="embed", unit="batch", disable=not progress, leave=False):
         stop = start + batch_size
-        batch = ctx.fm_batch(users[start:stop], items[start:stop], ts[start:stop])
-        if cuda:
-            batch = batch.pin_memory()
-        batch = batch.to(device, non_blocking=cuda)
+        batch = fm.features(users[start:stop], items[start:stop], ts[start:stop])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             z = autoencoder.encode(fm.shared(batch))
         out[start:stop] = z.float().cpu().numpy()
@@ -62,7 +57,6 @@ def embed_pairs(
     *,
     fm: FoundationModel,
     autoencoder: Autoencoder,
-    ctx: FeatureContext,
     computed_at: int | np.ndarray,
     fm_version: str,
     batch_size: int = 8192,
@@ -84,7 +78,6 @@ def embed_pairs(
         ts,
         fm=fm,
         autoencoder=autoencoder,
-        ctx=ctx,
         batch_size=batch_size,
         device=device,
         progress=progress,
@@ -112,7 +105,6 @@ def embed_shard(
     *,
     fm: FoundationModel,
     autoencoder: Autoencoder,
-    ctx: FeatureContext,
     computed_at: int,
     fm_version: str,
     batch_size: int = 8192,
@@ -130,7 +122,6 @@ def embed_shard(
         pairs,
         fm=fm,
         autoencoder=autoencoder,
-        ctx=ctx,
         computed_at=computed_at,
         fm_version=fm_version,
         batch_size=batch_size,

@@ -55,12 +55,13 @@ class MaterializeResult:
         return self.rows / max(self.online_seconds, 1e-9)
 
 
-def offline_dir(repo_path: Path, view: str) -> Path:
-    """Where the FileSource of ``view`` reads; only SOLARIS views, always under
-    ``<repo>/data/`` (:class:`~solaris.store.contract.InvalidWriteError` otherwise)."""
+def offline_dir(repo_path: Path, view: str, project: str) -> Path:
+    """Where the FileSource of ``view`` in Feast project ``project`` reads; only SOLARIS
+    views, always under ``<repo>/data/`` (:class:`~solaris.store.contract.InvalidWriteError`
+    otherwise)."""
     spec = contract.view(view)
     data = (Path(repo_path) / "data").resolve()
-    folder = (Path(repo_path) / contract.offline_path(spec)).resolve()
+    folder = (Path(repo_path) / contract.offline_path(spec, project)).resolve()
     if not folder.is_relative_to(data):
         raise InvalidWriteError(f"view {view!r}: offline path {folder} is outside {data}")
     return folder
@@ -126,7 +127,7 @@ def materialize(
 
     if not isinstance(batch_id, str) or not _BATCH_ID.match(batch_id):
         raise InvalidWriteError(f"batch_id must match {_BATCH_ID.pattern}, got {batch_id!r}")
-    folder = offline_dir(Path(store.repo_path), view)
+    folder = offline_dir(Path(store.repo_path), view, store.project)
     online = online_store_of(store)
     spec, params = view_params(store.get_feature_view(view))
     normalized = normalize(spec, params, rows)

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import auc, log_loss
+from solaris.files import atomic_write_json
 from solaris.models.autoencoder import Autoencoder
 from solaris.models.features import FeatureContext
 from solaris.models.fm import FoundationModel
@@ -36,6 +37,7 @@ from solaris.models.training import (
     weights_digest,
 )
 from solaris.models.vm import VerticalModel, tier_dropout
+from solaris.pipeline.codes import CODES_MANIFEST, CodesManifest
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,14 @@ def train_autoencoder(
     """Fit ``h -> z`` on reconstruction of the FM's last shared layer; returns (ae, mse)."""
     with torch.inference_mode():
         h = torch.cat([fm.shared(train.batch[i : i + 8192]) for i in range(0, len(train), 8192)])
-    h = h.clone()
+    return fit_autoencoder_on(h.clone(), cfg)
+
+
+def fit_autoencoder_on(h: torch.Tensor, cfg: SolarisConfig) -> tuple[Autoencoder, float]:
+    """Fit an autoencoder on ``h`` ``[N, shared_dim]`` (any FM's); returns (ae, mse)."""
     gen = seed_everything(cfg.train.seed)
-    ae = Autoencoder(in_dim=fm.shared_dim, z_dim=cfg.model.z_dim, hidden=2 * fm.shared_dim)
+    shared_dim = int(h.shape[1])
+    ae = Autoencoder(in_dim=shared_dim, z_dim=cfg.model.z_dim, hidden=2 * shared_dim)
     ae.fit_scaler(h)
     opt = torch.optim.Adam(ae.parameters(), lr=cfg.train.lr)
     for _ in tqdm(range(cfg.train.ae_epochs), desc="autoencoder", unit="epoch", leave=False):
@@ -253,7 +260,7 @@ def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
     tmp.replace(folder / "split.json")
     versions = {"fm": models.fm_version, "autoencoder": models.fm_version, "vm": models.vm_version}
     modules = {"fm": models.fm, "autoencoder": models.autoencoder, "vm": models.vm}
-    return {
+    paths = {
         kind: save_checkpoint(
             folder / f"{kind}.pt",
             modules[kind],
@@ -263,6 +270,12 @@ def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
         )
         for kind in modules
     }
+    # The FM's own version is the codes' version here: FM and autoencoder are trained together.
+    manifest = CodesManifest(
+        models.fm_version, models.fm_version, models.autoencoder.z_dim, models.fm.shared_dim
+    )
+    atomic_write_json(folder / CODES_MANIFEST, manifest.__dict__)
+    return paths
 
 
 def load_split(folder: Path) -> TimeSplit:

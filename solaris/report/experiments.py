@@ -17,6 +17,7 @@ import torch
 
 from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import auc, log_loss, normalized_entropy
+from solaris.examples.movielens import MovieLensFoundationModel
 from solaris.models.features import FeatureContext
 from solaris.models.fm import FoundationModel
 from solaris.models.training import (
@@ -160,9 +161,8 @@ def offline_codes(models: TrainedModels, ctx: FeatureContext, rows: VMRows) -> T
         r["user_id"].to_numpy(np.int64),
         r["item_id"].to_numpy(np.int64),
         r["ts"].to_numpy(np.int64),
-        fm=models.fm,
+        fm=MovieLensFoundationModel(models.fm, ctx, models.fm_version),
         autoencoder=models.autoencoder,
-        ctx=ctx,
     )
     return Tier(z, np.ones(len(r), dtype=bool))
 

@@ -9,6 +9,7 @@ from tqdm.auto import tqdm
 from solaris.config import SolarisConfig
 from solaris.data.requests import RequestLog
 from solaris.evaluation.metrics import log_loss
+from solaris.examples.movielens import MovieLensFoundationModel
 from solaris.models.features import FeatureContext
 from solaris.pipeline.embed import encode_pairs
 from solaris.pipeline.train import score_candidates, train_models
@@ -61,9 +62,8 @@ def _codes_for(
             sel.user_id[k],
             sel.item_id[k],
             sel.computed_at[k],
-            fm=models.fm,
+            fm=MovieLensFoundationModel(models.fm, ctx, models.fm_version),
             autoencoder=models.autoencoder,
-            ctx=ctx,
         )
     return Tier(z, hit)
 
@@ -120,9 +120,8 @@ def run_seed(
             base["user_id"].to_numpy(np.int64),
             base["item_id"].to_numpy(np.int64),
             base["computed_at"].to_numpy(np.int64),
-            fm=models.fm,
+            fm=MovieLensFoundationModel(models.fm, ctx, models.fm_version),
             autoencoder=models.autoencoder,
-            ctx=ctx,
         ),
     )
     r = rows.rows

@@ -44,11 +44,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import numpy as np
 
 from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
 from solaris.serving.misses import append_misses
+from solaris.serving.request_log import append_request
 from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
 from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, REQUEST_TS, USER_ID, epoch_seconds
 
@@ -62,7 +65,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_MAX_PENDING_MISS_WRITES = 256  # beyond this (Redis slow or down) miss entries are dropped
+# Queued stream writes (misses and request-log entries together): beyond this (Redis slow
+# or down) a write is dropped and counted, so a backlog never grows without bound.
+_MAX_PENDING_WRITES = 256
 _WARN_EVERY_S = 10.0
 _INT64_MAX = np.iinfo(np.int64).max
 _EXACT_FLOAT = 2**53  # floats above this cannot hold every integer id exactly
@@ -83,6 +88,10 @@ class FetchStats:
             already in flight (this process overloaded).
         misses_logged: miss-stream entries (one per request with pair misses) written.
         misses_dropped: miss entries not written (Redis error, or too many writes pending).
+        requests_logged: request-log entries (one per :meth:`SolarisFeatures.log_request`
+            with at least one item) written.
+        requests_dropped: request-log entries not written (Redis error, too many writes
+            pending, or the client closed).
     """
 
     requests: int = 0
@@ -92,6 +101,8 @@ class FetchStats:
     shed_busy: int = 0
     misses_logged: int = 0
     misses_dropped: int = 0
+    requests_logged: int = 0
+    requests_dropped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -211,6 +222,35 @@ def _check_items(item_ids: Sequence[int] | np.ndarray, cap: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _check_request_id(request_id: object) -> int:
+    if isinstance(request_id, bool) or not isinstance(request_id, numbers.Integral):
+        raise ValueError(f"request_id must be an integer, got {request_id!r}")
+    value = int(request_id)
+    if not 0 <= value <= _INT64_MAX:
+        raise ValueError(f"request_id must be in [0, 2**63), got {value}")
+    return value
+
+
+def _check_scores(scores: Sequence[float] | np.ndarray, size: int) -> np.ndarray:
+    """``scores`` as a new float32 array of ``size`` finite values; ``ValueError`` else."""
+    if isinstance(scores, str | bytes):
+        raise ValueError("scores must be a sequence of numbers, not a string")
+    arr = np.asarray(scores)
+    if arr.ndim != 1:
+        raise ValueError(f"scores must be one-dimensional, got shape {arr.shape}")
+    if arr.size != size:
+        raise ValueError(f"{arr.size} scores for {size} item_ids")
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        raise ValueError(f"scores must be numbers, got dtype {arr.dtype}")
+    with np.errstate(over="ignore"):  # beyond float32 becomes inf: refused below
+        out = np.array(arr, dtype=np.float32, copy=True)
+    if not np.isfinite(out).all():
+        raise ValueError("scores contain NaN or inf (as float32)")
+    return out
+
+
 def _check_now(now: object) -> int | float:
     return int(time.time()) if now is None else epoch_seconds(now, "now")
 
@@ -263,6 +303,7 @@ class SolarisFeatures:
         if not redis:
             raise ValueError("redis connection string is empty")
         self.cfg = cfg
+        self.namespace = Namespace.of(cfg)  # whose keys and streams this client reads and writes
         self.redis = redis
         self.fm_version = fm_version
         self.stats = FetchStats()
@@ -278,7 +319,7 @@ class SolarisFeatures:
         self.breaker = CircuitBreaker(s.breaker_failures, s.breaker_cooldown_ms / 1000.0)
         self._miss_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solaris-miss")
         self._miss_client = None
-        self._pending_misses: set[Future] = set()
+        self._pending_writes: set[Future] = set()  # miss and request-log writes
         self._last_warning = -math.inf
 
     # -- set-up ------------------------------------------------------------------------------
@@ -425,37 +466,103 @@ class SolarisFeatures:
 
     # -- the miss stream ---------------------------------------------------------------------
 
-    def _log_misses(self, user: int, items: np.ndarray, ts: int) -> None:
-        """Queue the XADD off the request path (bounded backlog; drops are counted)."""
+    def _submit(self, fn: Callable[..., None], *args: object, dropped: str) -> None:
+        """Queue ``fn(*args)`` on the one writer thread, off the request path. Beyond
+        ``_MAX_PENDING_WRITES`` queued writes (Redis slow or down), or once the client is
+        closed, the write is dropped and counted in ``stats.<dropped>``, never raised."""
         with self._stats_lock:
-            self._pending_misses = {f for f in self._pending_misses if not f.done()}
-            if len(self._pending_misses) >= _MAX_PENDING_MISS_WRITES:
-                self.stats.misses_dropped += 1
+            self._pending_writes = {f for f in self._pending_writes if not f.done()}
+            if len(self._pending_writes) >= _MAX_PENDING_WRITES:
+                setattr(self.stats, dropped, getattr(self.stats, dropped) + 1)
                 return
             try:
-                future = self._miss_pool.submit(self._write_misses, user, items, ts)
+                future = self._miss_pool.submit(fn, *args)
             except RuntimeError:  # the client was closed: the entry is dropped, not raised
-                self.stats.misses_dropped += 1
+                setattr(self.stats, dropped, getattr(self.stats, dropped) + 1)
                 return
-            self._pending_misses.add(future)
+            self._pending_writes.add(future)
+
+    def _log_misses(self, user: int, items: np.ndarray, ts: int) -> None:
+        """Queue the XADD off the request path (bounded backlog; drops are counted)."""
+        self._submit(self._write_misses, user, items, ts, dropped="misses_dropped")
 
     def _write_misses(self, user: int, items: np.ndarray, ts: int) -> None:
-        s = self.cfg.store
+        stream, maxlen = self.namespace.miss_stream, self.cfg.store.miss_stream_maxlen
         try:
-            append_misses(
-                self._misses_client(), s.miss_stream, s.miss_stream_maxlen, user, items, ts
-            )
+            append_misses(self._misses_client(), stream, maxlen, user, items, ts)
         except Exception as exc:  # the stream is best effort; serving goes on
             self._bump(misses_dropped=1)
             self._warn("miss stream append failed (%s: %s)", type(exc).__name__, exc)
         else:
             self._bump(misses_logged=1)
 
+    # -- the request log ---------------------------------------------------------------------
+
+    def log_request(
+        self,
+        request_id: int,
+        user_id: int,
+        item_ids: Sequence[int] | np.ndarray,
+        scores: Sequence[float] | np.ndarray,
+        now: int | float | None = None,
+    ) -> None:
+        """Record one served request (its candidates and the verifier's scores) in the
+        request-log stream, off the request path.
+
+        The candidates DAG drains the stream each interval into the training rows of the next
+        verifier (:mod:`solaris.serving.request_log`); the entry goes to the namespace's
+        ``<namespace>:requests`` stream, bounded by ``store.request_log_maxlen`` entries. The
+        arguments are checked here, on the calling thread; the ``XADD`` runs on the writer
+        thread of the miss stream (:meth:`flush` waits for it), so a slow or dead Redis never
+        delays the caller: the entry is dropped and counted (``stats.requests_dropped``).
+
+        Args:
+            request_id: the request's id (integer in ``[0, 2**63)``), unique per request: the
+                drain de-duplicates on ``(request_id, item_id)``.
+            user_id: the requesting user (integer in ``[0, 2**63)``).
+            item_ids: the candidates served (as for :meth:`fetch`; none: nothing is logged).
+            scores: the verifier's score of each candidate: one-dimensional, one per item,
+                finite as float32.
+            now: the request time in epoch seconds (default: wall clock); stored as
+                ``int(now)``.
+
+        Raises:
+            ValueError: for invalid arguments. Redis errors never raise.
+        """
+        rid = _check_request_id(request_id)
+        user = _check_user(user_id)
+        items = _check_items(item_ids, self.cfg.store.max_candidates)
+        values = _check_scores(scores, items.size)
+        ts = int(_check_now(now))
+        if items.size == 0:
+            return
+        # Copies: the caller may reuse its arrays before the writer thread reads them.
+        items = np.array(items, dtype=np.int64, copy=True)
+        self._submit(self._write_request, rid, user, items, values, ts, dropped="requests_dropped")
+
+    @cached_property
+    def _request_log(self) -> tuple[str, int]:
+        """The request-log stream of this client's namespace, and its ``MAXLEN``."""
+        return self.namespace.request_stream, self.cfg.store.request_log_maxlen
+
+    def _write_request(
+        self, rid: int, user: int, items: np.ndarray, scores: np.ndarray, ts: int
+    ) -> None:
+        try:
+            stream, maxlen = self._request_log
+            append_request(self._misses_client(), stream, maxlen, rid, user, items, scores, ts)
+        except Exception as exc:  # the log is best effort; serving goes on
+            self._bump(requests_dropped=1)
+            self._warn("request log append failed (%s: %s)", type(exc).__name__, exc)
+        else:
+            self._bump(requests_logged=1)
+
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Wait for queued miss-stream writes; True when none is left pending."""
+        """Wait for queued miss-stream and request-log writes; True when none is left
+        pending."""
         deadline = time.monotonic() + timeout_s
         with self._stats_lock:
-            pending = list(self._pending_misses)
+            pending = list(self._pending_writes)
         for future in pending:
             try:
                 future.result(timeout=max(deadline - time.monotonic(), 0))
@@ -464,7 +571,7 @@ class SolarisFeatures:
         return True
 
     def close(self) -> None:
-        """Stop the miss writer (pending writes finish first) and close its client."""
+        """Stop the stream writer (pending writes finish first) and close its client."""
         self._miss_pool.shutdown(wait=True)
         if self._miss_client is not None:
             self._miss_client.close()

@@ -359,9 +359,10 @@ def epoch_seconds(value: object, name: str) -> int | float:
     return value
 
 
-def offline_path(spec: ViewSpec) -> str:
-    """Where the view's offline rows live, relative to the feature repo (its FileSource)."""
-    return f"data/offline/{spec.name}"
+def offline_path(spec: ViewSpec, project: str) -> str:
+    """Where the view's offline rows of Feast project ``project`` (a namespace) live,
+    relative to the feature repo (its FileSource)."""
+    return f"data/offline/{project}/{spec.name}"
 
 
 def view(name: object) -> ViewSpec:

@@ -9,7 +9,6 @@ definitions of ``solaris_features.py`` built with the configuration it is given,
 from __future__ import annotations
 
 import importlib.util
-import os
 import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
 from solaris.store.connection import unlink_matching
 from solaris.store.keys import project_pattern
 
@@ -45,11 +45,11 @@ def repo_config_dict(
     path = Path(cfg.store.repo_path) / "feature_store.yaml"
     if not path.is_file():
         raise FeatureStoreError(f"{path}: feature_store.yaml not found")
-    text = string.Template(path.read_text()).safe_substitute(
-        {**os.environ, "SOLARIS_STORE__REDIS": redis}
-    )
+    # Only the connection given here is substituted: the repo never reads the ambient
+    # environment (the Feast CLI's edge, feast_cli.py, builds its config from it).
+    text = string.Template(path.read_text()).safe_substitute({"SOLARIS_STORE__REDIS": redis})
     raw = yaml.safe_load(text)
-    raw["project"] = cfg.store.project
+    raw["project"] = Namespace.of(cfg).project
     raw["online_store"] = {
         **raw.get("online_store", {}),
         "connection_string": redis,

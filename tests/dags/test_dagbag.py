@@ -89,15 +89,19 @@ def _scheduled_on(dag) -> set[str]:
     return {asset.name for asset in dag.timetable.asset_condition.objects}
 
 
-def test_candidates_runs_on_the_configured_cadence_or_on_new_request_log_data(dags) -> None:
-    from airflow.sdk import AssetOrTimeSchedule
+def test_candidates_runs_on_the_cadence_after_the_previous_interval_and_emits_both_assets(
+    dags,
+) -> None:
+    from airflow.sdk import DeltaDataIntervalTimetable
 
     dag = dags["solaris_candidates"]
-    assert isinstance(dag.timetable, AssetOrTimeSchedule)
-    assert dag.timetable.timetable.delta == timedelta(minutes=7)
-    assert _scheduled_on(dag) == {"solaris://request_log"}
-    [task] = dag.tasks
-    assert [o.name for o in task.outlets] == ["solaris://candidates"]
+    # Time only: it emits request_log itself, so it must not be scheduled on it.
+    assert isinstance(dag.timetable, DeltaDataIntervalTimetable)
+    assert dag.timetable.delta == timedelta(minutes=7)
+    wait, select = dag.get_task("previous_published"), dag.get_task("select_candidates")
+    assert wait.mode == "poke" and wait.timeout == 60 * 60  # cycle.wait_previous_minutes
+    assert select.upstream_task_ids == {"previous_published"}
+    assert [o.name for o in select.outlets] == ["solaris://request_log", "solaris://candidates"]
 
 
 def test_embeddings_map_shards_on_the_gpu_pool_with_backoff_retries(dags) -> None:
@@ -126,7 +130,8 @@ def test_enrichment_follows_pair_embeddings_and_daily_dags_follow_their_crons(da
 
 
 def test_every_task_body_is_one_call_into_solaris() -> None:
-    """DAG files only wire: each task body is a single statement calling ``tasks.*``."""
+    """DAG files only wire: each task body is a single statement calling the module of
+    its DAG (``solaris.orchestration.<dag>``)."""
     import ast
 
     for path in DAGS.glob("*.py"):
@@ -144,4 +149,5 @@ def test_every_task_body_is_one_call_into_solaris() -> None:
             ]
             assert len(body) == 1, f"{path.name}:{node.name} has {len(body)} statements"
             calls = [ast.unparse(c.func) for c in ast.walk(body[0]) if isinstance(c, ast.Call)]
-            assert calls and all(c.startswith("tasks.") for c in calls), (path.name, calls)
+            module = path.stem.removeprefix("solaris_") + "."
+            assert calls and all(c.startswith(module) for c in calls), (path.name, calls)

@@ -26,6 +26,7 @@ import pytest
 import redis as redis_py
 
 from solaris.config import ModelConfig, SolarisConfig, StoreConfig
+from solaris.namespace import Namespace
 from solaris.pipeline.materialize import offline_dir
 from solaris.store import contract
 from solaris.store.codec import normalize
@@ -84,13 +85,9 @@ def solaris_cfg(repo_copy: Path, feast_project: str) -> SolarisConfig:
     TTLs are the defaults, which are also what ``solaris_features.py`` reads for its views.
     """
     return SolarisConfig(
+        namespace=feast_project,
         model=ModelConfig(z_dim=Z_DIM),
-        store=StoreConfig(
-            project=feast_project,
-            repo_path=repo_copy,
-            miss_stream=f"solaris:misses:{feast_project}",
-            miss_stream_maxlen=50,
-        ),
+        store=StoreConfig(repo_path=repo_copy, miss_stream_maxlen=50),
     )
 
 
@@ -102,8 +99,9 @@ def feast_store(solaris_cfg: SolarisConfig, redis_connection: str, redis_client)
     store = open_feature_store(solaris_cfg, redis_connection)
     apply_definitions(store, solaris_cfg)
     yield store
-    delete_project_keys(redis_client, solaris_cfg.store.project)
-    redis_client.delete(solaris_cfg.store.miss_stream)
+    namespace = Namespace.of(solaris_cfg)
+    delete_project_keys(redis_client, namespace.project)
+    redis_client.delete(namespace.miss_stream, namespace.request_stream)
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,7 +147,7 @@ class RowWriter:
         for view, frames in self.written.items():
             spec = contract.view(view)
             table = normalize(spec, spec.params(self.cfg), pd.concat(frames, ignore_index=True))
-            folder = offline_dir(self.repo, view)
+            folder = offline_dir(self.repo, view, self.cfg.namespace)
             folder.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, folder / "rows.parquet")
 

@@ -20,9 +20,11 @@ import pytest
 import yaml
 
 from solaris.config import SolarisConfig
-from solaris.orchestration import tasks
-from solaris.orchestration.airflow_cycle import window_intervals
+from solaris.local.cycle import window_intervals
+from solaris.namespace import Namespace
+from solaris.orchestration import runs
 from solaris.orchestration.layout import CycleLayout, Interval
+from solaris.pipeline.codes import read_manifest
 from solaris.store.connection import redis_client
 from solaris.store.feast_store import delete_project_keys
 
@@ -69,7 +71,7 @@ def cycle(
     # What the task runs read (the demo's copy: absolute paths, the demo cadence).
     run_cfg = SolarisConfig.load(Path(cfg.artifacts_dir).resolve() / "airflow" / "solaris.yaml")
     yield run_cfg, summary
-    delete_project_keys(redis_client(REDIS), project, extra_keys=[f"{project}:misses"])
+    delete_project_keys(redis_client(REDIS), project)
 
 
 def _intervals(summary: dict) -> int:
@@ -121,7 +123,7 @@ def test_asset_events_chain_candidates_to_embeddings_to_enrichment(cycle) -> Non
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from solaris.orchestration.local_airflow import LocalAirflow
+    from solaris.local.airflow import LocalAirflow
 
     _, summary = cycle
     with create_session() as session:
@@ -143,17 +145,17 @@ def test_asset_events_chain_candidates_to_embeddings_to_enrichment(cycle) -> Non
             and (extra["interval_start"], extra["interval_end"]) in project_intervals
         }
 
-    assert intervals_of(tasks.CANDIDATES) == project_intervals
-    assert intervals_of(tasks.PAIR_EMBEDDINGS) == project_intervals
+    assert intervals_of(runs.CANDIDATES) == project_intervals
+    assert intervals_of(runs.PAIR_EMBEDDINGS) == project_intervals
     sources = {asset: dag for asset, _, dag in rows}
-    assert sources[tasks.CANDIDATES] == "solaris_candidates"
-    assert sources[tasks.PAIR_EMBEDDINGS] == "solaris_embeddings"
-    assert sources[tasks.USER_AGGREGATES] == "solaris_enrichment"
-    assert sources[tasks.USER_NEIGHBOURS] == "solaris_clustering"
-    assert sources[tasks.VERIFIER] == "solaris_training"
+    assert sources[runs.CANDIDATES] == "solaris_candidates"
+    assert sources[runs.PAIR_EMBEDDINGS] == "solaris_embeddings"
+    assert sources[runs.USER_AGGREGATES] == "solaris_enrichment"
+    assert sources[runs.USER_NEIGHBOURS] == "solaris_clustering"
+    assert sources[runs.VERIFIER] == "solaris_training"
     # What the scheduler would start next from these events.
-    assert "solaris_embeddings" in LocalAirflow.queued_dags(tasks.CANDIDATES)
-    assert "solaris_enrichment" in LocalAirflow.queued_dags(tasks.PAIR_EMBEDDINGS)
+    assert "solaris_embeddings" in LocalAirflow.queued_dags(runs.CANDIDATES)
+    assert "solaris_enrichment" in LocalAirflow.queued_dags(runs.PAIR_EMBEDDINGS)
 
 
 def test_runs_wrote_ledgers_codes_views_and_run_records(cycle) -> None:
@@ -161,7 +163,7 @@ def test_runs_wrote_ledgers_codes_views_and_run_records(cycle) -> None:
     from solaris.serving.client import SolarisFeatures
 
     cfg, summary = cycle
-    layout = CycleLayout(cfg.artifacts_dir)
+    layout = CycleLayout(Namespace.of(cfg))
     embedded = 0
     last = None
     for start, end in (
@@ -177,13 +179,13 @@ def test_runs_wrote_ledgers_codes_views_and_run_records(cycle) -> None:
             last = table
     assert embedded == summary["airflow"]["fm_passes"] > 0
     for view in ("pair", "uagg", "iagg"):
-        assert any((Path(cfg.store.repo_path) / "data" / "offline" / view).rglob("*.parquet"))
+        assert any((Namespace.of(cfg).offline_root / view).rglob("*.parquet"))
 
     # The newest codes are in Redis: served as pair hits right after their interval.
     users = last["user_id"].to_numpy()
     items = last["item_id"].to_numpy()[users == users[0]]
     computed_at = int(last["computed_at"][0].as_py().timestamp())
-    version = json.loads((layout.models_dir / "split.json").read_text())["fm_version"]
+    version = read_manifest(layout.models_dir).fm_version
     with SolarisFeatures(cfg, redis=REDIS, fm_version=version) as client:
         served = client.fetch(int(users[0]), items, now=computed_at)
     assert served.mask[:, 0].all()
@@ -202,14 +204,14 @@ def test_training_publishes_the_new_verifier_only_if_no_worse(cycle) -> None:
     cfg, summary = cycle
     record = summary["airflow"]["training"]
     assert record["published"] == (record["val_logloss"] <= record["current_val_logloss"])
-    pointer = CycleLayout(cfg.artifacts_dir).verifier_publication(record["interval_end"])
+    pointer = CycleLayout(Namespace.of(cfg)).verifier_publication(record["interval_end"])
     assert pointer.is_file() == record["published"]
 
 
 def test_candidates_run_without_redis_fails_and_writes_no_ledger(
     cycle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from solaris.orchestration.local_airflow import AirflowRunError, LocalAirflow
+    from solaris.local.airflow import AirflowRunError, LocalAirflow
 
     cfg, _ = cycle
     config_path = Path(cfg.artifacts_dir) / "airflow" / "solaris.yaml"
@@ -219,4 +221,4 @@ def test_candidates_run_without_redis_fails_and_writes_no_ledger(
     airflow = LocalAirflow(REPO / "dags")
     with pytest.raises(AirflowRunError, match="ended failed"):
         airflow.run("solaris_candidates", interval.as_dict())
-    assert not CycleLayout(cfg.artifacts_dir).selections(interval).exists()
+    assert not CycleLayout(Namespace.of(cfg)).selections(interval).exists()

@@ -53,14 +53,21 @@ def test_rerunning_a_batch_leaves_exactly_the_same_state(feast_store, solaris_cf
     table = _embeddings()
     rows = pair_rows(table, z_dim=Z_DIM)
     first = materialize(store, "pair", rows, batch_id="b1")
-    files = sorted(p.relative_to(repo) for p in offline_dir(repo, "pair").rglob("*.parquet"))
+    files = sorted(
+        p.relative_to(repo)
+        for p in offline_dir(repo, "pair", solaris_cfg.namespace).rglob("*.parquet")
+    )
     contents = {f: pd.read_parquet(repo / f) for f in files}
     online = _online_state(store, 6)
 
     second = materialize(store, "pair", rows, batch_id="b1")
     assert first.offline_files == second.offline_files
     assert (
-        sorted(p.relative_to(repo) for p in offline_dir(repo, "pair").rglob("*.parquet")) == files
+        sorted(
+            p.relative_to(repo)
+            for p in offline_dir(repo, "pair", solaris_cfg.namespace).rglob("*.parquet")
+        )
+        == files
     )
     for f, before in contents.items():
         pd.testing.assert_frame_equal(pd.read_parquet(repo / f), before)
@@ -70,7 +77,7 @@ def test_rerunning_a_batch_leaves_exactly_the_same_state(feast_store, solaris_cf
     np.testing.assert_array_equal(np.asarray(online["z"][0], np.float32), f16_round(written[0]))
     offline = pd.concat(contents.values(), ignore_index=True).sort_values("user_id")
     np.testing.assert_array_equal(np.stack(offline["z"]), f16_round(written))
-    assert not list(offline_dir(repo, "pair").rglob(".*.tmp"))
+    assert not list(offline_dir(repo, "pair", solaris_cfg.namespace).rglob(".*.tmp"))
 
 
 def test_offline_rows_are_partitioned_by_event_date(feast_store, solaris_cfg) -> None:
@@ -89,7 +96,7 @@ def test_a_bad_embedding_table_is_rejected_before_anything_is_written(solaris_cf
     bad = table.set_column(2, "z", pa.FixedSizeListArray.from_arrays(pa.array(z), Z_DIM))
     with pytest.raises(SchemaError, match="z"):
         pair_rows(bad, z_dim=Z_DIM)
-    assert not offline_dir(solaris_cfg.store.repo_path, "pair").exists()
+    assert not offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace).exists()
 
 
 def _bad_rows(kind: str) -> pd.DataFrame:
@@ -124,13 +131,13 @@ def test_a_bad_row_writes_nothing_offline_or_online(
     kind: str, feast_store, solaris_cfg, redis_client
 ) -> None:
     repo = solaris_cfg.store.repo_path
-    before = _keys(redis_client, solaris_cfg.store.project)
+    before = _keys(redis_client, solaris_cfg.namespace)
     with pytest.raises(InvalidWriteError, match="view 'pair'") as err:
         materialize(feast_store, "pair", _bad_rows(kind), batch_id="bad")
     column = {"short z": "z", "missing z": "z", "fm_version not a string": "fm_version"}
     assert column.get(kind, "item_id") in str(err.value)
-    assert _keys(redis_client, solaris_cfg.store.project) == before
-    assert not offline_dir(repo, "pair").exists()
+    assert _keys(redis_client, solaris_cfg.namespace) == before
+    assert not offline_dir(repo, "pair", solaris_cfg.namespace).exists()
 
 
 @pytest.mark.parametrize("view", ["nope", "../../etc", "pair/../../x", 3])
@@ -140,12 +147,12 @@ def test_an_unknown_view_is_refused_and_never_becomes_a_path(view, feast_store, 
     with pytest.raises(InvalidWriteError, match="unknown view"):
         materialize(feast_store, view, _bad_rows("none"), batch_id="x")
     with pytest.raises(InvalidWriteError, match="unknown view"):
-        offline_dir(solaris_cfg.store.repo_path, view)
+        offline_dir(solaris_cfg.store.repo_path, view, solaris_cfg.namespace)
     assert (sorted(data.rglob("*")) if data.exists() else []) == before
 
 
 def test_a_bad_batch_id_is_refused_before_writing(feast_store, solaris_cfg, redis_client) -> None:
     with pytest.raises(InvalidWriteError, match="batch_id"):
         materialize(feast_store, "pair", _bad_rows("none"), batch_id="../escape")
-    assert not offline_dir(solaris_cfg.store.repo_path, "pair").exists()
-    assert _keys(redis_client, solaris_cfg.store.project) == []
+    assert not offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace).exists()
+    assert _keys(redis_client, solaris_cfg.namespace) == []

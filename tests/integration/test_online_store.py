@@ -135,7 +135,7 @@ def test_feast_write_to_online_store_and_the_bulk_path_store_the_same_record(
     online_store_of(feast_store).write_table(
         feast_store.config, feast_store.get_feature_view("pair"), frame.iloc[1:]
     )
-    prefix = keys.view_key(solaris_cfg.store.project, PAIR)
+    prefix = keys.view_key(solaris_cfg.namespace, PAIR)
     a = redis_client.hget(keys.partition_key(prefix, PAIR, 7), keys.member_field(70))
     b = redis_client.hget(keys.partition_key(prefix, PAIR, 8), keys.member_field(70))
     assert len(a) == len(b) and a[8 : 8 + 2 * Z_DIM] != b[8 : 8 + 2 * Z_DIM]
@@ -170,7 +170,7 @@ def test_feast_materialize_loads_the_offline_rows_into_the_store(
         }
     )
     materialize(feast_store, "pair", rows, batch_id="m1")  # offline and online
-    prefix = keys.view_key(solaris_cfg.store.project, PAIR)
+    prefix = keys.view_key(solaris_cfg.namespace, PAIR)
     redis_client.delete(*(keys.partition_key(prefix, PAIR, u) for u in (11, 12)))
     feast_store.materialize(
         start_date=datetime.fromtimestamp(now - H, UTC),
@@ -189,7 +189,7 @@ def test_teardown_deletes_every_key_of_the_project(
     rows.pair(13, 130, _z(1), NOW)
     rows.uagg(13, _z(1), 1, window_start=NOW - H, computed_at=NOW)
     rows.iagg(130, _z(1), 1, NOW)
-    pattern = keys.project_pattern(solaris_cfg.store.project)
+    pattern = keys.project_pattern(solaris_cfg.namespace)
     assert len(list(redis_client.scan_iter(match=pattern))) == 3
     feast_store.teardown()
     assert list(redis_client.scan_iter(match=pattern)) == []
@@ -246,7 +246,7 @@ def _write_pair(store, user: int, item: int, event_s: int) -> None:
 
 def test_a_key_expires_within_its_retention_after_its_last_write(short_lived, redis_client):
     store, cfg = short_lived
-    key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 20)
+    key = keys.partition_key(keys.view_key(cfg.namespace, PAIR), PAIR, 20)
     _write_pair(store, 20, 200, NOW)
     assert 0 < redis_client.pttl(key) <= 4_000  # the retention, in wall-clock time
     time.sleep(1.0)
@@ -262,7 +262,7 @@ def test_a_write_prunes_rows_older_than_the_retention_before_its_newest(
     short_lived, redis_client
 ) -> None:
     store, cfg = short_lived
-    key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 21)
+    key = keys.partition_key(keys.view_key(cfg.namespace, PAIR), PAIR, 21)
     _write_pair(store, 21, 210, NOW)
     _write_pair(store, 21, 211, NOW + 1)  # inside the retention: both kept
     assert redis_client.hexists(key, keys.member_field(210))
@@ -276,7 +276,7 @@ def test_a_write_prunes_rows_older_than_the_retention_before_its_newest(
 
 def test_hash_size_stays_bounded_under_a_long_stream_of_writes(short_lived, redis_client):
     store, cfg = short_lived
-    key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 22)
+    key = keys.partition_key(keys.view_key(cfg.namespace, PAIR), PAIR, 22)
     for k in range(40):  # one new item a second of event time: 40 s of history
         _write_pair(store, 22, 1000 + k, NOW + k)
     # Rows within the retention (4 s) + a prune interval (1 s) of the newest, + the marker.
@@ -285,7 +285,7 @@ def test_hash_size_stays_bounded_under_a_long_stream_of_writes(short_lived, redi
 
 def test_a_row_from_the_future_does_not_stop_pruning_its_hash(short_lived, redis_client):
     store, cfg = short_lived
-    key = keys.partition_key(keys.view_key(cfg.store.project, PAIR), PAIR, 23)
+    key = keys.partition_key(keys.view_key(cfg.namespace, PAIR), PAIR, 23)
     _write_pair(store, 23, 2300, NOW + 30 * 86_400)  # a marker 30 days ahead
     for k in range(40):  # then 40 s of history, 1 s apart
         _write_pair(store, 23, 3000 + k, NOW + k)
@@ -400,4 +400,4 @@ def test_a_write_of_a_fraction_of_a_second_is_refused(feast_store, redis_client,
         online_store_of(feast_store).write_table(
             feast_store.config, feast_store.get_feature_view("pair"), frame
         )
-    assert list(redis_client.scan_iter(match=keys.project_pattern(solaris_cfg.store.project))) == []
+    assert list(redis_client.scan_iter(match=keys.project_pattern(solaris_cfg.namespace))) == []

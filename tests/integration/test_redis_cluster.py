@@ -82,10 +82,9 @@ def test_reads_writes_expiry_misses_and_teardown_work_across_the_cluster(
         ignore=shutil.ignore_patterns("data", "__pycache__"),
     )
     cfg = SolarisConfig(
+        namespace="tcl",
         model=ModelConfig(z_dim=Z_DIM),
-        store=StoreConfig(
-            project="tcl", repo_path=repo, redis_type="redis_cluster", miss_stream="tcl:misses"
-        ),
+        store=StoreConfig(repo_path=repo, redis_type="redis_cluster"),
     )
     store = open_feature_store(cfg, cluster)
     apply_definitions(store, cfg)

@@ -93,7 +93,7 @@ def test_wrong_version_is_a_miss_and_is_logged(client, rows, solaris_cfg, redis_
     assert out.mask[:, PAIR].tolist() == [False, True]
     assert out.tier.tolist() == ["none", "pair"]
     assert client.flush()
-    misses = drain_misses(redis_client, solaris_cfg.store.miss_stream)
+    misses = drain_misses(redis_client, f"{solaris_cfg.namespace}:misses")
     assert misses.to_dict("list") == {"user_id": [2], "item_id": [20], "ts": [NOW]}
 
 
@@ -146,7 +146,7 @@ def test_all_tiers_in_one_feast_call_per_fetch(client, rows, feast_store, monkey
 
 
 def test_miss_stream_is_bounded_and_drained(client, solaris_cfg, redis_client) -> None:
-    stream, maxlen = solaris_cfg.store.miss_stream, solaris_cfg.store.miss_stream_maxlen
+    stream, maxlen = f"{solaris_cfg.namespace}:misses", solaris_cfg.store.miss_stream_maxlen
     for k in range(maxlen + 10):
         client.fetch(5, [k, k + 1], now=NOW + k)
     assert client.flush()
@@ -322,7 +322,7 @@ def test_an_overloaded_process_sheds_as_busy_not_as_hung(
 def test_one_bad_miss_entry_never_costs_the_good_ones(solaris_cfg, redis_client) -> None:
     from solaris.serving.misses import drain_miss_entries
 
-    stream, maxlen = solaris_cfg.store.miss_stream, solaris_cfg.store.miss_stream_maxlen
+    stream, maxlen = f"{solaris_cfg.namespace}:misses", solaris_cfg.store.miss_stream_maxlen
     append_misses(redis_client, stream, maxlen, 1, [10, 11], NOW)
     redis_client.xadd(stream, {"user": "x", "ts": NOW, "items": b"\x01\x02"})  # not ours
     redis_client.xadd(stream, {"user": 2, "ts": NOW})  # no items
@@ -341,7 +341,7 @@ def test_one_bad_miss_entry_never_costs_the_good_ones(solaris_cfg, redis_client)
 
 
 def test_invalid_misses_are_refused_before_reaching_the_stream(solaris_cfg, redis_client):
-    stream, maxlen = solaris_cfg.store.miss_stream, solaris_cfg.store.miss_stream_maxlen
+    stream, maxlen = f"{solaris_cfg.namespace}:misses", solaris_cfg.store.miss_stream_maxlen
     for user, items, ts in ((1, [-1], NOW), (1, [1], NOW * 1000), (-3, [1], NOW)):
         with pytest.raises(ValueError):
             append_misses(redis_client, stream, maxlen, user, items, ts)

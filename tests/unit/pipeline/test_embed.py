@@ -12,6 +12,7 @@ import torch
 
 from solaris.data.movielens import MovieLens
 from solaris.data.schemas import SchemaError, pair_embeddings_schema, read_table, write_table
+from solaris.examples.movielens import MovieLensFoundationModel
 from solaris.models.autoencoder import Autoencoder
 from solaris.models.features import FeatureContext
 from solaris.models.fm import FoundationModel
@@ -21,12 +22,15 @@ Z_DIM = 8
 
 
 @pytest.fixture
-def models(tiny_ml: MovieLens) -> tuple[FeatureContext, FoundationModel, Autoencoder]:
+def models(
+    tiny_ml: MovieLens,
+) -> tuple[FeatureContext, MovieLensFoundationModel, Autoencoder]:
+    """The MovieLens FM through its adapter (what the embeddings DAG gets)."""
     torch.manual_seed(0)
     ctx = FeatureContext(tiny_ml, history_len=6, kg_per_item=4, kg_buckets=64)
     fm = FoundationModel(ctx.spec("fm"), embed_dim=4, shared_dim=16).eval()
     ae = Autoencoder(in_dim=16, z_dim=Z_DIM, hidden=12).eval()
-    return ctx, fm, ae
+    return ctx, MovieLensFoundationModel(fm, ctx, "fm-x"), ae
 
 
 def _pairs(ml: MovieLens, n: int = 50) -> pd.DataFrame:
@@ -34,10 +38,10 @@ def _pairs(ml: MovieLens, n: int = 50) -> pd.DataFrame:
 
 
 def test_embed_pairs_returns_the_pair_embeddings_schema(tiny_ml, models) -> None:
-    ctx, fm, ae = models
+    _ctx, fm, ae = models
     pairs = _pairs(tiny_ml)
     at = int(tiny_ml.ratings["ts"].median())
-    rows = embed_pairs(pairs, fm=fm, autoencoder=ae, ctx=ctx, computed_at=at, fm_version="fm-x")
+    rows = embed_pairs(pairs, fm=fm, autoencoder=ae, computed_at=at, fm_version="fm-x")
     assert rows.schema == pair_embeddings_schema(Z_DIM)
     assert rows.num_rows == len(pairs)
     assert set(rows["fm_version"].to_pylist()) == {"fm-x"}
@@ -49,9 +53,7 @@ def test_embed_pairs_equals_bare_forward_pass_regardless_of_batch_size(tiny_ml, 
     ctx, fm, ae = models
     pairs = _pairs(tiny_ml)
     at = np.arange(len(pairs)) * 3600 + int(tiny_ml.ratings["ts"].min())
-    rows = embed_pairs(
-        pairs, fm=fm, autoencoder=ae, ctx=ctx, computed_at=at, fm_version="v", batch_size=7
-    )
+    rows = embed_pairs(pairs, fm=fm, autoencoder=ae, computed_at=at, fm_version="v", batch_size=7)
     got = np.stack(rows["z"].to_numpy(zero_copy_only=False))
     with torch.inference_mode():
         batch = ctx.fm_batch(pairs["user_id"].to_numpy(), pairs["item_id"].to_numpy(), at)
@@ -60,19 +62,25 @@ def test_embed_pairs_equals_bare_forward_pass_regardless_of_batch_size(tiny_ml, 
 
 
 def test_embedding_ignores_ratings_at_or_after_computed_at(tiny_ml, models) -> None:
-    ctx, fm, ae = models
+    _ctx, fm, ae = models
     pairs = _pairs(tiny_ml)
     at = int(tiny_ml.ratings["ts"].quantile(0.5))
     before = tiny_ml.ratings[tiny_ml.ratings["ts"] < at].reset_index(drop=True)
     truncated = MovieLens(before, tiny_ml.users, tiny_ml.items, tiny_ml.kg_links, tiny_ml.kg)
     ctx_past = FeatureContext(truncated, history_len=6, kg_per_item=4, kg_buckets=64)
-    now = embed_pairs(pairs, fm=fm, autoencoder=ae, ctx=ctx, computed_at=at, fm_version="v")
-    past = embed_pairs(pairs, fm=fm, autoencoder=ae, ctx=ctx_past, computed_at=at, fm_version="v")
+    now = embed_pairs(pairs, fm=fm, autoencoder=ae, computed_at=at, fm_version="v")
+    past = embed_pairs(
+        pairs,
+        fm=MovieLensFoundationModel(fm.module, ctx_past, "v"),
+        autoencoder=ae,
+        computed_at=at,
+        fm_version="v",
+    )
     assert now.equals(past)
 
 
 def test_embed_shard_writes_validated_parquet(tiny_ml, models, tmp_path: Path) -> None:
-    ctx, fm, ae = models
+    _ctx, fm, ae = models
     pairs = _pairs(tiny_ml, 20)
     at = int(tiny_ml.ratings["ts"].max()) + 1
     shard = pa.table(
@@ -90,7 +98,6 @@ def test_embed_shard_writes_validated_parquet(tiny_ml, models, tmp_path: Path) -
         tmp_path / "out.parquet",
         fm=fm,
         autoencoder=ae,
-        ctx=ctx,
         computed_at=at,
         fm_version="v",
     )
@@ -100,7 +107,7 @@ def test_embed_shard_writes_validated_parquet(tiny_ml, models, tmp_path: Path) -
 
 
 def test_embed_shard_rejects_a_bad_shard_and_writes_nothing(models, tmp_path: Path) -> None:
-    ctx, fm, ae = models
+    _ctx, fm, ae = models
     import pyarrow.parquet as pq
 
     bad = pa.table(
@@ -119,7 +126,6 @@ def test_embed_shard_rejects_a_bad_shard_and_writes_nothing(models, tmp_path: Pa
             tmp_path / "out.parquet",
             fm=fm,
             autoencoder=ae,
-            ctx=ctx,
             computed_at=10,
             fm_version="v",
         )
@@ -128,20 +134,18 @@ def test_embed_shard_rejects_a_bad_shard_and_writes_nothing(models, tmp_path: Pa
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_bf16_embeddings_match_cpu(tiny_ml, models) -> None:
-    ctx, fm, ae = models
+    _ctx, fm, ae = models
     pairs = _pairs(tiny_ml)
     at = int(tiny_ml.ratings["ts"].median())
-    cpu = embed_pairs(pairs, fm=fm, autoencoder=ae, ctx=ctx, computed_at=at, fm_version="v")
-    gpu = embed_pairs(
-        pairs, fm=fm, autoencoder=ae, ctx=ctx, computed_at=at, fm_version="v", device="cuda"
-    )
+    cpu = embed_pairs(pairs, fm=fm, autoencoder=ae, computed_at=at, fm_version="v")
+    gpu = embed_pairs(pairs, fm=fm, autoencoder=ae, computed_at=at, fm_version="v", device="cuda")
     a = np.stack(cpu["z"].to_numpy(zero_copy_only=False))
     b = np.stack(gpu["z"].to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(a, b, rtol=0.05, atol=0.05)
 
 
 def test_embed_shard_rejects_rows_of_the_next_interval(tiny_ml, models, tmp_path: Path) -> None:
-    ctx, fm, ae = models
+    _ctx, fm, ae = models
     at = int(tiny_ml.ratings["ts"].max()) + 1
     shard = pa.table(
         {
@@ -159,7 +163,6 @@ def test_embed_shard_rejects_rows_of_the_next_interval(tiny_ml, models, tmp_path
             tmp_path / "out.parquet",
             fm=fm,
             autoencoder=ae,
-            ctx=ctx,
             computed_at=at,
             fm_version="v",
         )

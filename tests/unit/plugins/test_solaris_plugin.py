@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 from fastapi.testclient import TestClient
 
+from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,7 +30,7 @@ def plugin() -> ModuleType:
 
 
 def _write_runs(artifacts: Path) -> None:
-    layout = CycleLayout(artifacts)
+    layout = CycleLayout(Namespace("live", artifacts, artifacts))
     first, second = Interval(T0, T0 + 3600), Interval(T0 + 3600, T0 + 7200)
     write_run_record(
         layout,
@@ -131,7 +132,7 @@ def test_json_endpoint_returns_the_records(client: TestClient, artifacts: Path) 
 
 
 def test_unparsable_record_is_shown_as_an_error(client: TestClient, artifacts: Path) -> None:
-    runs = artifacts / "cycle" / "runs"
+    runs = artifacts / "namespaces" / "live" / "runs"
     (runs / "solaris_candidates" / "00000000001-00000000002.json").write_text("{not json")
     (runs / "solaris_odd").mkdir()
     (runs / "solaris_odd" / "x.json").write_text("[1, 2]")
@@ -149,7 +150,7 @@ def test_unparsable_record_is_shown_as_an_error(client: TestClient, artifacts: P
 def test_odd_values_do_not_break_the_page(
     plugin: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    layout = CycleLayout(tmp_path)
+    layout = CycleLayout(Namespace("live", tmp_path, tmp_path))
     write_run_record(
         layout,
         "solaris_odd",
@@ -179,7 +180,7 @@ def test_empty_artifacts_dir_says_no_runs_yet(
     page = client.get("/")
     assert page.status_code == 200
     assert "No runs yet" in page.text
-    assert str(tmp_path / "nothing-here" / "cycle" / "runs") in page.text
+    assert str(tmp_path / "nothing-here" / "namespaces") in page.text
     assert client.get("/api/runs").json()["dags"] == {}
 
 

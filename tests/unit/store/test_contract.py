@@ -260,14 +260,13 @@ def test_from_tags_with_a_wrong_or_missing_layout_tag_raises_naming_the_view(
 
 
 @pytest.mark.parametrize("spec", list(VIEWS.values()), ids=list(VIEWS))
-def test_offline_path_stays_relative_under_data_offline(spec: ViewSpec) -> None:
-    path = PurePosixPath(offline_path(spec))
+def test_offline_path_stays_relative_under_data_offline_of_its_project(spec: ViewSpec) -> None:
+    path = PurePosixPath(offline_path(spec, "demo"))
     assert not path.is_absolute()
     assert ".." not in path.parts
-    assert path.parts[:2] == ("data", "offline")
-    assert path == PurePosixPath("data/offline") / spec.name
+    assert path == PurePosixPath("data/offline/demo") / spec.name
 
 
-def test_offline_paths_are_distinct_per_view() -> None:
-    paths = [offline_path(spec) for spec in VIEWS.values()]
+def test_offline_paths_are_distinct_per_view_and_project() -> None:
+    paths = [offline_path(spec, p) for spec in VIEWS.values() for p in ("live", "demo")]
     assert len(set(paths)) == len(paths)

@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 
 from solaris.config import SolarisConfig
-from solaris.orchestration.airflow_cycle import (
+from solaris.local.cycle import (
     DAY,
     export_config,
-    reset_cycle,
+    reset_namespace,
     run_window,
     window_intervals,
 )
-from solaris.orchestration.layout import CycleLayout
+from solaris.namespace import Namespace
 from solaris.serving.tiers import TIERS
 
 Printer = Callable[[str], None]
@@ -48,21 +48,17 @@ def _environ(**values: str) -> Iterator[None]:
 
 
 def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
-    """:func:`solaris.evaluation.replay.replay` of the log rows in ``[start, end)``, scored
-    by the VM trained with the FM: what the candidates DAG runs over the same intervals
-    must reproduce (pair coverage of impressions from ``eval_from`` on)."""
+    """:func:`solaris.evaluation.replay.replay` of the traffic in ``[start, end)`` with the
+    scores it logged: what the candidates DAG runs over the same intervals must reproduce
+    (pair coverage of impressions from ``eval_from`` on)."""
+    from solaris import adapters
     from solaris.evaluation.replay import replay
-    from solaris.orchestration.resources import feature_context, read_requests
-    from solaris.pipeline.train import load_models, score_candidates
 
-    layout = CycleLayout(cfg.artifacts_dir)
-    rows = read_requests(layout, start, end)
-    _, _, vm, _ = load_models(layout.models_dir)
-    scores = score_candidates(vm, feature_context(cfg), rows)
+    rows = adapters.traffic_source(cfg).requests(start, end)
     sel = cfg.selection
     return replay(
         rows,
-        scores,
+        adapters.verifier(cfg).score(rows),
         share=sel.share,
         ttl_seconds=round(sel.ttl_hours * 3600),
         cadence_seconds=round(sel.cadence_minutes * 60),
@@ -76,14 +72,13 @@ def served_example(
     """The last labelled request of the window, served through ``SolarisFeatures`` as if it
     came again at the window's end (the online store holds each key's latest row only), and
     served ``repeats`` more times to time it; with what the pair view costs in Redis."""
-    from solaris.orchestration.resources import read_requests
+    from solaris import adapters
     from solaris.serving.client import SolarisFeatures
     from solaris.store.connection import redis_client
     from solaris.store.contract import PAIR
     from solaris.store.footprint import view_footprint
 
-    layout = CycleLayout(cfg.artifacts_dir)
-    rows = read_requests(layout, as_of - DAY, as_of)
+    rows = adapters.traffic_source(cfg).requests(as_of - DAY, as_of)
     if not rows["label"].notna().any():
         return {}
     request_id = rows.loc[rows["label"].notna(), "request_id"].iloc[-1]
@@ -102,7 +97,7 @@ def served_example(
     tiers, counts = np.unique(served.tier, return_counts=True)
     redis_db = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        pairs = view_footprint(redis_db, cfg.store.project, PAIR)
+        pairs = view_footprint(redis_db, Namespace.of(cfg).project, PAIR)
         setting = redis_db.config_get("hash-max-listpack-value") or redis_db.config_get(
             "hash-max-ziplist-value"
         )
@@ -132,7 +127,7 @@ def run_airflow_stage(
     cfg: SolarisConfig, *, eval_from: int, fm_version: str, echo: Printer = print
 ) -> dict[str, Any]:
     """Replay a window of the test period through the five DAGs; print and return figures."""
-    from solaris.orchestration.local_airflow import LocalAirflow, configure_airflow
+    from solaris.local.airflow import LocalAirflow, configure_airflow
     from solaris.store.local_redis import redis_for
 
     cadence_min = cfg.cycle.demo_cadence_minutes
@@ -145,6 +140,7 @@ def run_airflow_stage(
         cfg = cfg.model_copy(
             update={
                 "artifacts_dir": artifacts,
+                "replay": True,  # the demo's requests come from the traffic source
                 "store": cfg.store.model_copy(update={"redis": redis}),
                 "selection": cfg.selection.model_copy(update={"cadence_minutes": cadence_min}),
             }
@@ -158,7 +154,7 @@ def run_airflow_stage(
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
         }
         with _environ(**env):
-            reset_cycle(cfg, redis)
+            reset_namespace(cfg, redis)
             home = Path(cfg.cycle.airflow_home or artifacts / "airflow").resolve()
             configure_airflow(home, dags)
             airflow = LocalAirflow(dags, gpu_pool=cfg.cycle.gpu_pool)
@@ -172,7 +168,8 @@ def run_airflow_stage(
                 f"{warm_up / 3600:g} h before the test period through {cfg.cycle.demo_days:g} "
                 f"days of it; Redis {redis} ({origin}); AIRFLOW_HOME {home}"
             )
-            report = run_window(airflow, intervals)
+            echo(f"replay in {Namespace.of(cfg).describe()}")
+            report = run_window(airflow, intervals, cfg)
             example = served_example(cfg, redis, fm_version, intervals[-1].end)
             library = library_replay(cfg, intervals[0].start, intervals[-1].end, since)
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from solaris.config import SolarisConfig
-from solaris.orchestration import tasks
+from solaris.local.airflow import LocalAirflow
+from solaris.namespace import Namespace
+from solaris.orchestration import runs
 from solaris.orchestration.candidates import DAG_ID as CANDIDATES_DAG
 from solaris.orchestration.embeddings import DAG_ID as EMBEDDINGS_DAG
 from solaris.orchestration.enrichment import CLUSTERING_DAG_ID, ENRICHMENT_DAG_ID
-from solaris.orchestration.layout import CycleLayout, Interval
-from solaris.orchestration.local_airflow import LocalAirflow
-from solaris.orchestration.resources import flatten_intervals
+from solaris.orchestration.layout import Interval
 from solaris.orchestration.training import DAG_ID as TRAINING_DAG
 from solaris.serving.tiers import TIERS
 
@@ -59,19 +59,21 @@ class CycleReport:
         }
 
 
-def reset_cycle(cfg: SolarisConfig, redis: str) -> None:
-    """Forget an earlier cycle: its state folder, the Feast project's Redis keys and the
-    feature repo's offline parquet (``<repo_path>/data/offline``, which is not namespaced by
-    project: point ``store.repo_path`` at a repo of the demo's own). Other Redis data is
-    never touched."""
+def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
+    """Forget an earlier cycle of ``cfg``'s namespace: its state folder, its offline
+    parquet and its Redis keys (views and streams, ``<namespace>:*``). Other namespaces and
+    other Redis data are never touched."""
     from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
 
-    shutil.rmtree(CycleLayout(cfg.artifacts_dir).root, ignore_errors=True)
-    shutil.rmtree(Path(cfg.store.repo_path) / "data" / "offline", ignore_errors=True)
+    namespace = Namespace.of(cfg)
+    shutil.rmtree(namespace.cycle_root, ignore_errors=True)
+    shutil.rmtree(namespace.offline_root, ignore_errors=True)
     client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        delete_project_keys(client, cfg.store.project, extra_keys=[cfg.store.miss_stream])
+        delete_project_keys(
+            client, namespace.project, extra_keys=[namespace.miss_stream, namespace.request_stream]
+        )
     finally:
         client.close()
 
@@ -85,9 +87,24 @@ def export_config(cfg: SolarisConfig, path: Path) -> Path:
     return path
 
 
+def downstream_conf(extra: dict[str, Any]) -> dict[str, Any]:
+    """The conf that starts a downstream run as the scheduler would from the asset event
+    with ``extra``: its namespace and intervals."""
+    items = extra.get("intervals") or [extra]
+    return {
+        "namespace": extra["namespace"],
+        "replay": extra["replay"],
+        "intervals": [
+            {"interval_start": i["interval_start"], "interval_end": i["interval_end"]}
+            for i in items
+        ],
+    }
+
+
 def run_window(
     airflow: LocalAirflow,
     intervals: list[Interval],
+    cfg: SolarisConfig,
     *,
     train_at_end: bool = True,
     progress: bool = True,
@@ -103,17 +120,24 @@ def run_window(
         report.seconds[dag_id].append(result.seconds)
         return result
 
+    where = {"namespace": cfg.namespace, "replay": cfg.replay}
     for interval in tqdm(intervals, desc="airflow cycle", unit="interval", disable=not progress):
-        cand = run(CANDIDATES_DAG, interval.as_dict())
-        [record] = cand.asset_extras[tasks.CANDIDATES]
+        cand = run(CANDIDATES_DAG, {**where, **interval.as_dict()})
+        [record] = cand.asset_extras[runs.CANDIDATES]
         report.candidates.append(record)
-        emb = run(EMBEDDINGS_DAG, {"intervals": flatten_intervals([record])})
-        [embedded] = emb.asset_extras[tasks.PAIR_EMBEDDINGS]
+        emb = run(EMBEDDINGS_DAG, downstream_conf(record))
+        [embedded] = emb.asset_extras[runs.PAIR_EMBEDDINGS]
         report.embeddings.append(embedded)
-        run(ENRICHMENT_DAG_ID, {"intervals": flatten_intervals([embedded])})
+        run(ENRICHMENT_DAG_ID, downstream_conf(embedded))
         if interval.end % DAY == 0:  # the daily clustering run, after midnight's enrichment
-            run(CLUSTERING_DAG_ID, {"interval_end": interval.end})
+            run(
+                CLUSTERING_DAG_ID,
+                {**where, "interval_start": interval.start, "interval_end": interval.end},
+            )
     if train_at_end and intervals:
-        result = run(TRAINING_DAG, {"interval_end": intervals[-1].end})
-        [report.training] = result.asset_extras[tasks.VERIFIER]
+        last = intervals[-1]
+        result = run(
+            TRAINING_DAG, {**where, "interval_start": last.start, "interval_end": last.end}
+        )
+        [report.training] = result.asset_extras[runs.VERIFIER]
     return report

@@ -1,0 +1,205 @@
+"""What a user brings to SOLARIS: a foundation model, a verifier and traffic.
+
+SOLARIS runs on any recommender through these interfaces, chosen by import path in the
+configuration and loaded once at the task edge::
+
+    model:
+      foundation: "mypkg.fm:build"          # build(cfg) -> FoundationModel
+      verifier: "solaris.adapters:logged_scores"   # the default: the score serving logged
+    requests:
+      source: "mypkg.traffic:build"         # build(cfg) -> TrafficSource (replays only)
+
+Each factory is called with the :class:`~solaris.config.SolarisConfig` and returns an object
+with the protocol's methods. The MovieLens implementation (``solaris.examples.movielens``)
+and a synthetic one with its own, differently shaped FM (``solaris.examples.synthetic``)
+are the worked examples. SOLARIS itself trains the autoencoder ``h -> z`` on the user's
+``h`` and versions it with the FM (:mod:`solaris.pipeline.codes`).
+
+Tables are pandas frames with the columns of :mod:`solaris.data.schemas`:
+``request_id, user_id, item_id, ts`` (int64, epoch seconds), ``label`` (Int8, null when
+unlabelled) and ``score`` (float32, the verifier's score when the request was served).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from solaris.config import SolarisConfig
+
+__all__ = [
+    "IMPORT_PATH",
+    "AdapterError",
+    "FoundationModel",
+    "LoggedScores",
+    "TrafficSource",
+    "Verifier",
+    "VerifierTrainer",
+    "foundation_model",
+    "load",
+    "logged_scores",
+    "traffic_source",
+    "verifier",
+    "verifier_trainer",
+]
+
+IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # "package.module:factory"
+_IMPORT_PATH = re.compile(IMPORT_PATH)
+
+
+class AdapterError(RuntimeError):
+    """An adapter named in the configuration cannot be imported, built or used."""
+
+
+@runtime_checkable
+class FoundationModel(Protocol):
+    """The user's foundation model, seen from SOLARIS.
+
+    Attributes:
+        version: identifies the weights and features; the autoencoder trained on this FM's
+            ``h`` is versioned with it, and rows of another version are never served.
+        shared_dim: width of ``h``.
+    """
+
+    version: str
+    shared_dim: int
+
+    def features(self, users: np.ndarray, items: np.ndarray, ts: np.ndarray) -> Any:
+        """The FM's input batch for pairs ``(users[k], items[k])`` as of ``ts[k]``.
+
+        Only data strictly before ``ts[k]`` may be used: a code computed at the end of an
+        interval is served to later requests, never to the ones that selected it.
+        """
+        ...
+
+    def shared(self, batch: Any) -> torch.Tensor:
+        """The last shared layer ``h``, ``[B, shared_dim]`` float, for a batch of
+        :meth:`features` (called under ``torch.inference_mode``)."""
+        ...
+
+    def to(self, device: torch.device) -> FoundationModel:
+        """Move the weights to ``device`` (batches are moved by :meth:`shared`)."""
+        ...
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Scores a request's candidates: the pairs worth precomputing score highest."""
+
+    version: str
+
+    def score(self, candidates: pd.DataFrame) -> np.ndarray:
+        """One float per row of ``candidates`` (request-log rows), higher is better."""
+        ...
+
+
+@runtime_checkable
+class TrafficSource(Protocol):
+    """Requests with their candidates, labels where known and the scores serving logged.
+
+    The live cycle's requests come from serving (the request-log stream); a traffic source
+    replays history through the same serving path (the demo, a backfill).
+    """
+
+    def requests(self, start: int, end: int) -> pd.DataFrame:
+        """Candidate rows of the requests with ``start <= ts < end``, sorted by ``ts``
+        (columns ``request_id, user_id, item_id, ts, label, score``)."""
+        ...
+
+
+@runtime_checkable
+class VerifierTrainer(Protocol):
+    """Optional: retrains the VM behind the verifier (the training DAG calls it)."""
+
+    def retrain(self, cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
+        """Retrain on labelled impressions before ``as_of``; return the run's record."""
+        ...
+
+
+class LoggedScores:
+    """The default verifier: the score serving logged with each candidate.
+
+    In production the VM scores every candidate online anyway; that score is the verifier
+    (the paper's speculation), so selection needs no forward pass of its own. Rows without
+    a logged score (a missed pair that no logged request holds) rank last.
+    """
+
+    version = "logged"
+
+    def score(self, candidates: pd.DataFrame) -> np.ndarray:
+        import numpy as np
+
+        if "score" not in candidates.columns:
+            raise AdapterError(
+                "the request log has no 'score' column: serving must log the verifier's "
+                "scores (SolarisFeatures.log_request), or configure model.verifier"
+            )
+        scores = candidates["score"].to_numpy(np.float64, na_value=np.nan)
+        return np.where(np.isnan(scores), -np.inf, scores)
+
+
+def logged_scores(cfg: SolarisConfig) -> LoggedScores:
+    """Factory of :class:`LoggedScores` (``model.verifier`` default)."""
+    return LoggedScores()
+
+
+def load(path: str, cfg: SolarisConfig, protocol: type, setting: str) -> Any:
+    """Import ``package.module:factory``, call ``factory(cfg)`` and check the protocol.
+
+    Raises:
+        AdapterError: naming ``setting`` when the path is malformed, the import fails, or
+            the object lacks the protocol's members.
+    """
+    if not isinstance(path, str) or not _IMPORT_PATH.match(path):
+        raise AdapterError(f"{setting}: {path!r} is not an import path 'package.module:factory'")
+    module_name, attr = path.split(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise AdapterError(f"{setting}: cannot import {path!r}: {exc}") from exc
+    obj = factory(cfg) if callable(factory) and not isinstance(factory, protocol) else factory
+    if not isinstance(obj, protocol):
+        missing = [
+            name for name in getattr(protocol, "__protocol_attrs__", ()) if not hasattr(obj, name)
+        ]
+        raise AdapterError(
+            f"{setting}: {path!r} gave a {type(obj).__name__}, not a {protocol.__name__} "
+            f"(missing: {', '.join(sorted(missing)) or 'see solaris.adapters'})"
+        )
+    return obj
+
+
+# A worker process runs one task; dag.test() (the demo, the tests) runs many in one process,
+# so each adapter is built once per (path, settings): settings objects are frozen.
+@functools.lru_cache(maxsize=8)
+def _cached(path: str, cfg: SolarisConfig, protocol: type, setting: str) -> Any:
+    return load(path, cfg, protocol, setting)
+
+
+def foundation_model(cfg: SolarisConfig) -> FoundationModel:
+    """The FM of ``model.foundation``."""
+    return _cached(cfg.model.foundation, cfg, FoundationModel, "model.foundation")
+
+
+def verifier(cfg: SolarisConfig) -> Verifier:
+    """The verifier of ``model.verifier`` (default: the scores serving logged)."""
+    return _cached(cfg.model.verifier, cfg, Verifier, "model.verifier")
+
+
+def traffic_source(cfg: SolarisConfig) -> TrafficSource:
+    """The traffic of ``requests.source``, which replays feed through serving."""
+    return _cached(cfg.requests.source, cfg, TrafficSource, "requests.source")
+
+
+def verifier_trainer(cfg: SolarisConfig) -> VerifierTrainer | None:
+    """The trainer of ``model.trainer``, or None when none is configured."""
+    if cfg.model.trainer is None:
+        return None
+    return _cached(cfg.model.trainer, cfg, VerifierTrainer, "model.trainer")

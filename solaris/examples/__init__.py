@@ -1,0 +1,1 @@
+"""Worked examples of the adapter interfaces (solaris.adapters)."""

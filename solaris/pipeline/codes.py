@@ -1,0 +1,186 @@
+"""The codes SOLARIS serves: an autoencoder ``h -> z`` trained on the user's FM, versioned.
+
+Whatever FM a user brings (:class:`solaris.adapters.FoundationModel`), SOLARIS trains the
+autoencoder on that FM's last shared layer ``h`` and stores it in the models folder with
+a manifest, ``codes.json``::
+
+    {"fm_version": "<the version every served row carries>", "fm": "<FM.version>",
+     "z_dim": 32, "shared_dim": 24}
+
+``fm_version`` is what rows are written with and what a VM must ask for
+(``SolarisFeatures(..., fm_version=...)``); it changes whenever the FM or the autoencoder
+does. Readers that need only the version (enrichment, serving) read the manifest and import
+no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from solaris.files import atomic_write_json
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from solaris.adapters import FoundationModel
+    from solaris.config import SolarisConfig
+    from solaris.models.autoencoder import Autoencoder
+
+__all__ = [
+    "CODES_MANIFEST",
+    "CodesError",
+    "CodesManifest",
+    "fit_autoencoder",
+    "fit_autoencoder_from_traffic",
+    "load_autoencoder",
+    "read_manifest",
+    "save_autoencoder",
+    "shared_layer",
+]
+
+CODES_MANIFEST = "codes.json"
+AUTOENCODER_FILE = "autoencoder.pt"
+
+
+class CodesError(RuntimeError):
+    """The models folder has no usable autoencoder for the configured FM."""
+
+
+@dataclass(frozen=True)
+class CodesManifest:
+    fm_version: str
+    fm: str
+    z_dim: int
+    shared_dim: int
+
+
+def read_manifest(models_dir: Path) -> CodesManifest:
+    """The manifest of ``models_dir`` (no torch import)."""
+    path = Path(models_dir) / CODES_MANIFEST
+    if not path.is_file():
+        raise CodesError(
+            f"no {CODES_MANIFEST} in {models_dir}: train the autoencoder on your FM first "
+            "(`solaris fit-autoencoder`, or `make demo` for the MovieLens example)"
+        )
+    try:
+        raw = json.loads(path.read_text())
+        return CodesManifest(
+            str(raw["fm_version"]), str(raw["fm"]), int(raw["z_dim"]), int(raw["shared_dim"])
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CodesError(f"{path} is not a codes manifest: {exc}") from exc
+
+
+def shared_layer(
+    fm: FoundationModel,
+    users: np.ndarray,
+    items: np.ndarray,
+    ts: np.ndarray,
+    *,
+    batch_size: int = 8192,
+) -> torch.Tensor:
+    """``h`` ``[N, shared_dim]`` (float32, CPU) of the pairs as of ``ts``."""
+    import torch
+
+    with torch.inference_mode():
+        parts = [
+            fm.shared(
+                fm.features(
+                    users[i : i + batch_size], items[i : i + batch_size], ts[i : i + batch_size]
+                )
+            )
+            .float()
+            .cpu()
+            for i in range(0, len(users), batch_size)
+        ]
+    shared_dim = int(fm.shared_dim)
+    return torch.cat(parts) if parts else torch.zeros((0, shared_dim))
+
+
+def fit_autoencoder(
+    fm: FoundationModel, pairs: pd.DataFrame, cfg: SolarisConfig
+) -> tuple[Autoencoder, str, float]:
+    """Train ``h -> z`` on the FM's ``h`` of ``pairs`` (``user_id, item_id, ts``).
+
+    Returns ``(autoencoder, fm_version, reconstruction MSE)``; ``fm_version`` hashes the
+    FM's version, the autoencoder's weights and ``z_dim``.
+    """
+    from solaris.models.training import weights_digest
+    from solaris.pipeline.train import fit_autoencoder_on
+
+    if len(pairs) == 0:
+        raise CodesError("no pairs to train the autoencoder on")
+    h = shared_layer(
+        fm,
+        pairs["user_id"].to_numpy(np.int64),
+        pairs["item_id"].to_numpy(np.int64),
+        pairs["ts"].to_numpy(np.int64),
+    )
+    ae, mse = fit_autoencoder_on(h, cfg)
+    version = "fm-" + weights_digest(ae, config={"fm": fm.version, "z_dim": cfg.model.z_dim})
+    return ae, version, mse
+
+
+def save_autoencoder(
+    models_dir: Path, ae: Autoencoder, *, fm_version: str, fm: str
+) -> CodesManifest:
+    """Write the autoencoder checkpoint, then its manifest (the manifest last: a reader
+    that sees the manifest finds the checkpoint it names)."""
+    from solaris.models.training import save_checkpoint
+
+    models_dir = Path(models_dir)
+    init = {"in_dim": ae.in_dim, "z_dim": ae.z_dim, "hidden": ae.hidden}
+    save_checkpoint(
+        models_dir / AUTOENCODER_FILE, ae, kind="autoencoder", version=fm_version, init=init
+    )
+    manifest = CodesManifest(fm_version, fm, ae.z_dim, ae.in_dim)
+    atomic_write_json(models_dir / CODES_MANIFEST, manifest.__dict__)
+    return manifest
+
+
+def fit_autoencoder_from_traffic(
+    cfg: SolarisConfig, start: int, end: int, max_pairs: int = 200_000
+) -> tuple[CodesManifest, float]:
+    """Train the autoencoder on ``model.foundation``'s ``h`` of the distinct pairs of
+    ``requests.source`` in ``[start, end)`` (each as of its first request; a seeded sample
+    of at most ``max_pairs``) and save it to the models folder."""
+    from solaris import adapters
+    from solaris.namespace import Namespace
+
+    if end <= start:
+        raise CodesError(f"the sample's end {end} is not after its start {start}")
+    fm = adapters.foundation_model(cfg)
+    rows = adapters.traffic_source(cfg).requests(start, end)
+    pairs = rows.drop_duplicates(["user_id", "item_id"])[["user_id", "item_id", "ts"]]
+    if len(pairs) > max_pairs:
+        pairs = pairs.sample(n=max_pairs, random_state=cfg.train.seed)
+    ae, version, mse = fit_autoencoder(fm, pairs, cfg)
+    manifest = save_autoencoder(Namespace.of(cfg).models_dir, ae, fm_version=version, fm=fm.version)
+    return manifest, mse
+
+
+def load_autoencoder(models_dir: Path, fm: FoundationModel) -> tuple[Autoencoder, str]:
+    """The autoencoder of ``models_dir`` and its ``fm_version``, checked against ``fm``."""
+    from solaris.models.autoencoder import Autoencoder
+    from solaris.models.training import load_checkpoint
+
+    manifest = read_manifest(models_dir)
+    if manifest.fm != fm.version:
+        raise CodesError(
+            f"the autoencoder in {models_dir} was trained on FM {manifest.fm}, but "
+            f"model.foundation gives FM {fm.version}: train it again on this FM "
+            "(`solaris fit-autoencoder`)"
+        )
+    ae, version = load_checkpoint(Path(models_dir) / AUTOENCODER_FILE, Autoencoder)
+    if version != manifest.fm_version:
+        raise CodesError(
+            f"{models_dir}: autoencoder checkpoint {version} does not match its manifest "
+            f"{manifest.fm_version} (a write was interrupted: train it again)"
+        )
+    return ae, version

@@ -1,0 +1,40 @@
+"""The local runner's window and report (the demo's ``dag.test`` cycle)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from solaris.local.cycle import CycleReport, downstream_conf, window_intervals
+from solaris.orchestration.layout import Interval
+
+
+def test_window_intervals_are_cadence_aligned_and_cover_the_window() -> None:
+    got = window_intervals(1_000, 4_000, 900)
+    assert got[0] == Interval(900, 1_800)
+    assert got[-1].end >= 4_000 > got[-1].start
+    assert all(a.end == b.start for a, b in itertools.pairwise(got))
+    with pytest.raises(ValueError, match="positive"):
+        window_intervals(0, 10, 0)
+
+
+def test_cycle_coverage_is_weighted_by_impressions_and_skips_the_warm_up() -> None:
+    def record(start: int, labelled: int, pair: float) -> dict:
+        tiers = {"pair": pair, "nbr": 0.0, "uagg": 0.5, "iagg": 1.0, "any": 1.0}
+        return {"interval_start": start, "labelled": labelled, "coverage": tiers}
+
+    report = CycleReport(candidates=[record(0, 100, 0.0), record(10, 30, 1.0), record(20, 10, 0.0)])
+    n, coverage = report.coverage(since=10)
+    assert n == 40
+    assert coverage["pair"] == pytest.approx(30 / 40)
+    assert coverage["uagg"] == pytest.approx(0.5)
+
+
+def test_downstream_conf_carries_the_namespace_and_every_interval() -> None:
+    extra = {"namespace": "demo", "replay": True, "interval_start": 0, "interval_end": 900}
+    assert downstream_conf(extra) == {
+        "namespace": "demo",
+        "replay": True,
+        "intervals": [{"interval_start": 0, "interval_end": 900}],
+    }

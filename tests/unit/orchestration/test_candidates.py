@@ -1,0 +1,48 @@
+"""The candidates DAG's pure steps: misses as pseudo-requests, the ledger cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from solaris.namespace import Namespace
+from solaris.orchestration.candidates import PSEUDO_REQUEST_BASE, ledger_cache, with_misses
+from solaris.orchestration.layout import CycleLayout, Interval
+from solaris.orchestration.resources import write_parquet
+
+
+def test_misses_become_unlabelled_unscored_pseudo_requests_unless_the_log_has_them() -> None:
+    requests = pd.DataFrame(
+        {
+            "request_id": [1, 1],
+            "user_id": [7, 7],
+            "item_id": [10, 11],
+            "ts": [500, 500],
+            "label": pd.array([pd.NA, pd.NA], "Int8"),
+            "score": np.array([0.5, 0.25], np.float32),
+        }
+    )
+    misses = pd.DataFrame({"user_id": [7, 7, 8], "item_id": [10, 12, 12], "ts": [500, 500, 520]})
+    got = with_misses(requests, misses)
+    added = got[got["request_id"] >= PSEUDO_REQUEST_BASE]
+    assert sorted(zip(added["user_id"], added["item_id"], strict=True)) == [(7, 12), (8, 12)]
+    assert added["label"].isna().all() and added["score"].isna().all()
+    assert added["request_id"].nunique() == 2  # one pseudo-request per (user, ts)
+    assert got["ts"].is_monotonic_increasing
+    assert list(got.columns) == list(requests.columns)
+
+
+def test_ledger_cache_keeps_a_pair_that_expires_exactly_when_the_interval_starts(
+    tmp_path,
+) -> None:
+    layout = CycleLayout(Namespace("t", tmp_path, tmp_path))
+    hour, ttl = 3_600, 6 * 3_600
+    for start, item in ((-3_600, 1), (0, 2), (3_600, 3)):  # ends at 0 h, 1 h, 2 h
+        end = start + hour
+        write_parquet(
+            pd.DataFrame({"user_id": [7], "item_id": [item], "expires_at": [end + ttl]}),
+            layout.selections(Interval(start, end)),
+        )
+    # Interval [7 h, 8 h): the code of [0 h, 1 h) expires at 7 h, inclusive: still cached.
+    cache = ledger_cache(layout, Interval(7 * hour, 8 * hour), ttl)
+    assert sorted(cache["item_id"]) == [2, 3]

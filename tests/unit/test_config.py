@@ -1,0 +1,225 @@
+"""SolarisConfig rejects bad settings when it is built, naming the setting."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from solaris.config import NON_SETTING_ENV, SolarisConfig
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SOLARIS_ variable of the developer's shell or of other tests leaks in."""
+    for name in list(os.environ):
+        if name.upper().startswith("SOLARIS_"):
+            monkeypatch.delenv(name)
+
+
+def _yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "solaris.yaml"
+    path.write_text(text)
+    return path
+
+
+# --- valid settings -------------------------------------------------------------------
+
+
+def test_valid_defaults_load() -> None:
+    cfg = SolarisConfig()
+    assert cfg == SolarisConfig.load()
+    assert cfg.namespace == "live"
+    assert cfg.replay is False
+    assert cfg.model.foundation == "solaris.examples.movielens:foundation_model"
+    assert cfg.model.verifier == "solaris.adapters:logged_scores"
+    assert cfg.model.trainer == "solaris.examples.movielens:vm_trainer"
+    assert cfg.requests.source == "solaris.examples.movielens:traffic"
+    assert cfg.store.request_log_maxlen == 1_000_000
+    assert cfg.cycle.wait_previous_minutes == 60.0
+    assert datetime.fromisoformat(cfg.cycle.start).tzinfo is not None
+    assert not hasattr(cfg.store, "project")
+    assert not hasattr(cfg.store, "miss_stream")
+
+
+def test_config_is_hashable() -> None:
+    assert hash(SolarisConfig()) == hash(SolarisConfig())
+    assert hash(SolarisConfig(selection={"share": 0.5})) != hash(SolarisConfig())
+
+
+def test_config_and_sections_are_frozen() -> None:
+    cfg = SolarisConfig()
+    with pytest.raises(ValidationError):
+        cfg.namespace = "other"  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        cfg.selection.share = 0.5  # type: ignore[misc]
+
+
+def test_env_overrides_yaml_and_overrides_override_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _yaml(tmp_path, "selection:\n  share: 0.3\n  ttl_hours: 2\nnamespace: replay_1998\n")
+    monkeypatch.setenv("SOLARIS_SELECTION__SHARE", "0.4")
+    cfg = SolarisConfig.load(path)
+    assert cfg.selection.share == 0.4
+    assert cfg.selection.ttl_hours == 2
+    assert cfg.namespace == "replay_1998"
+    assert SolarisConfig.load(path, device="cpu").device == "cpu"
+    assert hash(cfg)
+
+
+def test_yaml_path_from_solaris_config_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOLARIS_CONFIG", str(_yaml(tmp_path, "replay: true\n")))
+    assert SolarisConfig.load().replay is True
+
+
+def test_non_setting_variables_are_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in NON_SETTING_ENV - {"SOLARIS_CONFIG"}:
+        monkeypatch.setenv(name, "x")
+    assert SolarisConfig().namespace == "live"
+
+
+@pytest.mark.parametrize("cron", ["*/5 * * * *", "0 3 * * 1-5", "@daily", "@once", "@annually"])
+def test_cron_and_airflow_presets_accepted(cron: str) -> None:
+    assert SolarisConfig(cycle={"clustering_cron": cron}).cycle.clustering_cron == cron
+
+
+def test_trainer_may_be_none() -> None:
+    assert SolarisConfig(model={"trainer": None}).model.trainer is None
+
+
+# --- unknown settings -----------------------------------------------------------------
+
+
+def test_typo_in_nested_env_var_rejected_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SOLARIS_SELECTION__SHAR", "0.1")
+    with pytest.raises(ValidationError, match=r"selection\.shar\b") as info:
+        SolarisConfig()
+    assert "SOLARIS_SELECTION__SHAR" in str(info.value)
+    assert "SOLARIS_SELECTION__SHARE" in str(info.value)  # the suggestion
+    with pytest.raises(ValidationError, match=r"selection\.shar\b"):
+        SolarisConfig.load()
+
+
+def test_typo_in_top_level_env_var_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOLARIS_DEVIC", "cpu")
+    with pytest.raises(ValidationError, match="SOLARIS_DEVIC"):
+        SolarisConfig()
+
+
+def test_env_var_below_a_plain_setting_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOLARIS_STORE__REDIS__HOST", "localhost")
+    with pytest.raises(ValidationError, match=r"store\.redis\.host"):
+        SolarisConfig()
+
+
+def test_lower_case_typo_in_env_var_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("solaris_selection__shar", "0.1")
+    with pytest.raises(ValidationError, match=r"selection\.shar\b"):
+        SolarisConfig()
+
+
+def test_typo_in_yaml_rejected_naming_the_setting(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, "selection:\n  shar: 0.1\n")
+    with pytest.raises(ValidationError, match=r"selection\.shar\b"):
+        SolarisConfig.load(path)
+
+
+def test_unknown_top_level_yaml_key_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="namespaces"):
+        SolarisConfig.load(_yaml(tmp_path, "namespaces: live\n"))
+
+
+def test_unknown_override_rejected() -> None:
+    with pytest.raises(ValidationError, match=r"cycle\.strat"):
+        SolarisConfig.load(cycle={"strat": "1998-01-01T00:00:00+00:00"})
+
+
+def test_removed_store_fields_rejected() -> None:
+    with pytest.raises(ValidationError, match=r"store\.project"):
+        SolarisConfig(store={"project": "solaris"})
+    with pytest.raises(ValidationError, match=r"store\.miss_stream\b"):
+        SolarisConfig(store={"miss_stream": "solaris:misses"})
+
+
+# --- impossible values ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+def test_non_finite_ttl_rejected_naming_it(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("SOLARIS_SELECTION__TTL_HOURS", value)
+    with pytest.raises(ValidationError, match=r"selection\.ttl_hours"):
+        SolarisConfig()
+
+
+def test_non_finite_float_rejected_in_overrides() -> None:
+    with pytest.raises(ValidationError, match=r"cycle\.wait_previous_minutes"):
+        SolarisConfig(cycle={"wait_previous_minutes": float("inf")})
+
+
+@pytest.mark.parametrize("field", ["clustering_cron", "training_cron"])
+@pytest.mark.parametrize("cron", ["0 0 * *", "61 0 * * *", "daily", "@midnight", ""])
+def test_invalid_cron_rejected(field: str, cron: str) -> None:
+    with pytest.raises(ValidationError, match=rf"cycle\.{field}"):
+        SolarisConfig(cycle={field: cron})
+
+
+def test_invalid_cron_from_env_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOLARIS_CYCLE__TRAINING_CRON", "every day")
+    with pytest.raises(ValidationError, match=r"cycle\.training_cron"):
+        SolarisConfig()
+
+
+def test_cycle_start_not_a_date_rejected() -> None:
+    with pytest.raises(ValidationError, match=r"cycle\.start"):
+        SolarisConfig(cycle={"start": "not a date"})
+
+
+def test_naive_cycle_start_rejected_asking_for_an_offset() -> None:
+    with pytest.raises(ValidationError, match=r"cycle\.start") as info:
+        SolarisConfig(cycle={"start": "1998-01-01T00:00:00"})
+    assert "+00:00" in str(info.value)
+
+
+def test_aware_cycle_start_accepted() -> None:
+    cfg = SolarisConfig(cycle={"start": "1998-01-01T00:00:00+02:00"})
+    assert cfg.cycle.start == "1998-01-01T00:00:00+02:00"
+
+
+@pytest.mark.parametrize("name", ["Live-1", "1live", "", "a" * 41, "live:1"])
+def test_namespace_pattern_enforced(name: str) -> None:
+    with pytest.raises(ValidationError, match="namespace"):
+        SolarisConfig(namespace=name)
+
+
+def test_namespace_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOLARIS_NAMESPACE", "replay_1998")
+    assert SolarisConfig().namespace == "replay_1998"
+    monkeypatch.setenv("SOLARIS_NAMESPACE", "Live-1")
+    with pytest.raises(ValidationError, match="namespace"):
+        SolarisConfig()
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ("model", "foundation"),
+        ("model", "verifier"),
+        ("model", "trainer"),
+        ("requests", "source"),
+    ],
+)
+@pytest.mark.parametrize("path", ["nocolon", "pkg.mod:", ":factory", "pkg.mod:fac-tory"])
+def test_adapter_paths_validated(section: str, field: str, path: str) -> None:
+    with pytest.raises(ValidationError, match=rf"{section}\.{field}"):
+        SolarisConfig(**{section: {field: path}})
+
+
+def test_store_request_log_maxlen_positive() -> None:
+    with pytest.raises(ValidationError, match=r"store\.request_log_maxlen"):
+        SolarisConfig(store={"request_log_maxlen": 0})

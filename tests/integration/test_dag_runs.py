@@ -222,3 +222,104 @@ def test_candidates_run_without_redis_fails_and_writes_no_ledger(
     with pytest.raises(AirflowRunError, match="ended failed"):
         airflow.run("solaris_candidates", interval.as_dict())
     assert not CycleLayout(Namespace.of(cfg)).selections(interval).exists()
+
+
+# -- namespaces: a live-clock interval beside the replay, and logged scores -------------------
+
+
+def _redis_state(client, namespace: Namespace) -> dict[bytes, bytes]:
+    """Every key of ``namespace`` with its serialized value (``DUMP``): views and streams."""
+    return {k: client.dump(k) for k in sorted(client.scan_iter(match=f"{namespace.name}:*"))}
+
+
+def _files(*roots: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p): (p.stat().st_size, p.stat().st_mtime_ns)
+        for root in roots
+        if root.exists()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _snapshot(client, namespace: Namespace) -> tuple[dict, dict]:
+    return _redis_state(client, namespace), _files(namespace.cycle_root, namespace.offline_root)
+
+
+def test_live_clock_interval_and_replay_never_touch_each_others_state(
+    cycle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wall-clock run of the live namespace beside the demo's replay, on the same Redis
+    and artifacts: each reads and writes only its own keys, streams and files. The live run
+    selects from the scores serving logged, with no VM forward pass."""
+    from datetime import UTC, datetime
+
+    from solaris.local.airflow import LocalAirflow
+    from solaris.local.cycle import downstream_conf
+    from solaris.models.vm import VerticalModel
+    from solaris.orchestration.resources import read_parquet
+    from solaris.serving.client import SolarisFeatures
+
+    replay_cfg, summary = cycle
+    replay = Namespace.of(replay_cfg)
+    live_cfg = replay_cfg.model_copy(update={"namespace": f"{replay.name}_live", "replay": False})
+    live = Namespace.of(live_cfg)
+    client = redis_client(REDIS)
+    monkeypatch.setenv(
+        "SOLARIS_CONFIG", str(Path(replay_cfg.artifacts_dir) / "airflow" / "solaris.yaml")
+    )
+
+    def no_vm(*args, **kwargs):
+        raise AssertionError("the candidates run scored with the VM instead of logged scores")
+
+    monkeypatch.setattr(VerticalModel, "forward", no_vm)
+    airflow = LocalAirflow(REPO / "dags")
+    try:
+        replay_before = _snapshot(client, replay)
+        assert replay_before[0] and replay_before[1]  # the replay has keys and files to lose
+
+        # Serving logs a request of the last whole wall-clock interval in the live namespace.
+        now = datetime.now(UTC)
+        cadence = round(replay_cfg.selection.cadence_minutes * 60)
+        grid_end = int(now.timestamp()) // cadence * cadence
+        version = read_manifest(replay.models_dir).fm_version
+        with SolarisFeatures(live_cfg, redis=REDIS, fm_version=version) as serving:
+            serving.log_request(7, 1, [1, 2, 3, 4], [0.9, 0.1, 0.8, 0.2], now=grid_end - 60)
+            assert serving.flush()
+
+        # A wall-clock run: no interval in its conf, its data interval from the clock.
+        cand = airflow.run("solaris_candidates", {"namespace": live.name}, logical_date=now)
+        [logged] = cand.asset_extras[runs.REQUEST_LOG]
+        [selected] = cand.asset_extras[runs.CANDIDATES]
+        assert (logged["namespace"], logged["interval_end"], logged["requests"]) == (
+            live.name,
+            grid_end,
+            1,
+        )
+        assert selected["namespace"] == live.name and selected["selected"] == 2
+        interval = Interval(grid_end - cadence, grid_end)
+        ledger = read_parquet(CycleLayout(live).selections(interval))
+        assert sorted(ledger["item_id"]) == [1, 3]  # the top half by the logged scores
+        assert client.xlen(live.request_stream) == 0  # drained, once
+        emb = airflow.run("solaris_embeddings", downstream_conf(selected))
+        [embedded] = emb.asset_extras[runs.PAIR_EMBEDDINGS]
+        airflow.run("solaris_enrichment", downstream_conf(embedded))
+
+        assert _snapshot(client, replay) == replay_before
+        live_state = _snapshot(client, live)
+        assert any(b":pair:" in k for k in live_state[0])  # the live codes are in Redis ...
+        assert all(k.startswith(live.key_prefix.encode()) for k in live_state[0])
+        assert all(
+            p.startswith((str(live.cycle_root), str(live.offline_root))) for p in live_state[1]
+        )
+
+        # ... and a replay interval after the demo's window leaves the live state alone.
+        last = summary["airflow"]["candidates_intervals"][-1]["interval_end"]
+        conf = {"namespace": replay.name, "replay": True}
+        airflow.run(
+            "solaris_candidates", {**conf, "interval_start": last, "interval_end": last + cadence}
+        )
+        assert _snapshot(client, live) == live_state
+    finally:
+        delete_project_keys(client, live.project)
+        client.close()

@@ -1,0 +1,87 @@
+"""The adapter interfaces: loading by import path, clear errors, the default verifier, and a
+cycle library that imports no MovieLens code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from solaris.adapters import (
+    AdapterError,
+    FoundationModel,
+    LoggedScores,
+    TrafficSource,
+    load,
+    logged_scores,
+)
+from solaris.config import SolarisConfig
+
+CFG = SolarisConfig()
+
+
+def test_logged_scores_are_the_default_verifier_and_missing_ones_rank_last() -> None:
+    verifier = load(CFG.model.verifier, CFG, type(logged_scores(CFG)), "model.verifier")
+    assert isinstance(verifier, LoggedScores)
+    rows = pd.DataFrame({"score": np.array([0.5, np.nan, 0.25], np.float32)})
+    assert verifier.score(rows).tolist() == [0.5, -np.inf, 0.25]
+
+
+def test_logged_scores_without_a_score_column_say_what_to_do() -> None:
+    with pytest.raises(AdapterError, match="log_request"):
+        LoggedScores().score(pd.DataFrame({"user_id": [1]}))
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("nocolon", "not an import path"),
+        ("solaris.no_such_module:build", "cannot import"),
+        ("solaris.adapters:no_such_factory", "cannot import"),
+        ("solaris.adapters:logged_scores", "not a FoundationModel"),
+    ],
+)
+def test_a_bad_adapter_is_an_error_naming_the_setting(path: str, message: str) -> None:
+    with pytest.raises(AdapterError, match=f"model.foundation: .*{message}"):
+        load(path, CFG, FoundationModel, "model.foundation")
+
+
+def test_the_movielens_traffic_source_satisfies_the_protocol(tmp_path) -> None:
+    from solaris.examples.movielens import traffic
+
+    assert isinstance(traffic(SolarisConfig(artifacts_dir=tmp_path)), TrafficSource)
+
+
+def test_the_cycle_library_imports_no_movielens_code() -> None:
+    """Everything the DAGs, serving and the store run imports no MovieLens module: a user's
+    own FM and traffic come in through the adapters only."""
+    modules = [
+        "solaris.adapters",
+        "solaris.orchestration.candidates",
+        "solaris.orchestration.embeddings",
+        "solaris.orchestration.enrichment",
+        "solaris.orchestration.clustering",
+        "solaris.orchestration.training",
+        "solaris.pipeline.embed",
+        "solaris.pipeline.codes",
+        "solaris.pipeline.select",
+        "solaris.pipeline.enrich",
+        "solaris.pipeline.materialize",
+        "solaris.serving.client",
+        "solaris.serving.request_log",
+        "solaris.store.online",
+        "solaris.local.cycle",
+    ]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "bad = [m for m in sys.modules if 'movielens' in m or m == 'solaris.models.features']\n"
+        "print(sorted(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -1,7 +1,9 @@
 """User clustering, daily (``SOLARIS_CYCLE__CLUSTERING_CRON``) or on demand.
 
 Rebuilds the user embeddings from the codes of the neighbour window and their cosine KNN
-table (``unn``); the enrichment DAG's neighbour fill reads the newest table.
+table (``unn``); the enrichment DAG's neighbour fill reads the newest table. In a replay
+namespace it first waits for the enrichment as of its time, and the candidates runs after
+it wait for it, so a backfill builds the same tables as an in-order run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ USER_NEIGHBOURS = Asset(runs.USER_NEIGHBOURS)
     doc_md=__doc__,
 )
 def solaris_clustering():
+    @task.sensor(poke_interval=5, timeout=SETTINGS.cycle.wait_previous_minutes * 60, mode="poke")
+    def enrichment_published(params=None, data_interval_start=None, data_interval_end=None):
+        return clustering.enrichment_published(params, data_interval_start, data_interval_end)
+
     @task(outlets=[USER_NEIGHBOURS])
     def cluster_users(
         params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
@@ -32,7 +38,7 @@ def solaris_clustering():
             params, data_interval_start, data_interval_end
         )
 
-    cluster_users()
+    enrichment_published() >> cluster_users()
 
 
 solaris_clustering()

@@ -39,25 +39,8 @@ if [[ ! -x "$AIRFLOW" ]]; then
     exit 1
 fi
 
-# `airflow standalone` starts its components as `airflow ...` subprocesses found on PATH.
-PATH="$(dirname "$AIRFLOW"):$PATH"
-export PATH
-export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.airflow}"
-export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
-export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
-export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
-# [dag_processor] refresh_interval: how often the DAGs folder is listed for new files
-# (default 300 s); min_file_process_interval: how often a known file is re-parsed (default 30).
-export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
-export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
-export SOLARIS_ARTIFACTS_DIR="$ROOT/artifacts"
-
-if [[ -n "${SOLARIS_AIRFLOW_DB_URL:-}" ]]; then
-    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$SOLARIS_AIRFLOW_DB_URL"
-elif [[ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then
-    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$AIRFLOW_HOME/airflow.db"
-fi
+# The environment shared with scripts/airflow_replay.sh (AIRFLOW_HOME, DAGs, DB, ...).
+source "$ROOT/scripts/airflow_env.sh"
 
 mkdir -p "$AIRFLOW_HOME" "$AIRFLOW__CORE__DAGS_FOLDER" "$AIRFLOW__CORE__PLUGINS_FOLDER" \
     "$SOLARIS_ARTIFACTS_DIR"

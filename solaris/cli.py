@@ -16,6 +16,8 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Obtain and generate data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+namespace_app = typer.Typer(help="The namespaces the cycle runs in.", no_args_is_help=True)
+app.add_typer(namespace_app, name="namespace")
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML config (else $SOLARIS_CONFIG)")
@@ -68,6 +70,45 @@ def demo(
     from solaris.demo import run_demo
 
     run_demo(_config(config, namespace=namespace), airflow=airflow, echo=typer.echo)
+
+
+@app.command("cycle")
+def cycle_command(
+    start: Annotated[
+        str, typer.Option(help="start of the measured period (ISO 8601); a warm-up day precedes")
+    ],
+    config: ConfigOption = None,
+) -> None:
+    """Replay your traffic (requests.source) through the five DAGs in this process
+    (dag.test), as `make demo` does: cycle.demo_days from --start at
+    cycle.demo_cadence_minutes, in the configured namespace; prints the figures."""
+    from solaris.local.demo import run_airflow_stage
+    from solaris.namespace import Namespace
+    from solaris.pipeline.codes import read_manifest
+
+    cfg = _config(config)
+    manifest = read_manifest(Namespace.of(cfg).models_dir)
+    run_airflow_stage(
+        cfg,
+        eval_from=_epoch_option(start, "--start"),
+        fm_version=manifest.fm_version,
+        echo=typer.echo,
+    )
+
+
+@namespace_app.command("reset")
+def namespace_reset(
+    name: Annotated[str, typer.Argument(help="the namespace to forget")],
+    config: ConfigOption = None,
+) -> None:
+    """Delete one namespace's state: its Redis keys and streams (<name>:*), its cycle folder
+    and its offline parquet. Other namespaces are not touched."""
+    from solaris.namespace import Namespace
+    from solaris.orchestration.resources import cycle_redis, reset_namespace
+
+    cfg = _config(config, namespace=name)
+    reset_namespace(cfg, cycle_redis(cfg))
+    typer.echo(f"reset {Namespace.of(cfg).describe()}")
 
 
 @app.command("fit-autoencoder")

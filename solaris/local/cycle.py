@@ -10,7 +10,6 @@ interval, so the window replays history exactly as a backfill would.
 from __future__ import annotations
 
 import json
-import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 
 from solaris.config import SolarisConfig
 from solaris.local.airflow import LocalAirflow
-from solaris.namespace import Namespace
 from solaris.orchestration import runs
 from solaris.orchestration.candidates import DAG_ID as CANDIDATES_DAG
 from solaris.orchestration.embeddings import DAG_ID as EMBEDDINGS_DAG
@@ -57,25 +55,6 @@ class CycleReport:
         return n, {
             t: sum(r["coverage"][t] * r["labelled"] for r in rows) / max(n, 1) for t in names
         }
-
-
-def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
-    """Forget an earlier cycle of ``cfg``'s namespace: its state folder, its offline
-    parquet and its Redis keys (views and streams, ``<namespace>:*``). Other namespaces and
-    other Redis data are never touched."""
-    from solaris.store.connection import redis_client
-    from solaris.store.feast_store import delete_project_keys
-
-    namespace = Namespace.of(cfg)
-    shutil.rmtree(namespace.cycle_root, ignore_errors=True)
-    shutil.rmtree(namespace.offline_root, ignore_errors=True)
-    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
-    try:
-        delete_project_keys(
-            client, namespace.project, extra_keys=[namespace.miss_stream, namespace.request_stream]
-        )
-    finally:
-        client.close()
 
 
 def export_config(cfg: SolarisConfig, path: Path) -> Path:

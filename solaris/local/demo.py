@@ -13,20 +13,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from solaris.config import SolarisConfig
-from solaris.local.cycle import (
-    DAY,
-    export_config,
-    reset_namespace,
-    run_window,
-    window_intervals,
-)
+from solaris.local.cycle import DAY, export_config, run_window, window_intervals
 from solaris.namespace import Namespace
+from solaris.orchestration.resources import reset_namespace
 from solaris.serving.tiers import TIERS
 
 Printer = Callable[[str], None]
@@ -45,6 +41,10 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _iso(epoch_s: int) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
 
 
 def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
@@ -217,6 +217,12 @@ def run_airflow_stage(
             f"{fp['bytes_per_row']:.0f} B per pair for {fp['record_bytes_per_row']:.0f} B "
             f"records ({fp['overhead']:.2f}x; server {fp['server_setting']})"
         )
+    first, last = (_iso(intervals[0].start), _iso(intervals[-1].start))
+    echo(
+        "the same window under Airflow's scheduler: "
+        f"SOLARIS_SELECTION__CADENCE_MINUTES={cadence_min:g} make airflow, then "
+        f"scripts/airflow_replay.sh replay {first} {last}"
+    )
     return {
         "intervals": len(intervals),
         "cadence_minutes": cadence_min,

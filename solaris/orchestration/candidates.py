@@ -3,7 +3,8 @@
 Task entry points (each ``@task`` of ``dags/solaris_candidates.py`` calls one):
 
 - :func:`previous_published`, the sensor: the previous interval's embeddings and enrichment
-  of this namespace are published (so intervals of a backfill run strictly in order);
+  of this namespace are published (so intervals of a backfill run strictly in order), and,
+  in a replay, the daily clustering due between the two intervals;
 - :func:`select`: in a replay namespace, first serve the interval's requests from the
   traffic source through :class:`~solaris.serving.client.SolarisFeatures` (which logs them,
   as serving does in production, and measures what the VM got); then drain the interval's
@@ -30,7 +31,7 @@ from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 from solaris.orchestration.resources import cycle_redis, read_parquet, write_parquet
-from solaris.orchestration.runs import Params, task_run
+from solaris.orchestration.runs import Params, cron_times, task_run
 
 if TYPE_CHECKING:
     from feast import FeatureStore
@@ -49,6 +50,7 @@ __all__ = [
 
 DAG_ID = "solaris_candidates"
 ENRICHMENT_DAG_ID = "solaris_enrichment"
+CLUSTERING_DAG_ID = "solaris_clustering"
 PSEUDO_REQUEST_BASE = 1 << 48  # request ids of drained misses that are not in the log
 _KEY = ["user_id", "item_id", "ts"]
 
@@ -69,7 +71,14 @@ def previous_published(params: Params, start: object, end: object) -> bool:
     if not layout.embeddings_done(previous).is_file():
         return False
     # Enrichment records itself per view as of the newest interval end it ran for.
-    return layout.run_record(ENRICHMENT_DAG_ID, f"{previous.end:011d}-uagg").is_file()
+    if not layout.run_record(ENRICHMENT_DAG_ID, f"{previous.end:011d}-uagg").is_file():
+        return False
+    if not run.cfg.replay:
+        return True
+    # A replay also waits for the daily clustering due between the two intervals, so that
+    # its neighbour tier is built from the same codes as in an in-order run (the demo's).
+    due = cron_times(run.cfg.cycle.clustering_cron, previous.end - 1, first.start)
+    return all(layout.run_record(CLUSTERING_DAG_ID, f"{t:011d}-unn").is_file() for t in due)
 
 
 def select(params: Params, start: object, end: object) -> tuple[dict, dict]:
@@ -174,6 +183,8 @@ def drain_request_log(
             earlier = read_table(path, "request_log").to_pandas()
             fresh = pd.concat([earlier, fresh], ignore_index=True)
         fresh = fresh.drop_duplicates(["request_id", "item_id"], ignore_index=True)
+        # Arrow's all-null int8 reads back as float: the table's label is nullable Int8.
+        fresh["label"] = fresh["label"].astype("Int8")
         fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
         columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
         write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")

@@ -22,6 +22,7 @@ __all__ = [
     "cycle_redis",
     "feature_store",
     "read_parquet",
+    "reset_namespace",
     "write_parquet",
 ]
 
@@ -52,6 +53,28 @@ def feature_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
     store = open_feature_store(cfg, redis)
     apply_definitions(store, cfg)
     return store
+
+
+def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
+    """Forget an earlier cycle of ``cfg``'s namespace: its state folder, its offline
+    parquet and its Redis keys (views and streams, ``<namespace>:*``). Other namespaces and
+    other Redis data are never touched."""
+    import shutil
+
+    from solaris.namespace import Namespace
+    from solaris.store.connection import redis_client
+    from solaris.store.feast_store import delete_project_keys
+
+    namespace = Namespace.of(cfg)
+    shutil.rmtree(namespace.cycle_root, ignore_errors=True)
+    shutil.rmtree(namespace.offline_root, ignore_errors=True)
+    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        delete_project_keys(
+            client, namespace.project, extra_keys=[namespace.miss_stream, namespace.request_stream]
+        )
+    finally:
+        client.close()
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> Path:

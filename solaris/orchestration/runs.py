@@ -47,6 +47,7 @@ __all__ = [
     "VERIFIER",
     "CycleInputError",
     "TaskRun",
+    "cron_times",
     "event_extras",
     "on_cadence_grid",
     "settings",
@@ -206,6 +207,19 @@ def _namespace_overrides(params: Mapping[str, object], extras: Sequence[Mapping]
     if params.get("replay") is not None:
         return {"replay": params["replay"]}
     return {}
+
+
+def cron_times(expression: str, after: int, until: int) -> list[int]:
+    """The fire times of the cron ``expression`` in ``(after, until]``, epoch seconds (UTC)."""
+    from datetime import UTC
+
+    from croniter import croniter
+
+    times = []
+    it = croniter(expression, datetime.fromtimestamp(after, UTC))
+    while (t := int(it.get_next(datetime).timestamp())) <= until:
+        times.append(t)
+    return times
 
 
 def on_cadence_grid(interval: Interval, cadence_s: int, *, snap: bool) -> Interval:

@@ -126,6 +126,10 @@ def test_enrichment_follows_pair_embeddings_and_daily_dags_follow_their_crons(da
         "neighbour_fill",
     }
     assert dags["solaris_clustering"].timetable.expression == "15 3 * * *"
+    # In a replay, clustering waits for the enrichment as of its time.
+    assert dags["solaris_clustering"].get_task("cluster_users").upstream_task_ids == {
+        "enrichment_published"
+    }
     assert dags["solaris_training"].timetable.expression == "30 0 * * *"
 
 

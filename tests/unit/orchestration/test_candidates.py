@@ -46,3 +46,47 @@ def test_ledger_cache_keeps_a_pair_that_expires_exactly_when_the_interval_starts
     # Interval [7 h, 8 h): the code of [0 h, 1 h) expires at 7 h, inclusive: still cached.
     cache = ledger_cache(layout, Interval(7 * hour, 8 * hour), ttl)
     assert sorted(cache["item_id"]) == [2, 3]
+
+
+def test_a_candidates_run_waits_for_the_previous_intervals_embeddings_and_enrichment(
+    tmp_path, monkeypatch
+) -> None:
+    from solaris.orchestration.candidates import previous_published
+    from solaris.orchestration.layout import write_run_record
+
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path))
+    layout = CycleLayout(Namespace("replay_x", tmp_path, tmp_path))
+    conf = {"namespace": "replay_x", "interval_start": 900, "interval_end": 1_800}
+    assert previous_published(conf, None, None)  # the first interval waits for nothing
+    write_parquet(pd.DataFrame({"user_id": [1]}), layout.selections(Interval(0, 900)))
+    assert not previous_published(conf, None, None)
+    layout.embeddings_done(Interval(0, 900)).parent.mkdir(parents=True)
+    layout.embeddings_done(Interval(0, 900)).touch()
+    assert not previous_published(conf, None, None)  # its enrichment has not run yet
+    write_run_record(layout, "solaris_enrichment", f"{900:011d}-uagg", {"interval_end": 900})
+    assert previous_published(conf, None, None)
+
+
+def test_a_replay_also_waits_for_the_clustering_due_between_two_intervals(
+    tmp_path, monkeypatch
+) -> None:
+    from solaris.orchestration.candidates import previous_published
+    from solaris.orchestration.clustering import enrichment_published
+    from solaris.orchestration.layout import write_run_record
+
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path))
+    layout = CycleLayout(Namespace("replay_x", tmp_path, tmp_path))
+    midnight = 891_302_400
+    before, after = Interval(midnight - 3_600, midnight), Interval(midnight, midnight + 3_600)
+    write_parquet(pd.DataFrame({"user_id": [1]}), layout.selections(before))
+    layout.embeddings_done(before).parent.mkdir(parents=True)
+    layout.embeddings_done(before).touch()
+    write_run_record(layout, "solaris_enrichment", f"{midnight:011d}-uagg", {})
+    replay = {"namespace": "replay_x", "replay": True, **after.as_dict()}
+    live = {"namespace": "replay_x", "replay": False, **after.as_dict()}
+    assert previous_published(live, None, None)  # live runs do not wait for clustering
+    assert not previous_published(replay, None, None)
+    cluster = {"namespace": "replay_x", "replay": True, **before.as_dict()}
+    assert enrichment_published(cluster, None, None)  # clustering may run now ...
+    write_run_record(layout, "solaris_clustering", f"{midnight:011d}-unn", {})
+    assert previous_published(replay, None, None)  # ... and the next interval after it

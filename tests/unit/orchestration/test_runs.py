@@ -136,3 +136,15 @@ def test_candidates_intervals_must_be_on_the_cadence_grid() -> None:
     # An interval someone named is not guessed at.
     with pytest.raises(CycleInputError, match="not on the 900 s cadence grid"):
         on_cadence_grid(Interval(1_000, 1_900), 900, snap=False)
+
+
+def test_cron_times_are_the_fire_times_in_a_half_open_range() -> None:
+    from solaris.orchestration.runs import cron_times
+
+    midnight = 891_302_400  # 1998-03-31T00:00:00Z
+    assert cron_times("0 0 * * *", midnight - 1, midnight) == [midnight]
+    assert cron_times("0 0 * * *", midnight, midnight + 86_399) == []
+    assert cron_times("0 0 * * *", midnight - 86_400, midnight + 86_400) == [
+        midnight,
+        midnight + 86_400,
+    ]

@@ -1,0 +1,61 @@
+"""The candidates run drains its interval of the request log exactly once, on real Redis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
+from solaris.orchestration.candidates import drain_request_log
+from solaris.orchestration.layout import CycleLayout, Interval
+from solaris.serving.request_log import append_request
+
+pytestmark = pytest.mark.integration
+
+INTERVAL = Interval(3_600, 7_200)
+
+
+@pytest.fixture
+def cfg(tmp_path, feast_project: str, redis_client) -> SolarisConfig:
+    cfg = SolarisConfig(namespace=feast_project, artifacts_dir=tmp_path)
+    yield cfg
+    redis_client.delete(Namespace.of(cfg).request_stream)
+
+
+def _log(client, cfg: SolarisConfig, request_id: int, ts: int, items: list[int]) -> None:
+    scores = np.linspace(1.0, 0.5, len(items), dtype=np.float32)
+    append_request(client, Namespace.of(cfg).request_stream, 100, request_id, 5, items, scores, ts)
+
+
+def test_drain_keeps_its_interval_leaves_later_entries_and_drops_late_ones(
+    cfg, redis_connection: str, redis_client
+) -> None:
+    _log(redis_client, cfg, 1, 3_000, [9])  # late: its interval was selected already
+    _log(redis_client, cfg, 2, 4_000, [1, 2, 3])
+    _log(redis_client, cfg, 3, 7_200, [4])  # the next interval's
+    rows, figures = drain_request_log(cfg, redis_connection, INTERVAL)
+    assert rows["request_id"].tolist() == [2, 2, 2]
+    assert rows["item_id"].tolist() == [1, 2, 3]
+    assert rows["score"].tolist() == [1.0, 0.75, 0.5]
+    assert rows["label"].isna().all()
+    assert (figures["requests"], figures["late_dropped"], figures["left_for_later"]) == (1, 1, 1)
+    stream = Namespace.of(cfg).request_stream
+    assert redis_client.xlen(stream) == 1  # only the next interval's entry is left
+    assert CycleLayout(Namespace.of(cfg)).request_log(INTERVAL).is_file()
+
+
+def test_a_retried_drain_keeps_what_it_stored_and_adds_nothing_twice(
+    cfg, redis_connection: str, redis_client
+) -> None:
+    _log(redis_client, cfg, 2, 4_000, [1, 2, 3])
+    first, _ = drain_request_log(cfg, redis_connection, INTERVAL)
+    # The attempt died after storing the table but before deleting the entries: they are
+    # read again by the retry, with one more request logged meanwhile.
+    _log(redis_client, cfg, 2, 4_000, [1, 2, 3])
+    _log(redis_client, cfg, 4, 5_000, [7])
+    again, figures = drain_request_log(cfg, redis_connection, INTERVAL)
+    assert len(first) == 3
+    assert again["request_id"].tolist() == [2, 2, 2, 4]
+    assert figures["requests"] == 2
+    assert redis_client.xlen(Namespace.of(cfg).request_stream) == 0

@@ -34,7 +34,7 @@ def data_fetch(
     force: Annotated[bool, typer.Option(help="download again even if cached")] = False,
 ) -> None:
     """Unpack MovieLens-100K from the recbole==1.2.1 wheel into the cache directory."""
-    from solaris.data.fetch import fetch_movielens
+    from solaris.examples.movielens.fetch import fetch_movielens
 
     folder = fetch_movielens(_config(config).data, force=force)
     typer.echo(f"MovieLens-100K ready in {folder}")
@@ -67,7 +67,7 @@ def demo(
     ] = "demo",
 ) -> None:
     """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures."""
-    from solaris.demo import run_demo
+    from solaris.examples.movielens.demo import run_demo
 
     run_demo(_config(config, namespace=namespace), airflow=airflow, echo=typer.echo)
 
@@ -157,7 +157,7 @@ def replay_command(
 
     Needs the artifacts of a previous `solaris demo` (request log and models).
     """
-    from solaris.pipeline.cycle import replay_from_artifacts
+    from solaris.examples.movielens.replay import replay_from_artifacts
 
     cfg = _config(config)
     overrides = {"share": share, "ttl_hours": ttl_hours, "cadence_minutes": cadence_minutes}
@@ -183,8 +183,8 @@ def report_command(
     out: Annotated[Path, typer.Option(help="folder of the report and its plots")] = Path("reports"),
 ) -> None:
     """Reproduce the paper's tables on the MovieLens-100K replay -> reports/solaris_report.md."""
-    from solaris.report.run import run_report
-    from solaris.report.settings import ReportSettings
+    from solaris.examples.movielens.report.run import run_report
+    from solaris.examples.movielens.report.settings import ReportSettings
 
     settings = ReportSettings(seeds=tuple(int(s) for s in seeds.split(",") if s.strip()))
     run_report(_config(config), settings, out_dir=out, echo=typer.echo)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solaris.data.movielens import MovieLens
+from solaris.examples.movielens.data import MovieLens
 
 # Airflow reads its settings once, on first import, so the whole test session gets one
 # private AIRFLOW_HOME (SQLite metadata DB inside) before any test module imports airflow;

@@ -1,10 +1,12 @@
 """The demo's last stage: the SOLARIS cycle through Airflow DAG runs, then a served request.
 
-It runs after the offline stage (:func:`solaris.demo.run_offline_cycle`) has written the
-request log and the models. The window starts one warm-up day before the test period (the
-user aggregates need 24 h of codes) and covers ``cycle.demo_days`` of it at
-``cycle.demo_cadence_minutes``. Coverage is counted over the test-period part only, from what
-the candidates runs served through Feast at each request's own time.
+It runs after the offline stage
+(:func:`solaris.examples.movielens.demo.run_offline_cycle`) has written the request log and
+the models; ``solaris cycle`` runs it on any adapters' traffic. The window starts one
+warm-up day before the test period (the user aggregates need 24 h of codes) and covers
+``cycle.demo_days`` of it at ``cycle.demo_cadence_minutes``. Coverage is counted over the
+test-period part only, from what the candidates runs served through Feast at each
+request's own time.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The tensors the models read, and the vocabulary sizes that shape them.
 
-``FeatureBatch`` is produced by ``solaris.models.features`` from (user, item, time) rows;
-every field is computed from data strictly before the row's time. Index 0 is padding or
+``FeatureBatch`` is produced by ``solaris.examples.movielens.features`` from (user, item,
+time) rows; every field is computed from data strictly before the row's time. Index 0 is padding or
 "unknown" in every categorical field, so an unseen id never raises.
 """
 

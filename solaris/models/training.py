@@ -16,7 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from solaris.config import TrainConfig
-from solaris.data.movielens import LIKE_THRESHOLD, LOVE_RATING
+from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING
 from solaris.models.batch import FeatureBatch
 
 TASK_RULES: dict[str, Callable[[np.ndarray], np.ndarray]] = {

@@ -38,6 +38,7 @@ __all__ = [
     "CodesManifest",
     "fit_autoencoder",
     "fit_autoencoder_from_traffic",
+    "fit_autoencoder_on",
     "load_autoencoder",
     "read_manifest",
     "save_autoencoder",
@@ -103,6 +104,32 @@ def shared_layer(
     return torch.cat(parts) if parts else torch.zeros((0, shared_dim))
 
 
+def fit_autoencoder_on(h: torch.Tensor, cfg: SolarisConfig) -> tuple[Autoencoder, float]:
+    """Fit an autoencoder on ``h`` ``[N, shared_dim]`` (any FM's); returns (ae, mse)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from solaris.models.autoencoder import Autoencoder
+    from solaris.models.training import seed_everything
+
+    gen = seed_everything(cfg.train.seed)
+    shared_dim = int(h.shape[1])
+    ae = Autoencoder(in_dim=shared_dim, z_dim=cfg.model.z_dim, hidden=2 * shared_dim)
+    ae.fit_scaler(h)
+    opt = torch.optim.Adam(ae.parameters(), lr=cfg.train.lr)
+    for _ in tqdm(range(cfg.train.ae_epochs), desc="autoencoder", unit="epoch", leave=False):
+        ae.train()
+        order = torch.randperm(len(h), generator=gen)
+        for i in range(0, len(h), cfg.train.batch_size):
+            opt.zero_grad(set_to_none=True)
+            ae.reconstruction_loss(h[order[i : i + cfg.train.batch_size]]).backward()
+            opt.step()
+    ae.eval()
+    with torch.inference_mode():
+        mse = float(ae.reconstruction_loss(h))
+    return ae, mse
+
+
 def fit_autoencoder(
     fm: FoundationModel, pairs: pd.DataFrame, cfg: SolarisConfig
 ) -> tuple[Autoencoder, str, float]:
@@ -112,7 +139,6 @@ def fit_autoencoder(
     FM's version, the autoencoder's weights and ``z_dim``.
     """
     from solaris.models.training import weights_digest
-    from solaris.pipeline.train import fit_autoencoder_on
 
     if len(pairs) == 0:
         raise CodesError("no pairs to train the autoencoder on")

@@ -46,7 +46,7 @@ def cycle(
     tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config
 ) -> Iterator[tuple[SolarisConfig, dict]]:
     """(settings as the task runs read them, the demo's summary)."""
-    from solaris.demo import run_demo
+    from solaris.examples.movielens.demo import run_demo
 
     tmp = tmp_path_factory.mktemp("cycle")
     write_movielens(tmp / "ml-100k")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from solaris.config import DataConfig
-from solaris.data.fetch import DataFetchError, fetch_movielens, is_fetched
-from solaris.data.movielens import MovieLens
+from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.fetch import DataFetchError, fetch_movielens, is_fetched
 
 
 @pytest.mark.integration

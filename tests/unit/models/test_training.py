@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from solaris.config import SolarisConfig, TrainConfig
-from solaris.models.features import FeatureContext
+from solaris.examples.movielens.features import FeatureContext
 from solaris.models.training import (
     Examples,
     TimeSplit,

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 import torch
 
-from solaris.data.movielens import MovieLens
 from solaris.data.schemas import SchemaError, pair_embeddings_schema, read_table, write_table
-from solaris.examples.movielens import MovieLensFoundationModel
+from solaris.examples.movielens.adapters import MovieLensFoundationModel
+from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.features import FeatureContext
 from solaris.models.autoencoder import Autoencoder
-from solaris.models.features import FeatureContext
 from solaris.models.fm import FoundationModel
 from solaris.pipeline.embed import embed_pairs, embed_shard
 

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from solaris.config import RequestLogConfig
-from solaris.data.movielens import LIKE_THRESHOLD
+from solaris.examples.movielens.data import LIKE_THRESHOLD
 
 DAY = 86_400
 
@@ -87,8 +87,15 @@ def retrieve(
     Returns ``request_id, item_id, retrieval_score``.
     """
     # Users with no past rating (cold start) still get popularity candidates.
-    n_users = int(max(ratings["user_id"].to_numpy().max(initial=0),
-                      requests["user_id"].to_numpy().max(initial=0))) + 1
+    n_users = (
+        int(
+            max(
+                ratings["user_id"].to_numpy().max(initial=0),
+                requests["user_id"].to_numpy().max(initial=0),
+            )
+        )
+        + 1
+    )
     hist_keys, hist_items, user_starts = _history_index(ratings, n_users)
     rating_day = ratings["ts"].to_numpy() // DAY
     req_day = requests["ts"].to_numpy() // DAY
@@ -172,7 +179,9 @@ def build_request_log(ratings: pd.DataFrame, cfg: RequestLogConfig) -> RequestLo
     retrieved = retrieved.merge(requests, on="request_id")
     labelled = impressions[["request_id", "user_id", "item_id", "ts", "label"]]
     unlabelled = retrieved.merge(
-        labelled[["request_id", "item_id"]], on=["request_id", "item_id"], how="left",
+        labelled[["request_id", "item_id"]],
+        on=["request_id", "item_id"],
+        how="left",
         indicator=True,
     )
     unlabelled = unlabelled[unlabelled["_merge"] == "left_only"]

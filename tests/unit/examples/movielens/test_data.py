@@ -1,4 +1,4 @@
-"""Tests for ``solaris.data.movielens`` on the fake atomic files of ``tiny_movielens``."""
+"""Tests for ``solaris.examples.movielens.data`` on the fake atomic files of ``tiny_movielens``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from solaris.data.movielens import (
+from solaris.examples.movielens.data import (
     MovieLens,
     MovieLensFormatError,
     load_items,

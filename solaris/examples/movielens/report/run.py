@@ -21,16 +21,16 @@ import torch
 from tqdm.auto import tqdm
 
 from solaris.config import SolarisConfig
-from solaris.data.fetch import fetch_movielens
-from solaris.data.movielens import MovieLens
-from solaris.data.requests import build_request_log, request_log_stats
-from solaris.models.features import FeatureContext
-from solaris.report.aggregate import summarise
-from solaris.report.coverage import retrieval_bound
-from solaris.report.render import markdown, plots
-from solaris.report.seed import run_seed
-from solaris.report.settings import ReportSettings
-from solaris.report.shortfalls import shortfalls
+from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.fetch import fetch_movielens
+from solaris.examples.movielens.report.aggregate import summarise
+from solaris.examples.movielens.report.coverage import retrieval_bound
+from solaris.examples.movielens.report.render import markdown, plots
+from solaris.examples.movielens.report.seed import run_seed
+from solaris.examples.movielens.report.settings import ReportSettings
+from solaris.examples.movielens.report.shortfalls import shortfalls
+from solaris.examples.movielens.requests import build_request_log, request_log_stats
 
 
 def _git(*args: str) -> str:

@@ -9,7 +9,7 @@ from solaris.adapters import LoggedScores
 from solaris.config import SelectionConfig, SolarisConfig
 from solaris.data.schemas import read_table
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
-from solaris.pipeline.train import load_split
+from solaris.examples.movielens.train import load_split
 
 SELECTORS = ("verifier", "random", "oracle")
 

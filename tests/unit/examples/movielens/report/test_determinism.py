@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from solaris.config import SolarisConfig
-from solaris.data.requests import build_request_log
-from solaris.models.features import FeatureContext
-from solaris.report.aggregate import summarise
-from solaris.report.seed import run_seed
-from solaris.report.settings import ReportSettings
+from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.report.aggregate import summarise
+from solaris.examples.movielens.report.seed import run_seed
+from solaris.examples.movielens.report.settings import ReportSettings
+from solaris.examples.movielens.requests import build_request_log
 
 SMALL = ReportSettings(
     seeds=(0,),

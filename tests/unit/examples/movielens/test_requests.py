@@ -1,4 +1,5 @@
-"""Tests for ``solaris.data.requests``: bucketing, causal retrieval and the request log.
+"""Tests for ``solaris.examples.movielens.requests``: bucketing, causal retrieval and the
+request log.
 
 The no-leakage rules come first: every candidate of a request must be explainable from the
 ratings strictly before the request time.
@@ -11,8 +12,8 @@ import pandas as pd
 import pytest
 
 from solaris.config import RequestLogConfig
-from solaris.data.movielens import LIKE_THRESHOLD
-from solaris.data.requests import (
+from solaris.examples.movielens.data import LIKE_THRESHOLD
+from solaris.examples.movielens.requests import (
     RequestLog,
     bucket_requests,
     build_request_log,

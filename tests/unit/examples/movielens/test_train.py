@@ -9,11 +9,17 @@ import pandas as pd
 import torch
 
 from solaris.config import SolarisConfig
-from solaris.data.movielens import MovieLens
 from solaris.evaluation.metrics import log_loss
-from solaris.models.features import FeatureContext
+from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.train import (
+    TierInputs,
+    load_models,
+    save_models,
+    train_models,
+    train_vm,
+)
 from solaris.models.training import Examples, predict_proba, predict_vm
-from solaris.pipeline.train import TierInputs, load_models, save_models, train_models, train_vm
 
 Z_DIM = 4
 

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from solaris.evaluation.replay import replay
-from solaris.report.tiers import (
+from solaris.examples.movielens.report.tiers import (
     CodeLog,
     aggregate_tiers,
     build_tiers,

@@ -19,9 +19,9 @@ from tqdm.auto import tqdm
 
 from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import auc, log_loss
+from solaris.examples.movielens.features import FeatureContext
 from solaris.files import atomic_write_json
 from solaris.models.autoencoder import Autoencoder
-from solaris.models.features import FeatureContext
 from solaris.models.fm import FoundationModel
 from solaris.models.training import (
     Examples,
@@ -37,7 +37,7 @@ from solaris.models.training import (
     weights_digest,
 )
 from solaris.models.vm import VerticalModel, tier_dropout
-from solaris.pipeline.codes import CODES_MANIFEST, CodesManifest
+from solaris.pipeline.codes import CODES_MANIFEST, CodesManifest, fit_autoencoder_on
 
 
 @dataclass(frozen=True)
@@ -86,26 +86,6 @@ def train_autoencoder(
     with torch.inference_mode():
         h = torch.cat([fm.shared(train.batch[i : i + 8192]) for i in range(0, len(train), 8192)])
     return fit_autoencoder_on(h.clone(), cfg)
-
-
-def fit_autoencoder_on(h: torch.Tensor, cfg: SolarisConfig) -> tuple[Autoencoder, float]:
-    """Fit an autoencoder on ``h`` ``[N, shared_dim]`` (any FM's); returns (ae, mse)."""
-    gen = seed_everything(cfg.train.seed)
-    shared_dim = int(h.shape[1])
-    ae = Autoencoder(in_dim=shared_dim, z_dim=cfg.model.z_dim, hidden=2 * shared_dim)
-    ae.fit_scaler(h)
-    opt = torch.optim.Adam(ae.parameters(), lr=cfg.train.lr)
-    for _ in tqdm(range(cfg.train.ae_epochs), desc="autoencoder", unit="epoch", leave=False):
-        ae.train()
-        order = torch.randperm(len(h), generator=gen)
-        for i in range(0, len(h), cfg.train.batch_size):
-            opt.zero_grad(set_to_none=True)
-            ae.reconstruction_loss(h[order[i : i + cfg.train.batch_size]]).backward()
-            opt.step()
-    ae.eval()
-    with torch.inference_mode():
-        mse = float(ae.reconstruction_loss(h))
-    return ae, mse
 
 
 @dataclass(frozen=True)

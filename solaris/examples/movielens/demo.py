@@ -20,14 +20,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
-from solaris.data.fetch import fetch_movielens
-from solaris.data.movielens import MovieLens
-from solaris.data.requests import build_request_log, request_log_stats
 from solaris.data.schemas import write_table
 from solaris.evaluation.replay import oracle_scores, random_scores, replay
-from solaris.models.features import FeatureContext
+from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.fetch import fetch_movielens
+from solaris.examples.movielens.requests import build_request_log, request_log_stats
+from solaris.examples.movielens.train import save_models, score_candidates, train_models
 from solaris.models.training import resolve_device
-from solaris.pipeline.train import save_models, score_candidates, train_models
 
 Printer = Callable[[str], None]
 

@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from solaris.config import ModelConfig
-from solaris.data.movielens import LIKE_THRESHOLD, MovieLens
+from solaris.examples.movielens.data import LIKE_THRESHOLD, MovieLens
 from solaris.models.batch import FeatureBatch, FeatureSpec
 
 _KEY = 1 << 32  # composite key: id * _KEY + ts, ts < 2**32

@@ -7,14 +7,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from solaris.config import SolarisConfig
-from solaris.data.requests import RequestLog
 from solaris.evaluation.metrics import log_loss
-from solaris.examples.movielens import MovieLensFoundationModel
-from solaris.models.features import FeatureContext
-from solaris.pipeline.embed import encode_pairs
-from solaris.pipeline.train import score_candidates, train_models
-from solaris.report.coverage import selection_sweeps
-from solaris.report.experiments import (
+from solaris.examples.movielens.adapters import MovieLensFoundationModel
+from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.report.coverage import selection_sweeps
+from solaris.examples.movielens.report.experiments import (
     VariantRunner,
     VMRows,
     distillation_sweep,
@@ -24,9 +21,12 @@ from solaris.report.experiments import (
     scores,
     train_task_fm,
 )
-from solaris.report.settings import ReportSettings
-from solaris.report.stats import row_log_loss
-from solaris.report.tiers import CodeLog, Tier, build_tiers, latest_pair_code
+from solaris.examples.movielens.report.settings import ReportSettings
+from solaris.examples.movielens.report.stats import row_log_loss
+from solaris.examples.movielens.report.tiers import CodeLog, Tier, build_tiers, latest_pair_code
+from solaris.examples.movielens.requests import RequestLog
+from solaris.examples.movielens.train import score_candidates, train_models
+from solaris.pipeline.embed import encode_pairs
 
 OWN_TASKS = ("like", "love")
 UNSEEN_TASK = "dislike"

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from solaris.data.requests import earlier_candidate_within
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
+from solaris.examples.movielens.requests import earlier_candidate_within
 
 HOUR = 3600
 

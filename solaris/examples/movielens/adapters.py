@@ -3,7 +3,7 @@
 What ``make demo`` runs on, and the template for bringing your own:
 
 - :func:`foundation_model`: the multi-task :class:`~solaris.models.fm.FoundationModel`
-  with its MovieLens features (:class:`~solaris.models.features.FeatureContext`);
+  with its MovieLens features (:class:`~solaris.examples.movielens.features.FeatureContext`);
 - :func:`traffic`: the request log the demo builds from the ratings (1-minute requests,
   causal retrieval candidates), with the score the VM gave each candidate, as a production
   serving stack would have logged it;
@@ -39,8 +39,8 @@ from solaris.namespace import Namespace
 if TYPE_CHECKING:
     import torch
 
+    from solaris.examples.movielens.features import FeatureContext
     from solaris.models.batch import FeatureBatch
-    from solaris.models.features import FeatureContext
     from solaris.models.fm import FoundationModel as FMModule
     from solaris.models.vm import VerticalModel
 
@@ -64,17 +64,17 @@ def request_log_path(cfg: SolarisConfig) -> Path:
 
 @functools.lru_cache(maxsize=2)
 def _context(data: DataConfig, model: ModelConfig) -> FeatureContext:
-    from solaris.data.fetch import fetch_movielens
-    from solaris.data.movielens import MovieLens
-    from solaris.models.features import FeatureContext
+    from solaris.examples.movielens.data import MovieLens
+    from solaris.examples.movielens.features import FeatureContext
+    from solaris.examples.movielens.fetch import fetch_movielens
 
     return FeatureContext.from_config(MovieLens.load(fetch_movielens(data)), model)
 
 
 @functools.lru_cache(maxsize=2)
 def _ratings(data: DataConfig) -> pd.DataFrame:
-    from solaris.data.fetch import fetch_movielens
-    from solaris.data.movielens import MovieLens
+    from solaris.examples.movielens.data import MovieLens
+    from solaris.examples.movielens.fetch import fetch_movielens
 
     return MovieLens.load(fetch_movielens(data)).ratings
 
@@ -182,7 +182,7 @@ class VMVerifier:
         self.version = "vm-in-force"
 
     def score(self, candidates: pd.DataFrame) -> np.ndarray:
-        from solaris.pipeline.train import score_candidates
+        from solaris.examples.movielens.train import score_candidates
 
         if len(candidates) == 0:
             return np.zeros(0, np.float32)
@@ -221,11 +221,11 @@ class VMTrainer:
         Returns the run record (without ``seconds``: the caller times the run)."""
         import torch
 
+        from solaris.examples.movielens.train import TierInputs, train_vm
         from solaris.models.training import save_checkpoint, weights_digest
         from solaris.orchestration.layout import CycleLayout
         from solaris.orchestration.resources import cycle_redis, feature_store
         from solaris.pipeline.codes import read_manifest
-        from solaris.pipeline.train import TierInputs, train_vm
         from solaris.serving.training_set import build_training_set
 
         layout = CycleLayout(Namespace.of(cfg))
@@ -295,8 +295,8 @@ class VMTrainer:
 
 def _val_logloss(vm, ctx, rows: pd.DataFrame, tiers, task: str) -> float:
     from solaris.evaluation.metrics import log_loss
+    from solaris.examples.movielens.train import vm_examples
     from solaris.models.training import predict_proba, predict_vm
-    from solaris.pipeline.train import vm_examples
 
     ex = vm_examples(ctx, rows, task)
     if vm.n_tiers:

@@ -62,8 +62,16 @@ def fetch_movielens(cfg: DataConfig, *, force: bool = False) -> Path:
 
 def _download_wheel(version: str, dest: Path) -> Path:
     cmd = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-        "--only-binary=:all:", f"recbole=={version}", "-d", str(dest),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"recbole=={version}",
+        "-d",
+        str(dest),
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wheels = sorted(dest.glob("recbole-*.whl"))

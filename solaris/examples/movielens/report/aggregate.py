@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from solaris.evaluation.metrics import summarize
-from solaris.report.coverage import equal_cost_coverage
-from solaris.report.stats import estimate, transfer_ratios, user_bootstrap
+from solaris.examples.movielens.report.coverage import equal_cost_coverage
+from solaris.examples.movielens.report.stats import estimate, transfer_ratios, user_bootstrap
 
 TR_VARIANTS = ("VM+KD", "VM+z (100% offline)", "VM+SOLARIS tiers (replay)")
 

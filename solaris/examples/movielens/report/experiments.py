@@ -17,8 +17,17 @@ import torch
 
 from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import auc, log_loss, normalized_entropy
-from solaris.examples.movielens import MovieLensFoundationModel
-from solaris.models.features import FeatureContext
+from solaris.examples.movielens.adapters import MovieLensFoundationModel
+from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.report.tiers import Tier
+from solaris.examples.movielens.train import (
+    Distillation,
+    TierInputs,
+    TrainedModels,
+    fm_examples,
+    train_vm,
+    vm_examples,
+)
 from solaris.models.fm import FoundationModel
 from solaris.models.training import (
     TimeSplit,
@@ -30,15 +39,6 @@ from solaris.models.training import (
     task_targets,
 )
 from solaris.pipeline.embed import encode_pairs
-from solaris.pipeline.train import (
-    Distillation,
-    TierInputs,
-    TrainedModels,
-    fm_examples,
-    train_vm,
-    vm_examples,
-)
-from solaris.report.tiers import Tier
 
 PARTS = ("train", "val", "test")
 

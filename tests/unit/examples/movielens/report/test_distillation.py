@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 
 from solaris.config import SolarisConfig
-from solaris.data.requests import build_request_log
-from solaris.models.features import FeatureContext
+from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.requests import build_request_log
+from solaris.examples.movielens.train import Distillation, train_vm, vm_examples
 from solaris.models.training import TimeSplit, predict_proba, predict_vm
-from solaris.pipeline.train import Distillation, train_vm, vm_examples
 
 
 @pytest.fixture

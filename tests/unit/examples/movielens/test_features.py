@@ -1,5 +1,5 @@
-"""Tests for ``solaris.models.features``: every feature of a row is computed strictly before
-the row's time."""
+"""Tests for ``solaris.examples.movielens.features``: every feature of a row is computed
+strictly before the row's time."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from solaris.data.movielens import LIKE_THRESHOLD, MovieLens
+from solaris.examples.movielens.data import LIKE_THRESHOLD, MovieLens
+from solaris.examples.movielens.features import FM_DENSE, VM_DENSE, FeatureContext
 from solaris.models.batch import FeatureBatch
-from solaris.models.features import FM_DENSE, VM_DENSE, FeatureContext
 
 HISTORY = 6
 

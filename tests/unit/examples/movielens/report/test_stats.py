@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from solaris.report.stats import (
+from solaris.examples.movielens.report.stats import (
     estimate,
     row_log_loss,
     seed_interval,

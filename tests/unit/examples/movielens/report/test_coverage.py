@@ -2,7 +2,12 @@ import numpy as np
 import pandas as pd
 
 from solaris.evaluation.replay import replay
-from solaris.report.coverage import HOUR, activity_ttl, equal_cost_coverage, retrieval_bound
+from solaris.examples.movielens.report.coverage import (
+    HOUR,
+    activity_ttl,
+    equal_cost_coverage,
+    retrieval_bound,
+)
 
 NA = pd.NA
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-LIKE_THRESHOLD = 4  # label of the main task: rating >= 4
-LOVE_RATING = 5  # second FM task: rating == 5
+from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING  # noqa: F401 (re-exported)
 
 
 class MovieLensFormatError(ValueError):

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import redis
 
+from solaris.serving.streams import as_bytes, entry_fields
 from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID
 
 __all__ = ["DrainedMisses", "append_misses", "drain_miss_entries", "drain_misses"]
@@ -126,7 +127,7 @@ def drain_miss_entries(client: redis.Redis, stream: str, count: int | None = Non
         try:
             user, ts, blob = _parse_entry(raw)
         except ValueError as exc:
-            skipped.append((_b(entry_id), str(exc)))
+            skipped.append((as_bytes(entry_id), str(exc)))
             continue
         users.append(user)
         times.append(ts)
@@ -158,7 +159,7 @@ def drain_miss_entries(client: redis.Redis, stream: str, count: int | None = Non
 def _parse_entry(raw) -> tuple[int, int, bytes]:
     """``(user, ts, item bytes)`` of one entry; ``ValueError`` saying what is wrong."""
     try:
-        fields = _field_dict(raw)
+        fields = entry_fields(raw)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed fields ({exc})") from None
     missing = [k for k in (b"user", b"ts", b"items") if k not in fields]
@@ -176,15 +177,3 @@ def _parse_entry(raw) -> tuple[int, int, bytes]:
     if (np.frombuffer(blob, dtype="<i8") < 0).any():
         raise ValueError("negative item id")
     return user, ts, blob
-
-
-def _field_dict(raw) -> dict[bytes, bytes]:
-    """Stream entry fields from EVAL's reply (a flat [k1, v1, k2, v2, ...] list)."""
-    if isinstance(raw, dict):
-        return {_b(k): _b(v) for k, v in raw.items()}
-    it = iter(raw)
-    return {_b(k): _b(v) for k, v in zip(it, it, strict=True)}
-
-
-def _b(value) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()

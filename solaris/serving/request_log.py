@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 import redis
 
+from solaris.serving.streams import as_bytes, entry_fields
 from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID, epoch_seconds
 
 __all__ = [
@@ -216,12 +217,12 @@ def _entries(client: redis.Redis, stream: str, count: int | None):
         page = _PAGE if left is None else min(_PAGE, left)
         entries = client.xrange(stream, min=start, max="+", count=page)
         for entry_id, raw in entries:
-            yield _b(entry_id), raw
+            yield as_bytes(entry_id), raw
         if len(entries) < page:
             return
         if left is not None:
             left -= len(entries)
-        start = b"(" + _b(entries[-1][0])
+        start = b"(" + as_bytes(entries[-1][0])
 
 
 def _rows(parsed: list[tuple[int, int, int, bytes, bytes]]) -> pd.DataFrame:
@@ -248,7 +249,7 @@ def _parse_entry(raw) -> tuple[int, int, int, bytes, bytes]:
     """``(request id, user, ts, item bytes, score bytes)`` of one entry; ``ValueError``
     saying what is wrong."""
     try:
-        fields = _field_dict(raw)
+        fields = entry_fields(raw)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed fields ({exc})") from None
     missing = [k.decode() for k in _FIELDS if k not in fields]
@@ -273,17 +274,3 @@ def _parse_entry(raw) -> tuple[int, int, int, bytes, bytes]:
     if not np.isfinite(np.frombuffer(scores, dtype="<f4")).all():
         raise ValueError("score not finite")
     return rid, user, ts, items, scores
-
-
-def _field_dict(raw) -> dict[bytes, bytes]:
-    """Stream entry fields: XRANGE's dict, or a flat ``[k1, v1, k2, v2, ...]`` list."""
-    if raw is None:
-        raise ValueError("no fields")
-    if isinstance(raw, dict):
-        return {_b(k): _b(v) for k, v in raw.items()}
-    it = iter(raw)
-    return {_b(k): _b(v) for k, v in zip(it, it, strict=True)}
-
-
-def _b(value) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()

@@ -1,24 +1,7 @@
-"""The MovieLens-100K example of the adapter interfaces (:mod:`solaris.adapters`).
+"""The MovieLens implementations of the adapter interfaces (:mod:`solaris.adapters`).
 
-What ``make demo`` runs on, and the template for bringing your own:
-
-- :func:`foundation_model`: the multi-task :class:`~solaris.models.fm.FoundationModel`
-  with its MovieLens features (:class:`~solaris.examples.movielens.features.FeatureContext`);
-- :func:`traffic`: the request log the demo builds from the ratings (1-minute requests,
-  causal retrieval candidates), with the score the VM gave each candidate, as a production
-  serving stack would have logged it;
-- :func:`vm_verifier`: re-scores candidates with the VM in force (an alternative to the
-  default logged scores);
-- :func:`vm_trainer`: the training DAG's work, retraining the VM on point-in-time SOLARIS
-  features and publishing it only when no worse.
-
-Configured as::
-
-    model:
-      foundation: "solaris.examples.movielens:foundation_model"
-      trainer: "solaris.examples.movielens:vm_trainer"
-    requests:
-      source: "solaris.examples.movielens:traffic"
+The package (:mod:`solaris.examples.movielens`) re-exports them and says how to configure
+them; the verifier trainer here is the training DAG's work on MovieLens.
 """
 
 from __future__ import annotations

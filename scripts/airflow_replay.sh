@@ -17,9 +17,14 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-if [[ $# -ne 3 || "$1" == -h || "$1" == --help ]]; then
-    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
-    [[ $# -eq 3 ]] && exit 0 || exit 2
+usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+    usage
+    exit 0
+fi
+if [[ $# -ne 3 ]]; then
+    usage >&2
+    exit 2
 fi
 namespace="$1" from="$2" to="$3"
 
@@ -29,6 +34,12 @@ if [[ ! -x "$AIRFLOW" ]]; then
     exit 1
 fi
 source "$ROOT/scripts/airflow_env.sh"
+if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == sqlite* ]]; then
+    echo "airflow_replay.sh: the metadata DB is SQLite, which the running scheduler and a" \
+        "backfill lock each other out of; start make airflow and this script with" \
+        "SOLARIS_AIRFLOW_DB_URL=postgresql+psycopg2://user@host:5432/db (see the README)" >&2
+    exit 1
+fi
 
 "$ROOT/.venv/bin/solaris" namespace reset "$namespace"
 conf="{\"namespace\": \"$namespace\", \"replay\": true}"

@@ -94,3 +94,31 @@ def test_check_mode_on_postgres(tmp_path: Path, postgres_db: str) -> None:
     env = _env(home, SOLARIS_AIRFLOW_DB_URL=postgres_db)
     _check_mode(env, {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_db})
     assert not (home / "airflow.db").exists()
+
+
+REPLAY = REPO / "scripts" / "airflow_replay.sh"
+
+
+def test_replay_script_shows_its_usage_and_refuses_sqlite_before_touching_anything(
+    tmp_path: Path,
+) -> None:
+    env = _env(tmp_path / "home", SOLARIS_ARTIFACTS_DIR=str(tmp_path / "artifacts"))
+    usage = subprocess.run(
+        ["bash", str(REPLAY), "--help"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert usage.returncode == 0 and "NAMESPACE FROM TO" in usage.stdout
+    wrong = subprocess.run(
+        ["bash", str(REPLAY), "only_one"], cwd=REPO, env=env, capture_output=True
+    )
+    assert wrong.returncode == 2
+    refused = subprocess.run(
+        ["bash", str(REPLAY), "replay_t", "1998-03-30T22:00:00+00:00", "1998-03-31T21:00:00+00:00"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert "SQLite" in refused.stderr and "SOLARIS_AIRFLOW_DB_URL" in refused.stderr
+    assert not (tmp_path / "artifacts" / "namespaces").exists()

@@ -26,7 +26,13 @@ USER_NEIGHBOURS = Asset(runs.USER_NEIGHBOURS)
     doc_md=__doc__,
 )
 def solaris_clustering():
-    @task.sensor(poke_interval=5, timeout=SETTINGS.cycle.wait_previous_minutes * 60, mode="poke")
+    # A replay's clustering run may wait for a whole replayed day: it frees its worker slot
+    # between pokes and waits up to a day (or cycle.wait_previous_minutes, if longer).
+    @task.sensor(
+        poke_interval=15,
+        timeout=max(SETTINGS.cycle.wait_previous_minutes * 60, 86_400),
+        mode="reschedule",
+    )
     def enrichment_published(params=None, data_interval_start=None, data_interval_end=None):
         return clustering.enrichment_published(params, data_interval_start, data_interval_end)
 

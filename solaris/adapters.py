@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -133,6 +134,9 @@ class LoggedScores:
 
     version = "logged"
 
+    def __init__(self, cfg: SolarisConfig | None = None) -> None:
+        pass  # nothing to configure: the class is its own factory too
+
     def score(self, candidates: pd.DataFrame) -> np.ndarray:
         import numpy as np
 
@@ -150,12 +154,22 @@ def logged_scores(cfg: SolarisConfig) -> LoggedScores:
     return LoggedScores()
 
 
+def _members(protocol: type) -> list[str]:
+    """The attributes and methods a protocol requires (its annotations and functions)."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_")}
+    return sorted(names)
+
+
 def load(path: str, cfg: SolarisConfig, protocol: type, setting: str) -> Any:
     """Import ``package.module:factory``, call ``factory(cfg)`` and check the protocol.
 
+    ``factory`` is a function or a class taking the settings; anything else at that path is
+    used as it is (an object that already implements the protocol).
+
     Raises:
-        AdapterError: naming ``setting`` when the path is malformed, the import fails, or
-            the object lacks the protocol's members.
+        AdapterError: naming ``setting`` when the path is malformed, the import or the
+            factory fails, or the object lacks the protocol's members.
     """
     if not isinstance(path, str) or not _IMPORT_PATH.match(path):
         raise AdapterError(f"{setting}: {path!r} is not an import path 'package.module:factory'")
@@ -164,14 +178,20 @@ def load(path: str, cfg: SolarisConfig, protocol: type, setting: str) -> Any:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise AdapterError(f"{setting}: cannot import {path!r}: {exc}") from exc
-    obj = factory(cfg) if callable(factory) and not isinstance(factory, protocol) else factory
-    if not isinstance(obj, protocol):
-        missing = [
-            name for name in getattr(protocol, "__protocol_attrs__", ()) if not hasattr(obj, name)
-        ]
+    if inspect.isclass(factory) or inspect.isfunction(factory) or inspect.ismethod(factory):
+        try:
+            obj = factory(cfg)
+        except Exception as exc:
+            raise AdapterError(
+                f"{setting}: {path!r} failed to build: {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        obj = factory
+    missing = [name for name in _members(protocol) if not hasattr(obj, name)]
+    if missing:
         raise AdapterError(
             f"{setting}: {path!r} gave a {type(obj).__name__}, not a {protocol.__name__} "
-            f"(missing: {', '.join(sorted(missing)) or 'see solaris.adapters'})"
+            f"(missing: {', '.join(missing)})"
         )
     return obj
 

@@ -77,16 +77,24 @@ def cycle_command(
     start: Annotated[
         str, typer.Option(help="start of the measured period (ISO 8601); a warm-up day precedes")
     ],
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="the replay's namespace (its state is reset first); default: the config's"
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Replay your traffic (requests.source) through the five DAGs in this process
     (dag.test), as `make demo` does: cycle.demo_days from --start at
-    cycle.demo_cadence_minutes, in the configured namespace; prints the figures."""
+    cycle.demo_cadence_minutes, in a replay namespace whose earlier state is reset; prints
+    the figures. Refuses the live namespace."""
     from solaris.local.demo import run_airflow_stage
     from solaris.namespace import Namespace
     from solaris.pipeline.codes import read_manifest
 
-    cfg = _config(config)
+    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
+    _refuse_live(cfg.namespace, "replay into")
     manifest = read_manifest(Namespace.of(cfg).models_dir)
     run_airflow_stage(
         cfg,
@@ -100,12 +108,19 @@ def cycle_command(
 def namespace_reset(
     name: Annotated[str, typer.Argument(help="the namespace to forget")],
     config: ConfigOption = None,
+    force: Annotated[bool, typer.Option(help="allow resetting the live namespace")] = False,
 ) -> None:
     """Delete one namespace's state: its Redis keys and streams (<name>:*), its cycle folder
     and its offline parquet. Other namespaces are not touched."""
     from solaris.namespace import Namespace
     from solaris.orchestration.resources import cycle_redis, reset_namespace
 
+    if name == "live" and not force:
+        raise typer.BadParameter(
+            "the live namespace holds the live cycle's state and serving's undrained request "
+            "log; pass --force to delete it anyway",
+            param_hint="NAME",
+        )
     cfg = _config(config, namespace=name)
     reset_namespace(cfg, cycle_redis(cfg))
     typer.echo(f"reset {Namespace.of(cfg).describe()}")
@@ -131,6 +146,15 @@ def fit_autoencoder_command(
         f"autoencoder for FM {manifest.fm}: fm_version {manifest.fm_version} "
         f"(h {manifest.shared_dim} -> z {manifest.z_dim}, reconstruction MSE {mse:.4f})"
     )
+
+
+def _refuse_live(namespace: str, what: str) -> None:
+    if namespace == "live":
+        raise typer.BadParameter(
+            f"will not {what} the live namespace (its keys and streams would be reset and "
+            "overwritten with history); name a replay namespace with --namespace",
+            param_hint="--namespace",
+        )
 
 
 def _epoch_option(value: str, name: str) -> int:

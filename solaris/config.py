@@ -56,6 +56,7 @@ NON_SETTING_ENV = frozenset(
         "SOLARIS_BENCH_DUCKDB_PYTHON",
         "SOLARIS_TEST_POSTGRES",
         "SOLARIS_TEST_REDIS",
+        "SOLARIS_TEST_REDIS_REQUESTS",
     }
 )
 
@@ -226,8 +227,9 @@ class StoreConfig(Section):
 class CycleConfig(Section):
     """The Airflow cycle: schedules, sharding and the verifier's retraining.
 
-    The candidates DAG's schedule interval is ``selection.cadence_minutes``; the cycle's
-    state (selection ledger, shards, run records) lives under ``artifacts_dir/cycle``.
+    The candidates DAG's schedule interval is ``selection.cadence_minutes``; each
+    namespace's cycle state (request logs, ledgers, shards, run records) lives under
+    ``artifacts_dir/namespaces/<namespace>`` (:mod:`solaris.namespace`).
     """
 
     start: str = Field(
@@ -363,7 +365,9 @@ class SolarisConfig(BaseSettings):
                 **{**cls.model_config, "yaml_file": path, "title": cls.__name__}
             )
 
-        return _FromFile(**overrides)
+        # A plain SolarisConfig again: two loads of one file must be equal (and hash alike),
+        # since the per-process caches of adapters and stores are keyed by the settings.
+        return cls.model_validate(_FromFile(**overrides).model_dump())
 
 
 def _section_of(annotation: Any) -> type[BaseModel] | None:

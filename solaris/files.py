@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "temp_path"]
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "temp_path"]
 
 
 def temp_path(path: Path) -> Path:
@@ -22,19 +23,29 @@ def temp_path(path: Path) -> Path:
     return path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> Path:
+    """``write(file)`` into a temp file beside ``path``, fsync it, rename it over ``path``.
+
+    On any error the temp file is removed and ``path`` is untouched. The temp file is
+    opened with ``open(..., "xb")`` (the umask's mode, not ``mkstemp``'s 0600), so the result
+    is readable by the other users a file written here should be readable by.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     try:
         with open(tmp, "xb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            os.fsync(fh.fileno())  # the rename must not become visible before the data
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    return atomic_write(path, lambda fh: fh.write(data))
 
 
 def atomic_write_json(path: Path, payload: dict[str, Any]) -> Path:

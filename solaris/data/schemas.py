@@ -26,6 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from solaris.files import atomic_write
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -562,20 +564,7 @@ def write_table(
     """
     path = Path(path)
     valid = validate(table, kind, str(path), z_dim=z_dim)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A named "x"-mode file rather than mkstemp: mkstemp makes it 0600, which would leave the
-    # final file unreadable to other users (e.g. Airflow workers) regardless of the umask.
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "xb") as fh:
-            pq.write_table(valid, fh)
-            fh.flush()
-            os.fsync(fh.fileno())  # the rename must not become visible before the data
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda fh: pq.write_table(valid, fh))
 
 
 def pair_codes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -52,8 +52,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +65,7 @@ import torch
 from torch import nn
 
 from solaris.data.synthetic import SyntheticSpec, generate_candidates
+from solaris.files import atomic_write
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
@@ -667,20 +666,6 @@ def verifier(cfg: SolarisConfig) -> RecurrenceVerifier:
 # --------------------------------------------------------------------------------------------
 
 
-def _write_atomically(path: Path, write: Callable[[Any], None]) -> None:
-    """``write(file)`` into a hidden temp file next to ``path``, then ``os.replace`` it."""
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "xb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _train(world: SyntheticWorld, log: LogFeatures, table: pa.Table) -> PairTowerFM:
     """The FM fitted on the labelled rows of the first ``train_share`` of the time range."""
     ts = table["ts"].to_numpy()
@@ -745,7 +730,7 @@ def prepare(cfg: SolarisConfig, world: SyntheticWorld | None = None) -> Path:
         table["user_id"].to_numpy(), table["item_id"].to_numpy(), table["ts"].to_numpy()
     )
     table = table.append_column(pa.field("score", pa.float32(), nullable=False), pa.array(score))
-    _write_atomically(folder / LOG_FILE, lambda fh: pq.write_table(table, fh))
+    atomic_write(folder / LOG_FILE, lambda fh: pq.write_table(table, fh))
 
     module = _train(world, log, table)
     init = module.init_kwargs()
@@ -756,5 +741,5 @@ def prepare(cfg: SolarisConfig, world: SyntheticWorld | None = None) -> Path:
         "state_dict": state,
         "version": _fm_version(init, state, log.digest()),
     }
-    _write_atomically(folder / FM_FILE, lambda fh: torch.save(saved, fh))
+    atomic_write(folder / FM_FILE, lambda fh: torch.save(saved, fh))
     return folder

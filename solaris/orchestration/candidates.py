@@ -29,8 +29,14 @@ import pyarrow as pa
 
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
+from solaris.orchestration.enrichment import CLUSTERING_DAG_ID, ENRICHMENT_DAG_ID
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
-from solaris.orchestration.resources import cycle_redis, read_parquet, write_parquet
+from solaris.orchestration.resources import (
+    CycleInputError,
+    cycle_redis,
+    read_parquet,
+    write_parquet,
+)
 from solaris.orchestration.runs import Params, cron_times, task_run
 
 if TYPE_CHECKING:
@@ -49,8 +55,6 @@ __all__ = [
 ]
 
 DAG_ID = "solaris_candidates"
-ENRICHMENT_DAG_ID = "solaris_enrichment"
-CLUSTERING_DAG_ID = "solaris_clustering"
 PSEUDO_REQUEST_BASE = 1 << 48  # request ids of drained misses that are not in the log
 _KEY = ["user_id", "item_id", "ts"]
 
@@ -64,14 +68,19 @@ def previous_published(params: Params, start: object, end: object) -> bool:
     run = task_run(params, start, end, grid=True)
     layout = run.layout
     first = run.intervals[0]
-    earlier = layout.intervals("selections", ending_after=-1, ending_by=first.start)
+    # The previous interval whose candidates run finished: one that failed part-way is not
+    # waited for (the next embeddings run embeds any selection left without codes).
+    earlier = layout.recorded_intervals(DAG_ID, ending_by=first.start)
     if not earlier:
         return True
     previous = earlier[-1]
     if not layout.embeddings_done(previous).is_file():
         return False
     # Enrichment records itself per view as of the newest interval end it ran for.
-    if not layout.run_record(ENRICHMENT_DAG_ID, f"{previous.end:011d}-uagg").is_file():
+    views = ("uagg", "iagg", "nbr")
+    if not all(
+        layout.run_record(ENRICHMENT_DAG_ID, f"{previous.end:011d}-{v}").is_file() for v in views
+    ):
         return False
     if not run.cfg.replay:
         return True
@@ -88,7 +97,7 @@ def select(params: Params, start: object, end: object) -> tuple[dict, dict]:
     records = [select_interval(run.cfg, interval) for interval in run.intervals]
     logs = [r.pop("request_log") for r in records]
     return (
-        run.extra(_combine(logs, ("requests", "rows", "late_dropped"))),
+        run.extra(_combine(logs, ("requests", "rows", "late", "stale_dropped"))),
         run.extra(_combine(records, ("selected", "candidates", "requests"))),
     )
 
@@ -123,6 +132,19 @@ def serve_replay(
     from solaris.serving.tiers import TIERS
 
     requests = adapters.traffic_source(cfg).requests(interval.start, interval.end)
+    requests = requests.reset_index(drop=True)
+    scores = requests["score"].to_numpy(np.float32, na_value=np.nan)
+    unscored = np.isnan(scores)
+    if unscored.any():  # serving scores what the traffic did not log: the verifier's job
+        verifier = adapters.verifier(cfg)
+        scores[unscored] = verifier.score(requests[unscored])
+        if not np.isfinite(scores).all():
+            raise CycleInputError(
+                f"requests.source gave {int(unscored.sum())} candidate rows in "
+                f"[{interval.start}, {interval.end}) without a logged score, and "
+                f"model.verifier ({cfg.model.verifier}) does not score them: log scores with "
+                "the traffic or configure a verifier that computes them"
+            )
     result = ServedCoverage()
     # This replays history: a fetch slowed by the replaying machine must count as what the
     # cache held, not as a miss, so the serving time bound is lifted.
@@ -130,19 +152,22 @@ def serve_replay(
     with SolarisFeatures(cfg, redis=redis, fm_version=fm_version, store=store) as client:
         if len(requests):
             client.warm_up()
-        scores = requests["score"].to_numpy(np.float32, na_value=np.nan)
         for (request_id, user_id, ts), rows in requests.groupby(
             ["request_id", "user_id", "ts"], sort=True
         ):
             items = rows["item_id"].to_numpy()
             served = client.fetch(int(user_id), items, now=int(ts))
             result.count(served, rows["label"].notna().to_numpy())
-            logged = scores[rows.index.to_numpy()]
-            if np.isfinite(logged).all():
-                client.log_request(int(request_id), int(user_id), items, logged, now=int(ts))
-        if not client.flush(timeout_s=60.0):
-            raise RuntimeError("the replay's serving client could not flush its writes")
+            logged = scores[rows.index.to_numpy()]  # positions: the index was reset above
+            client.log_request(int(request_id), int(user_id), items, logged, now=int(ts))
+            if not client.flush(timeout_s=60.0):  # each request logged before the next
+                raise RuntimeError("the replay's serving client could not flush its writes")
         stats = client.stats
+    if stats.requests_dropped:  # a replay must log every request it serves
+        raise RuntimeError(
+            f"{stats.requests_dropped} request-log writes of the replay failed (Redis); "
+            "nothing was selected for this interval: rerun it"
+        )
     n = max(result.n_impressions, 1)
     return {
         "labelled": result.n_impressions,
@@ -162,11 +187,14 @@ def drain_request_log(
 ) -> tuple[pd.DataFrame, dict]:
     """The interval's request log, drained from the namespace's stream exactly once.
 
-    Entries with ``ts`` in the interval are added to ``request_log/<key>.parquet`` (merged
-    with what an earlier attempt of this run stored) before they are deleted from the stream,
-    so a retried run keeps what it drained. Entries from after the interval stay for the next
-    run; entries from before it (late, for an interval already selected) are deleted and
-    counted, never selected at a time they do not belong to.
+    Entries with ``ts`` before the interval's end are added to ``request_log/<key>.parquet``
+    (merged with what an earlier attempt of this run stored) before they are deleted from
+    the stream, so a retried run keeps what it drained. Entries from after the interval stay
+    for the next run. Late entries (before the interval's start: logged late, or of an
+    interval whose run was skipped) are kept in this interval's table with their own times
+    while they are less than a TTL old, since a code computed at this interval's end can
+    still serve their pairs; older ones are of another time and are deleted and counted
+    (``stale_dropped``), never selected.
     """
     from solaris.data.schemas import read_table, write_table
     from solaris.serving.request_log import delete_entries, read_request_log
@@ -177,8 +205,10 @@ def drain_request_log(
     try:
         batch = read_request_log(client, Namespace.of(cfg).request_stream, before=interval.end)
         rows = batch.rows
-        late = rows["ts"].to_numpy() < interval.start
-        fresh = rows[~late].assign(label=pd.array([pd.NA] * int((~late).sum()), "Int8"))
+        ts = rows["ts"].to_numpy()
+        stale = ts < interval.start - round(cfg.selection.ttl_hours * 3600)
+        late = ~stale & (ts < interval.start)
+        fresh = rows[~stale].assign(label=pd.array([pd.NA] * int((~stale).sum()), "Int8"))
         if path.is_file():  # an earlier attempt of this run stored these
             earlier = read_table(path, "request_log").to_pandas()
             fresh = pd.concat([earlier, fresh], ignore_index=True)
@@ -195,7 +225,8 @@ def drain_request_log(
         **interval.as_dict(),
         "requests": int(fresh["request_id"].nunique()),
         "rows": len(fresh),
-        "late_dropped": int(rows.loc[late, "request_id"].nunique()),
+        "late": int(rows.loc[late, "request_id"].nunique()),
+        "stale_dropped": int(rows.loc[stale, "request_id"].nunique()),
         "left_for_later": batch.later,
         "unreadable": len(batch.skipped),
     }
@@ -207,9 +238,10 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
 
     Misses from after the interval go back for the next run; misses older than a TTL
     before it are of another time (no code computed now could have served them) and are
-    dropped. Nothing is lost on the way: the drained rows are added to
-    ``misses/<key>.parquet`` before anything else happens with them, and a retried run
-    starts from that file.
+    dropped. The drain deletes the entries as it reads them (the miss stream is best
+    effort: a run killed between the drain and the file loses them); the drained rows are
+    added to ``misses/<key>.parquet`` before anything else happens with them, and a retried
+    run starts from that file.
     """
     from solaris.serving.misses import append_misses, drain_misses
     from solaris.store.connection import redis_client

@@ -23,7 +23,7 @@ from solaris.files import atomic_write_bytes
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 from solaris.orchestration.resources import cycle_redis, feature_store, read_parquet
-from solaris.orchestration.runs import CANDIDATES, Params, task_run
+from solaris.orchestration.runs import CANDIDATES, Params, combine_extras, task_run, task_runs
 
 __all__ = [
     "DAG_ID",
@@ -42,8 +42,11 @@ _CANDIDATE_COLUMNS = ["request_id", "user_id", "item_id", "ts", "label"]
 
 def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
     """The shards of the selections that triggered the run: one mapped task each."""
-    run = task_run(params, events=events, asset=CANDIDATES)
-    return [run.extra(shard) for shard in plan_shards(run.cfg, run.intervals)]
+    return [
+        run.extra(shard)
+        for run in task_runs(params, events, CANDIDATES)
+        for shard in plan_shards(run.cfg, run.intervals)
+    ]
 
 
 def embed(shard: dict[str, Any]) -> dict[str, Any]:
@@ -63,11 +66,21 @@ def publish(
     params: Params, shards: Sequence[dict[str, Any] | None], events: Any = None
 ) -> dict[str, Any]:
     """The run's record: the ``pair_embeddings`` asset event's extra."""
-    run = task_run(params, events=events, asset=CANDIDATES)
     # Indexing, not iterating: iterating Airflow's lazy sequence of mapped results probes one
     # past its end and logs that probe's 404 as an error.
     results = [shards[i] for i in range(len(shards))]
-    return run.extra(summarize_embeddings(run.cfg, run.intervals, results))
+    return combine_extras(
+        [
+            run.extra(
+                summarize_embeddings(
+                    run.cfg,
+                    run.intervals,
+                    [s for s in results if s and s["namespace"] == run.cfg.namespace],
+                )
+            )
+            for run in task_runs(params, events, CANDIDATES)
+        ]
+    )
 
 
 def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[str, int]]:
@@ -80,7 +93,7 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
 
     layout = CycleLayout(Namespace.of(cfg))
     shards = []
-    for interval in intervals:
+    for interval in work_intervals(cfg, intervals):
         forget_embeddings(cfg, interval)  # a rerun may cut fewer or different shards
         ledger = read_parquet(layout.selections(interval), _CANDIDATE_COLUMNS)
         pairs = ledger.drop_duplicates(["user_id", "item_id"], ignore_index=True)
@@ -93,6 +106,19 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
                 {**interval.as_dict(), "shard": index, "rows": min(size, len(pairs) - lo)}
             )
     return shards
+
+
+def work_intervals(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[Interval]:
+    """``intervals`` and every earlier selection of the namespace still without codes: the
+    work queue lives in the cycle's own state, so a lost asset event or a failed run is
+    made good by the next embeddings run."""
+    layout = CycleLayout(Namespace.of(cfg))
+    pending = [
+        i
+        for i in layout.intervals("selections", ending_after=-1, ending_by=max(intervals).end)
+        if not layout.embeddings_done(i).is_file()
+    ]
+    return sorted(set(intervals) | set(pending))
 
 
 def forget_embeddings(cfg: SolarisConfig, interval: Interval) -> None:
@@ -166,6 +192,7 @@ def summarize_embeddings(
     """The run's figures (its run record and the ``pair_embeddings`` asset's metadata)."""
     layout = CycleLayout(Namespace.of(cfg))
     shards = [s for s in shards if s]  # a skipped mapped task returns nothing
+    intervals = work_intervals(cfg, intervals)  # the same the plan embedded
     rows = int(sum(s["rows"] for s in shards))
     embed_s = float(sum(s["embed_seconds"] for s in shards))
     latest = max(i.end for i in intervals)

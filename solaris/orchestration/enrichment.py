@@ -25,7 +25,7 @@ from solaris.orchestration.resources import (
     read_parquet,
     write_parquet,
 )
-from solaris.orchestration.runs import PAIR_EMBEDDINGS, Params, task_run
+from solaris.orchestration.runs import PAIR_EMBEDDINGS, Params, combine_extras, task_runs
 
 __all__ = [
     "CLUSTERING_DAG_ID",
@@ -46,18 +46,18 @@ CLUSTERING_DAG_ID = "solaris_clustering"
 
 
 def user_aggregates(params: Params, events: Any = None) -> dict[str, Any]:
-    run = task_run(params, events=events, asset=PAIR_EMBEDDINGS)
-    return run.extra(refresh_user_aggregates(run.cfg, run.as_of))
+    runs = task_runs(params, events, PAIR_EMBEDDINGS)
+    return combine_extras([run.extra(refresh_user_aggregates(run.cfg, run.as_of)) for run in runs])
 
 
 def item_aggregates(params: Params, events: Any = None) -> dict[str, Any]:
-    run = task_run(params, events=events, asset=PAIR_EMBEDDINGS)
-    return run.extra(refresh_item_aggregates(run.cfg, run.as_of))
+    runs = task_runs(params, events, PAIR_EMBEDDINGS)
+    return combine_extras([run.extra(refresh_item_aggregates(run.cfg, run.as_of)) for run in runs])
 
 
 def neighbour_fill(params: Params, events: Any = None) -> dict[str, Any]:
-    run = task_run(params, events=events, asset=PAIR_EMBEDDINGS)
-    return run.extra(refresh_neighbour_fill(run.cfg, run.as_of))
+    runs = task_runs(params, events, PAIR_EMBEDDINGS)
+    return combine_extras([run.extra(refresh_neighbour_fill(run.cfg, run.as_of)) for run in runs])
 
 
 def _fm_version(cfg: SolarisConfig) -> str:

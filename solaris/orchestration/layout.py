@@ -127,13 +127,18 @@ class CycleLayout:
             return []
         found = []
         for entry in folder.iterdir():
-            name = entry.name.removesuffix(".parquet")
+            name = entry.name.removesuffix(".parquet").removesuffix(".json")
             if entry.name.startswith(".") or not _INTERVAL.match(name):
                 continue
             interval = Interval.from_key(name)
             if ending_after < interval.end <= ending_by:
                 found.append(interval)
         return sorted(found)
+
+    def recorded_intervals(self, dag_id: str, *, ending_by: int) -> list[Interval]:
+        """The intervals ending at or before ``ending_by`` whose ``dag_id`` run finished (its
+        run record is written last), oldest first."""
+        return self.intervals(f"runs/{dag_id}", ending_after=-1, ending_by=ending_by)
 
     def embedded_intervals(self, *, ending_after: int, ending_by: int) -> list[Interval]:
         """The completely embedded intervals (marker written) ending in

@@ -47,11 +47,13 @@ __all__ = [
     "VERIFIER",
     "CycleInputError",
     "TaskRun",
+    "combine_extras",
     "cron_times",
     "event_extras",
     "on_cadence_grid",
     "settings",
     "task_run",
+    "task_runs",
 ]
 
 log = logging.getLogger(__name__)
@@ -195,15 +197,18 @@ def _namespace_overrides(params: Mapping[str, object], extras: Sequence[Mapping]
         if params.get("replay") is not None:
             chosen["replay"] = params["replay"]
         return chosen
-    named = {(e.get("namespace"), e.get("replay")) for e in extras if e.get("namespace")}
+    named = {e.get("namespace") for e in extras if e.get("namespace")}
     if len(named) > 1:
         raise CycleInputError(
-            f"the run was triggered by events of several namespaces {sorted(map(str, named))}: "
-            "a replay and the live cycle must not share a run"
+            f"events of several namespaces {sorted(named)} reached one task run: "
+            "task_runs() splits them, task_run() takes one namespace"
         )
     if named:
-        namespace, replay = named.pop()
-        return {"namespace": namespace, "replay": bool(replay)}
+        [namespace] = named
+        flags = {bool(e.get("replay")) for e in extras if e.get("namespace") == namespace}
+        if len(flags) > 1:
+            raise CycleInputError(f"events of namespace {namespace} disagree on its replay flag")
+        return {"namespace": namespace, "replay": flags.pop()}
     if params.get("replay") is not None:
         return {"replay": params["replay"]}
     return {}
@@ -265,12 +270,52 @@ def task_run(
         CycleInputError: for a bad conf, events of several namespaces, or no interval.
     """
     params = dict(params or {})
+    # A conf that names a namespace or intervals is the whole instruction: events aside.
+    extras = [] if _names_its_work(params) else _flat_extras(event_extras(events, asset))
+    return _task_run(params, data_interval_start, data_interval_end, extras, grid=grid)
+
+
+def task_runs(params: Params = None, events: Any = None, asset: str = "") -> list[TaskRun]:
+    """The runs of an asset-triggered task: one per namespace among the events that
+    triggered it (the scheduler may merge a replay's events and the live cycle's into one
+    run; each namespace's work stays its own), or the one its conf names."""
+    params = dict(params or {})
+    extras = [] if _names_its_work(params) else _flat_extras(event_extras(events, asset))
+    groups: dict[object, list[dict[str, Any]]] = {}
+    for extra in extras:
+        groups.setdefault(extra.get("namespace"), []).append(extra)
+    if len(groups) <= 1:
+        return [_task_run(params, None, None, extras)]
+    return [_task_run(params, None, None, group) for group in groups.values()]
+
+
+def _names_its_work(params: Mapping[str, object]) -> bool:
+    return any(params.get(k) is not None for k in ("namespace", "interval_end", "intervals"))
+
+
+def _flat_extras(extras: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """An event of several namespaces carries one record per namespace under ``runs``."""
+    return [dict(run) for extra in extras for run in (extra.get("runs") or [extra])]
+
+
+def combine_extras(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One asset event's extra for the records of several task runs (one per namespace)."""
+    return extras[0] if len(extras) == 1 else {"runs": list(extras)}
+
+
+def _task_run(
+    params: dict[str, object],
+    data_interval_start: object,
+    data_interval_end: object,
+    extras: list[dict[str, Any]],
+    *,
+    grid: bool = False,
+) -> TaskRun:
     unknown = sorted(set(params) - CONF_KEYS)
     if unknown:
         raise CycleInputError(
             f"unknown conf keys {unknown}; a SOLARIS run takes {sorted(CONF_KEYS)}"
         )
-    extras = event_extras(events, asset)
     try:
         cfg = SolarisConfig.load(**_namespace_overrides(params, extras))
     except ValueError as exc:  # pydantic's ValidationError: a bad namespace or replay flag

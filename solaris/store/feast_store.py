@@ -8,9 +8,11 @@ definitions of ``solaris_features.py`` built with the configuration it is given,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -106,8 +108,31 @@ def apply_definitions(store: FeatureStore, cfg: SolarisConfig) -> list[str]:
     """Register the repo's entities, views and service, built with ``cfg`` (as ``feast
     apply`` would); returns their names."""
     objects = load_definitions(cfg.store.repo_path).definitions(cfg)
-    store.apply(objects)
+    with _registry_lock(store):
+        # Feast's file registry writes its whole cached contents back: refreshed under the
+        # lock, an apply of one namespace never drops another namespace's project.
+        store.refresh_registry()
+        store.apply(objects)
     return sorted(obj.name for obj in objects)
+
+
+@contextlib.contextmanager
+def _registry_lock(store: FeatureStore) -> Iterator[None]:
+    """An exclusive lock on a file registry (``<registry>.lock``) for one machine's
+    processes; a SQL registry is transactional and takes none."""
+    registry = store.config.registry
+    path = registry if isinstance(registry, str) else getattr(registry, "path", "")
+    if not path or "://" in str(path):
+        yield
+        return
+    lock = Path(store.repo_path) / f"{path}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def delete_project_keys(client, project: str, extra_keys: Sequence[str] = ()) -> int:

@@ -13,7 +13,7 @@ from solaris.serving.request_log import append_request
 
 pytestmark = pytest.mark.integration
 
-INTERVAL = Interval(3_600, 7_200)
+INTERVAL = Interval(86_400, 90_000)  # the default TTL is 6 h: 21,600 s
 
 
 @pytest.fixture
@@ -28,18 +28,20 @@ def _log(client, cfg: SolarisConfig, request_id: int, ts: int, items: list[int])
     append_request(client, Namespace.of(cfg).request_stream, 100, request_id, 5, items, scores, ts)
 
 
-def test_drain_keeps_its_interval_leaves_later_entries_and_drops_late_ones(
+def test_drain_keeps_its_interval_and_late_entries_leaves_later_ones_drops_stale_ones(
     cfg, redis_connection: str, redis_client
 ) -> None:
-    _log(redis_client, cfg, 1, 3_000, [9])  # late: its interval was selected already
-    _log(redis_client, cfg, 2, 4_000, [1, 2, 3])
-    _log(redis_client, cfg, 3, 7_200, [4])  # the next interval's
+    _log(redis_client, cfg, 1, 86_400 - 21_601, [9])  # more than a TTL old: another time
+    _log(redis_client, cfg, 5, 80_000, [8])  # late, e.g. its interval's run was skipped
+    _log(redis_client, cfg, 2, 87_000, [1, 2, 3])
+    _log(redis_client, cfg, 3, 90_000, [4])  # the next interval's
     rows, figures = drain_request_log(cfg, redis_connection, INTERVAL)
-    assert rows["request_id"].tolist() == [2, 2, 2]
-    assert rows["item_id"].tolist() == [1, 2, 3]
-    assert rows["score"].tolist() == [1.0, 0.75, 0.5]
+    assert rows["request_id"].tolist() == [5, 2, 2, 2]
+    assert rows["item_id"].tolist() == [8, 1, 2, 3]
+    assert rows["score"].tolist() == [1.0, 1.0, 0.75, 0.5]
     assert rows["label"].isna().all()
-    assert (figures["requests"], figures["late_dropped"], figures["left_for_later"]) == (1, 1, 1)
+    assert figures["requests"] == 2 and figures["late"] == 1
+    assert (figures["stale_dropped"], figures["left_for_later"]) == (1, 1)
     stream = Namespace.of(cfg).request_stream
     assert redis_client.xlen(stream) == 1  # only the next interval's entry is left
     assert CycleLayout(Namespace.of(cfg)).request_log(INTERVAL).is_file()
@@ -48,12 +50,12 @@ def test_drain_keeps_its_interval_leaves_later_entries_and_drops_late_ones(
 def test_a_retried_drain_keeps_what_it_stored_and_adds_nothing_twice(
     cfg, redis_connection: str, redis_client
 ) -> None:
-    _log(redis_client, cfg, 2, 4_000, [1, 2, 3])
+    _log(redis_client, cfg, 2, 87_000, [1, 2, 3])
     first, _ = drain_request_log(cfg, redis_connection, INTERVAL)
     # The attempt died after storing the table but before deleting the entries: they are
     # read again by the retry, with one more request logged meanwhile.
-    _log(redis_client, cfg, 2, 4_000, [1, 2, 3])
-    _log(redis_client, cfg, 4, 5_000, [7])
+    _log(redis_client, cfg, 2, 87_000, [1, 2, 3])
+    _log(redis_client, cfg, 4, 88_000, [7])
     again, figures = drain_request_log(cfg, redis_connection, INTERVAL)
     assert len(first) == 3
     assert again["request_id"].tolist() == [2, 2, 2, 4]

@@ -48,7 +48,7 @@ def feature_server(feast_store, solaris_cfg, redis_connection) -> Iterator[str]:
     repo = Path(solaris_cfg.store.repo_path)
     yaml_path = repo / "feature_store.yaml"
     yaml_path.write_text(
-        yaml_path.read_text().replace("project: solaris", f"project: {solaris_cfg.namespace}")
+        yaml_path.read_text().replace("project: live", f"project: {solaris_cfg.namespace}")
     )
     port = _free_port()
     env = {

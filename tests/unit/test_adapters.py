@@ -30,6 +30,10 @@ def test_logged_scores_are_the_default_verifier_and_missing_ones_rank_last() -> 
     assert verifier.score(rows).tolist() == [0.5, -np.inf, 0.25]
 
 
+def test_a_class_is_its_own_factory() -> None:
+    assert isinstance(load("solaris.adapters:LoggedScores", CFG, LoggedScores, "v"), LoggedScores)
+
+
 def test_logged_scores_without_a_score_column_say_what_to_do() -> None:
     with pytest.raises(AdapterError, match="log_request"):
         LoggedScores().score(pd.DataFrame({"user_id": [1]}))
@@ -41,7 +45,8 @@ def test_logged_scores_without_a_score_column_say_what_to_do() -> None:
         ("nocolon", "not an import path"),
         ("solaris.no_such_module:build", "cannot import"),
         ("solaris.adapters:no_such_factory", "cannot import"),
-        ("solaris.adapters:logged_scores", "not a FoundationModel"),
+        ("solaris.adapters:logged_scores", "not a FoundationModel .missing: features, shared"),
+        ("solaris.adapters:load", "failed to build: TypeError"),
     ],
 )
 def test_a_bad_adapter_is_an_error_naming_the_setting(path: str, message: str) -> None:

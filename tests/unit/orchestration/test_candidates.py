@@ -59,11 +59,16 @@ def test_a_candidates_run_waits_for_the_previous_intervals_embeddings_and_enrich
     conf = {"namespace": "replay_x", "interval_start": 900, "interval_end": 1_800}
     assert previous_published(conf, None, None)  # the first interval waits for nothing
     write_parquet(pd.DataFrame({"user_id": [1]}), layout.selections(Interval(0, 900)))
+    assert previous_published(conf, None, None)  # a run that failed part-way is not waited for
+    write_run_record(layout, "solaris_candidates", Interval(0, 900).key, {})
     assert not previous_published(conf, None, None)
     layout.embeddings_done(Interval(0, 900)).parent.mkdir(parents=True)
     layout.embeddings_done(Interval(0, 900)).touch()
     assert not previous_published(conf, None, None)  # its enrichment has not run yet
-    write_run_record(layout, "solaris_enrichment", f"{900:011d}-uagg", {"interval_end": 900})
+    for view in ("uagg", "iagg"):
+        write_run_record(layout, "solaris_enrichment", f"{900:011d}-{view}", {})
+    assert not previous_published(conf, None, None)  # every view of it
+    write_run_record(layout, "solaris_enrichment", f"{900:011d}-nbr", {})
     assert previous_published(conf, None, None)
 
 
@@ -78,10 +83,11 @@ def test_a_replay_also_waits_for_the_clustering_due_between_two_intervals(
     layout = CycleLayout(Namespace("replay_x", tmp_path, tmp_path))
     midnight = 891_302_400
     before, after = Interval(midnight - 3_600, midnight), Interval(midnight, midnight + 3_600)
-    write_parquet(pd.DataFrame({"user_id": [1]}), layout.selections(before))
+    write_run_record(layout, "solaris_candidates", before.key, {})
     layout.embeddings_done(before).parent.mkdir(parents=True)
     layout.embeddings_done(before).touch()
-    write_run_record(layout, "solaris_enrichment", f"{midnight:011d}-uagg", {})
+    for view in ("uagg", "iagg", "nbr"):
+        write_run_record(layout, "solaris_enrichment", f"{midnight:011d}-{view}", {})
     replay = {"namespace": "replay_x", "replay": True, **after.as_dict()}
     live = {"namespace": "replay_x", "replay": False, **after.as_dict()}
     assert previous_published(live, None, None)  # live runs do not wait for clustering

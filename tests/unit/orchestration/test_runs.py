@@ -148,3 +148,35 @@ def test_cron_times_are_the_fire_times_in_a_half_open_range() -> None:
         midnight,
         midnight + 86_400,
     ]
+
+
+def test_events_of_a_replay_and_the_live_cycle_merged_into_one_run_are_split() -> None:
+    from solaris.orchestration.runs import combine_extras, task_runs
+
+    events = {
+        "c": [
+            Event({"namespace": "live", "replay": False, "interval_start": 0, "interval_end": 900}),
+            Event({"namespace": "demo", "replay": True, "interval_start": 0, "interval_end": 900}),
+            Event(
+                {"namespace": "demo", "replay": True, "interval_start": 900, "interval_end": 1800}
+            ),
+        ]
+    }
+    runs = task_runs(None, events, "c")
+    assert [(r.cfg.namespace, r.cfg.replay, r.intervals) for r in runs] == [
+        ("live", False, (Interval(0, 900),)),
+        ("demo", True, (Interval(0, 900), Interval(900, 1800))),
+    ]
+    # Their records travel in one event, and a downstream run splits them again.
+    extra = combine_extras([r.extra({"interval_start": 0, "interval_end": 900}) for r in runs])
+    again = task_runs(None, {"d": [Event(extra)]}, "d")
+    assert [r.cfg.namespace for r in again] == ["live", "demo"]
+
+
+def test_a_conf_that_names_its_work_ignores_the_events() -> None:
+    from solaris.orchestration.runs import task_runs
+
+    events = {"c": [Event({"namespace": "demo", "interval_start": 0, "interval_end": 900})]}
+    conf = {"namespace": "other", "interval_start": 900, "interval_end": 1800}
+    [run] = task_runs(conf, events, "c")
+    assert (run.cfg.namespace, run.intervals) == ("other", (Interval(900, 1800),))

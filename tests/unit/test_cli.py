@@ -1,0 +1,37 @@
+"""The ``solaris`` command's guards: a replay never lands in the live namespace."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from solaris.cli import app
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("SOLARIS_"):
+            monkeypatch.delenv(name)
+
+
+def test_cycle_refuses_to_replay_into_the_live_namespace() -> None:
+    result = CliRunner().invoke(app, ["cycle", "--start", "2023-11-15T00:00:00+00:00"])
+    assert result.exit_code == 2
+    assert "live namespace" in result.output
+
+
+def test_resetting_the_live_namespace_needs_force() -> None:
+    result = CliRunner().invoke(app, ["namespace", "reset", "live"])
+    assert result.exit_code == 2
+    assert "--force" in result.output
+
+
+def test_fit_autoencoder_rejects_a_time_without_a_zone() -> None:
+    result = CliRunner().invoke(
+        app, ["fit-autoencoder", "--start", "2023-11-14T00:00:00", "--end", "2023-11-15"]
+    )
+    assert result.exit_code == 2
+    assert "time zone" in result.output

@@ -15,8 +15,17 @@ PAIR_KEY_SHIFT = 32  # pair key = user_id << 32 | item_id
 
 
 def pair_keys(user_id: np.ndarray, item_id: np.ndarray) -> np.ndarray:
-    """One int64 per (user, item); ids must be in [0, 2**31)."""
-    return (np.asarray(user_id, np.int64) << PAIR_KEY_SHIFT) | np.asarray(item_id, np.int64)
+    """One int64 per (user, item); ids must be in [0, 2**31) (a ``ValueError`` names the
+    first one that is not: larger ids would collide)."""
+    users, items = np.asarray(user_id, np.int64), np.asarray(item_id, np.int64)
+    for name, ids in (("user_id", users), ("item_id", items)):
+        bad = (ids < 0) | (ids >= 1 << 31)
+        if bad.any():
+            raise ValueError(
+                f"{name} {int(ids[np.argmax(bad)])} is outside [0, 2**31): selection keys a "
+                "pair by both ids in 64 bits (map larger ids into 31 bits)"
+            )
+    return (users << PAIR_KEY_SHIFT) | items
 
 
 def request_budget(n_candidates: np.ndarray, share: float) -> np.ndarray:

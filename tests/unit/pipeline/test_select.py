@@ -404,3 +404,13 @@ def test_a_pair_listed_twice_in_one_request_costs_one_pass() -> None:
     )
     chosen = select_candidates(candidates, np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4]), share=0.34)
     assert chosen["item_id"].tolist() == [1, 2, 3]
+
+
+def test_pair_keys_name_an_id_too_large_to_key_without_collisions() -> None:
+    import numpy as np
+    import pytest
+
+    from solaris.pipeline.select import pair_keys
+
+    with pytest.raises(ValueError, match=r"item_id 2147483648 is outside \[0, 2\*\*31\)"):
+        pair_keys(np.array([1, 2]), np.array([5, 1 << 31]))

@@ -478,6 +478,15 @@ def validate_pair_embeddings(
     return _finish(columns, schema)
 
 
+def request_log_frame(table: pa.Table, source: str) -> pd.DataFrame:
+    """A request-log table, validated, as the frame adapters exchange: int64 ids and ``ts``,
+    ``label`` as pandas ``Int8`` (null: unlabelled), ``score`` float32 (NaN: none logged)."""
+    import pandas as pd
+
+    valid = validate_request_log(table, source)
+    return valid.to_pandas(types_mapper={pa.int8(): pd.Int8Dtype()}.get)
+
+
 def _schema_for(kind: TableKind, z_dim: int | None) -> pa.Schema:
     if kind == "requests":
         return REQUESTS_SCHEMA

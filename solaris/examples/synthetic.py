@@ -64,6 +64,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import nn
 
+from solaris.data.schemas import request_log_frame
 from solaris.data.synthetic import SyntheticSpec, generate_candidates
 from solaris.files import atomic_write
 
@@ -609,18 +610,8 @@ class SyntheticTraffic:
         dataset = ds.dataset(self.path, format="parquet")
         condition = (ds.field("ts") >= int(start)) & (ds.field("ts") < int(end))
         table = dataset.to_table(columns=list(self.columns), filter=condition)
-        frame = table.to_pandas(types_mapper={pa.int8(): pd.Int8Dtype()}.get)
-        frame = frame.sort_values("ts", kind="stable", ignore_index=True)
-        return frame.astype(
-            {
-                "request_id": "int64",
-                "user_id": "int64",
-                "item_id": "int64",
-                "ts": "int64",
-                "label": "Int8",
-                "score": "float32",
-            }
-        )
+        table = table.sort_by([("ts", "ascending")])
+        return request_log_frame(table, str(self.path))
 
 
 def traffic(cfg: SolarisConfig) -> SyntheticTraffic:

@@ -196,7 +196,7 @@ def drain_request_log(
     still serve their pairs; older ones are of another time and are deleted and counted
     (``stale_dropped``), never selected.
     """
-    from solaris.data.schemas import read_table, write_table
+    from solaris.data.schemas import read_table, request_log_frame, write_table
     from solaris.serving.request_log import delete_entries, read_request_log
     from solaris.store.connection import redis_client
 
@@ -210,11 +210,9 @@ def drain_request_log(
         late = ~stale & (ts < interval.start)
         fresh = rows[~stale].assign(label=pd.array([pd.NA] * int((~stale).sum()), "Int8"))
         if path.is_file():  # an earlier attempt of this run stored these
-            earlier = read_table(path, "request_log").to_pandas()
+            earlier = request_log_frame(read_table(path, "request_log"), str(path))
             fresh = pd.concat([earlier, fresh], ignore_index=True)
         fresh = fresh.drop_duplicates(["request_id", "item_id"], ignore_index=True)
-        # Arrow's all-null int8 reads back as float: the table's label is nullable Int8.
-        fresh["label"] = fresh["label"].astype("Int8")
         fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
         columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
         write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")

@@ -27,26 +27,5 @@ Configured as::
       source: "solaris.examples.movielens:traffic"
 """
 
-from solaris.examples.movielens.adapters import (
-    MovieLensFoundationModel,
-    MovieLensTraffic,
-    VMTrainer,
-    VMVerifier,
-    foundation_model,
-    request_log_path,
-    traffic,
-    vm_trainer,
-    vm_verifier,
-)
-
-__all__ = [
-    "MovieLensFoundationModel",
-    "MovieLensTraffic",
-    "VMTrainer",
-    "VMVerifier",
-    "foundation_model",
-    "request_log_path",
-    "traffic",
-    "vm_trainer",
-    "vm_verifier",
-]
+from solaris.examples.movielens.adapters import *  # noqa: F403 (the adapters, re-exported)
+from solaris.examples.movielens.adapters import __all__  # noqa: F401

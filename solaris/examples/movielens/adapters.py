@@ -117,7 +117,7 @@ class MovieLensTraffic:
     def requests(self, start: int, end: int) -> pd.DataFrame:
         import pyarrow.dataset as ds
 
-        from solaris.data.schemas import SchemaError, validate_request_log
+        from solaris.data.schemas import SchemaError, request_log_frame
 
         path = _require(self.path, "the MovieLens request log")
         try:
@@ -126,7 +126,7 @@ class MovieLensTraffic:
             )
         except Exception as exc:  # pyarrow raises several types; name the file either way
             raise SchemaError(str(path), None, f"cannot read parquet: {exc}") from exc
-        return validate_request_log(table, str(path)).to_pandas()
+        return request_log_frame(table, str(path))
 
 
 def traffic(cfg: SolarisConfig) -> MovieLensTraffic:

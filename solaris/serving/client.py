@@ -319,7 +319,12 @@ class SolarisFeatures:
         self.breaker = CircuitBreaker(s.breaker_failures, s.breaker_cooldown_ms / 1000.0)
         self._miss_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solaris-miss")
         self._miss_client = None
-        self._pending_writes: set[Future] = set()  # miss and request-log writes
+        # Queued writes per stream, each bounded on its own: a burst of misses never crowds
+        # out the request log (keyed by the counter their drops go to).
+        self._pending_writes: dict[str, set[Future]] = {
+            "misses_dropped": set(),
+            "requests_dropped": set(),
+        }
         self._last_warning = -math.inf
 
     # -- set-up ------------------------------------------------------------------------------
@@ -468,11 +473,13 @@ class SolarisFeatures:
 
     def _submit(self, fn: Callable[..., None], *args: object, dropped: str) -> None:
         """Queue ``fn(*args)`` on the one writer thread, off the request path. Beyond
-        ``_MAX_PENDING_WRITES`` queued writes (Redis slow or down), or once the client is
-        closed, the write is dropped and counted in ``stats.<dropped>``, never raised."""
+        ``_MAX_PENDING_WRITES`` queued writes of its stream (Redis slow or down), or once the
+        client is closed, the write is dropped and counted in ``stats.<dropped>``, never
+        raised."""
         with self._stats_lock:
-            self._pending_writes = {f for f in self._pending_writes if not f.done()}
-            if len(self._pending_writes) >= _MAX_PENDING_WRITES:
+            pending = {f for f in self._pending_writes[dropped] if not f.done()}
+            self._pending_writes[dropped] = pending
+            if len(pending) >= _MAX_PENDING_WRITES:
                 setattr(self.stats, dropped, getattr(self.stats, dropped) + 1)
                 return
             try:
@@ -480,7 +487,7 @@ class SolarisFeatures:
             except RuntimeError:  # the client was closed: the entry is dropped, not raised
                 setattr(self.stats, dropped, getattr(self.stats, dropped) + 1)
                 return
-            self._pending_writes.add(future)
+            pending.add(future)
 
     def _log_misses(self, user: int, items: np.ndarray, ts: int) -> None:
         """Queue the XADD off the request path (bounded backlog; drops are counted)."""
@@ -562,7 +569,7 @@ class SolarisFeatures:
         pending."""
         deadline = time.monotonic() + timeout_s
         with self._stats_lock:
-            pending = list(self._pending_writes)
+            pending = [f for queued in self._pending_writes.values() for f in queued]
         for future in pending:
             try:
                 future.result(timeout=max(deadline - time.monotonic(), 0))

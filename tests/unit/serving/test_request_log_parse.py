@@ -383,12 +383,28 @@ def test_log_request_rejects_bad_arguments_before_queueing(
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         features.log_request(**args)
-    assert features._pending_writes == set()
+    assert not any(features._pending_writes.values())
     assert features.stats.requests_logged == features.stats.requests_dropped == 0
 
 
 def test_log_request_of_no_items_queues_nothing(features: SolarisFeatures) -> None:
     features.log_request(1, 2, [], [], now=100)
-    assert features._pending_writes == set()
+    assert not any(features._pending_writes.values())
     assert "requests_logged" in features.stats.as_dict()
     assert "requests_dropped" in features.stats.as_dict()
+
+
+def test_a_full_miss_backlog_never_crowds_out_the_request_log(features: SolarisFeatures) -> None:
+    """Each stream's queued writes are bounded on their own: with the miss backlog full
+    (Redis slow), a served request is still queued for the request log."""
+    from concurrent.futures import Future
+
+    from solaris.serving import client as client_module
+
+    stuck = {Future() for _ in range(client_module._MAX_PENDING_WRITES)}  # never done
+    features._pending_writes["misses_dropped"] = stuck
+    features._log_misses(2, np.array([1, 2], np.int64), 100)
+    assert features.stats.misses_dropped == 1
+    features.log_request(1, 2, [1, 2], [0.5, 0.25], now=100)
+    assert len(features._pending_writes["requests_dropped"]) == 1
+    features._pending_writes["misses_dropped"] = set()  # let the fixture's close() finish

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from solaris.config import TrainConfig
 from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING
+from solaris.files import atomic_write
 from solaris.models.batch import FeatureBatch
 
 TASK_RULES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -195,11 +196,8 @@ def weights_digest(*models: nn.Module, config: dict | None = None) -> str:
 
 def save_checkpoint(path: Path, model: nn.Module, *, kind: str, version: str, init: dict) -> Path:
     """Weights, constructor arguments and version in one file (written atomically)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"kind": kind, "version": version, "init": init, "state": model.state_dict()}, tmp)
-    tmp.replace(path)
-    return path
+    payload = {"kind": kind, "version": version, "init": init, "state": model.state_dict()}
+    return atomic_write(path, lambda fh: torch.save(payload, fh))
 
 
 def load_checkpoint(path: Path, factory: Callable[..., nn.Module]) -> tuple[nn.Module, str]:

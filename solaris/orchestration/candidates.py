@@ -23,10 +23,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
 from solaris.orchestration.enrichment import CLUSTERING_DAG_ID, ENRICHMENT_DAG_ID
@@ -40,6 +36,7 @@ from solaris.orchestration.resources import (
 from solaris.orchestration.runs import Params, cron_times, task_run
 
 if TYPE_CHECKING:
+    import pandas as pd
     from feast import FeatureStore
 
 __all__ = [
@@ -126,6 +123,8 @@ def serve_replay(
     """A replay's serving: each request of the traffic source in ``interval`` is fetched
     through ``SolarisFeatures`` at its own time and logged with its scores, as a serving
     process logs it. Returns what the VM got: coverage by tier of labelled impressions."""
+    import numpy as np
+
     from solaris import adapters
     from solaris.evaluation.served_coverage import ServedCoverage
     from solaris.serving.client import SolarisFeatures
@@ -196,6 +195,9 @@ def drain_request_log(
     still serve their pairs; older ones are of another time and are deleted and counted
     (``stale_dropped``), never selected.
     """
+    import pandas as pd
+    import pyarrow as pa
+
     from solaris.data.schemas import read_table, request_log_frame, write_table
     from solaris.serving.request_log import delete_entries, read_request_log
     from solaris.store.connection import redis_client
@@ -241,6 +243,8 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
     added to ``misses/<key>.parquet`` before anything else happens with them, and a retried
     run starts from that file.
     """
+    import pandas as pd
+
     from solaris.serving.misses import append_misses, drain_misses
     from solaris.store.connection import redis_client
 
@@ -279,6 +283,9 @@ def with_misses(requests: pd.DataFrame, misses: pd.DataFrame) -> pd.DataFrame:
     Each (user, ts) group of new misses becomes one pseudo-request (unlabelled, no logged
     score), so the per-request selection budget applies to it as to any request.
     """
+    import numpy as np
+    import pandas as pd
+
     if len(misses) == 0:
         return requests
     fresh = misses.drop_duplicates(_KEY).merge(
@@ -301,6 +308,9 @@ def ledger_cache(layout: CycleLayout, interval: Interval, ttl_s: int) -> pd.Data
     """Pairs selected by earlier intervals that are still fresh at some point of this one:
     a code computed at ``end`` is fresh through ``end + ttl_s`` inclusive, so every interval
     with ``end >= interval.start - ttl_s`` counts."""
+    import numpy as np
+    import pandas as pd
+
     earlier = layout.intervals(
         "selections", ending_after=interval.start - ttl_s - 1, ending_by=interval.start
     )
@@ -317,6 +327,8 @@ def ledger_cache(layout: CycleLayout, interval: Interval, ttl_s: int) -> pd.Data
 def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
     """One interval of the candidates DAG (see the module docstring). Returns the run's
     figures (also its run record), with the request-log drain's under ``request_log``."""
+    import numpy as np
+
     from solaris import adapters
     from solaris.orchestration.resources import feature_store
     from solaris.pipeline.codes import read_manifest

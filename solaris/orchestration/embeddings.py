@@ -15,9 +15,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from solaris.config import SolarisConfig
 from solaris.files import atomic_write_bytes
 from solaris.namespace import Namespace
@@ -89,6 +86,8 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     Returns one dict per shard (the mapped tasks' argument): ``interval_start``,
     ``interval_end``, ``shard`` and ``rows``.
     """
+    import pyarrow as pa
+
     from solaris.data.schemas import write_table
 
     layout = CycleLayout(Namespace.of(cfg))
@@ -190,6 +189,8 @@ def summarize_embeddings(
     cfg: SolarisConfig, intervals: Sequence[Interval], shards: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
     """The run's figures (its run record and the ``pair_embeddings`` asset's metadata)."""
+    import numpy as np
+
     layout = CycleLayout(Namespace.of(cfg))
     shards = [s for s in shards if s]  # a skipped mapped task returns nothing
     intervals = work_intervals(cfg, intervals)  # the same the plan embedded

@@ -11,10 +11,7 @@ view with :mod:`solaris.pipeline.enrich` and materializes it. The clustering DAG
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import pandas as pd
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
@@ -26,6 +23,10 @@ from solaris.orchestration.resources import (
     write_parquet,
 )
 from solaris.orchestration.runs import PAIR_EMBEDDINGS, Params, combine_extras, task_runs
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 __all__ = [
     "CLUSTERING_DAG_ID",
@@ -68,6 +69,9 @@ def _fm_version(cfg: SolarisConfig) -> str:
 
 def recent_requests(cfg: SolarisConfig, as_of: int, window_s: int) -> pd.DataFrame:
     """The logged requests of the intervals ending in ``(as_of - window_s, as_of]``."""
+    import pandas as pd
+    import pyarrow as pa
+
     from solaris.data.schemas import read_table
 
     layout = CycleLayout(Namespace.of(cfg))
@@ -81,6 +85,8 @@ def recent_requests(cfg: SolarisConfig, as_of: int, window_s: int) -> pd.DataFra
 def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
     """:class:`~solaris.pipeline.enrich.PairHistory` of the codes computed in
     ``(as_of - window_s, as_of]``."""
+    import pyarrow as pa
+
     from solaris.data.schemas import read_table
     from solaris.pipeline.enrich import PairHistory
 
@@ -146,6 +152,8 @@ def refresh_item_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
 def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     """``nbr``: the last TTL's candidates imputed from similar users' fresh codes, with the
     newest neighbour table built at or before ``as_of``."""
+    import pandas as pd
+
     from solaris.pipeline.enrich import neighbour_rows
 
     began = time.perf_counter()

@@ -1,6 +1,11 @@
 """What the cycle's tasks share: parquet I/O of cycle files, the Redis they need, the
 feature store. Each task loads what it needs itself (an Airflow task runs in a fresh
-process on any worker)."""
+process on any worker).
+
+The per-DAG modules of this package are imported by the DAG files at parse time, so they
+import numpy, pandas and pyarrow inside the functions that use them: parsing a DAG file
+costs the settings, not a dataframe library.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,6 @@ import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import pyarrow as pa
 
 from solaris.config import SolarisConfig
 
@@ -79,13 +82,13 @@ def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> Path:
     """A pandas frame as parquet, atomically (:mod:`solaris.files`)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
-    from solaris.files import atomic_write_bytes
+    from solaris.files import atomic_write
 
-    return atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return atomic_write(path, lambda fh: pq.write_table(table, fh))
 
 
 def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:

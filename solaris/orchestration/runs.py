@@ -270,8 +270,7 @@ def task_run(
         CycleInputError: for a bad conf, events of several namespaces, or no interval.
     """
     params = dict(params or {})
-    # A conf that names a namespace or intervals is the whole instruction: events aside.
-    extras = [] if _names_its_work(params) else _flat_extras(event_extras(events, asset))
+    extras = _triggering_extras(params, events, asset)
     return _task_run(params, data_interval_start, data_interval_end, extras, grid=grid)
 
 
@@ -280,22 +279,20 @@ def task_runs(params: Params = None, events: Any = None, asset: str = "") -> lis
     triggered it (the scheduler may merge a replay's events and the live cycle's into one
     run; each namespace's work stays its own), or the one its conf names."""
     params = dict(params or {})
-    extras = [] if _names_its_work(params) else _flat_extras(event_extras(events, asset))
     groups: dict[object, list[dict[str, Any]]] = {}
-    for extra in extras:
+    for extra in _triggering_extras(params, events, asset):
         groups.setdefault(extra.get("namespace"), []).append(extra)
-    if len(groups) <= 1:
-        return [_task_run(params, None, None, extras)]
-    return [_task_run(params, None, None, group) for group in groups.values()]
+    runs = [_task_run(params, None, None, group) for group in groups.values()]
+    return runs or [_task_run(params, None, None, [])]
 
 
-def _names_its_work(params: Mapping[str, object]) -> bool:
-    return any(params.get(k) is not None for k in ("namespace", "interval_end", "intervals"))
-
-
-def _flat_extras(extras: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """An event of several namespaces carries one record per namespace under ``runs``."""
-    return [dict(run) for extra in extras for run in (extra.get("runs") or [extra])]
+def _triggering_extras(params: Mapping[str, object], events: Any, asset: object) -> list[dict]:
+    """The records of the events that triggered the run, one per namespace and event (an
+    event of several namespaces carries one record each under ``runs``); none when the
+    conf names a namespace or intervals, which is then the whole instruction."""
+    if any(params.get(k) is not None for k in ("namespace", "interval_end", "intervals")):
+        return []
+    return [dict(r) for e in event_extras(events, asset) for r in (e.get("runs") or [e])]
 
 
 def combine_extras(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:

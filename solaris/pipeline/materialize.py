@@ -16,10 +16,8 @@ nothing anywhere. Then:
 
 from __future__ import annotations
 
-import os
 import re
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from solaris.data.schemas import validate_pair_embeddings
+from solaris.files import atomic_write
 from solaris.store import contract
 from solaris.store.codec import normalize
 from solaris.store.contract import EVENT_TS, FM_VERSION, ITEM_ID, USER_ID, InvalidWriteError, Z
@@ -89,14 +88,7 @@ def write_offline(rows: pa.Table, folder: Path, batch_id: str) -> list[Path]:
     for date in np.unique(dates).tolist():
         part = rows.filter(pa.array(dates == date))
         target = folder / f"date={date}" / f"batch-{batch_id}.parquet"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            pq.write_table(part, tmp)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        written.append(target)
+        written.append(atomic_write(target, lambda fh, part=part: pq.write_table(part, fh)))
     return written
 
 

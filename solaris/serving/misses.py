@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import redis
 
-from solaris.serving.streams import as_bytes, entry_fields
+from solaris.serving.streams import as_bytes, entry_fields, warn_skipped
 from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID
 
 __all__ = ["DrainedMisses", "append_misses", "drain_miss_entries", "drain_misses"]
@@ -132,14 +132,7 @@ def drain_miss_entries(client: redis.Redis, stream: str, count: int | None = Non
         users.append(user)
         times.append(ts)
         blobs.append(blob)
-    if skipped:
-        log.warning(
-            "miss stream %s: skipped %d unreadable entries (first: %s: %s)",
-            stream,
-            len(skipped),
-            skipped[0][0],
-            skipped[0][1],
-        )
+    warn_skipped(log, "miss stream", stream, skipped)
     if not blobs:
         empty = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in _COLUMNS})
         return DrainedMisses(empty, skipped)

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import redis
 
-from solaris.serving.streams import as_bytes, entry_fields
+from solaris.serving.streams import as_bytes, entry_fields, warn_skipped
 from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID, epoch_seconds
 
 __all__ = [
@@ -187,14 +187,7 @@ def read_request_log(
             continue
         parsed.append(entry)
         ids.append(entry_id)
-    if skipped:
-        log.warning(
-            "request log %s: skipped %d unreadable entries, to be deleted (first: %s: %s)",
-            stream,
-            len(skipped),
-            skipped[0][0],
-            skipped[0][1],
-        )
+    warn_skipped(log, "request log (entries to be deleted)", stream, skipped)
     return RequestLogBatch(_rows(parsed), ids, later, skipped)
 
 

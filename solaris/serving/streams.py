@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["as_bytes", "entry_fields"]
+import logging
+from collections.abc import Sequence
+
+__all__ = ["as_bytes", "entry_fields", "warn_skipped"]
 
 
 def entry_fields(raw) -> dict[bytes, bytes]:
@@ -19,3 +22,19 @@ def entry_fields(raw) -> dict[bytes, bytes]:
 def as_bytes(value) -> bytes:
     """A stream id or field as bytes (redis-py returns str when decoding responses)."""
     return value if isinstance(value, bytes) else str(value).encode()
+
+
+def warn_skipped(
+    log: logging.Logger, what: str, stream: str, skipped: Sequence[tuple[bytes, str]]
+) -> None:
+    """One warning for the unreadable entries a read skipped (none: no warning)."""
+    if skipped:
+        first_id, why = skipped[0]
+        log.warning(
+            "%s %s: skipped %d unreadable entries (first: %s: %s)",
+            what,
+            stream,
+            len(skipped),
+            first_id,
+            why,
+        )

@@ -235,9 +235,7 @@ def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
         "fm_version": models.fm_version,
         "vm_version": models.vm_version,
     }
-    tmp = folder / "split.json.tmp"
-    tmp.write_text(json.dumps(split, indent=2))
-    tmp.replace(folder / "split.json")
+    atomic_write_json(folder / "split.json", split)
     versions = {"fm": models.fm_version, "autoencoder": models.fm_version, "vm": models.vm_version}
     modules = {"fm": models.fm, "autoencoder": models.autoencoder, "vm": models.vm}
     paths = {

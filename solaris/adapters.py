@@ -28,6 +28,8 @@ import inspect
 import re
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from solaris.errors import SolarisError
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -55,7 +57,7 @@ IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # "package.module:factory"
 _IMPORT_PATH = re.compile(IMPORT_PATH)
 
 
-class AdapterError(RuntimeError):
+class AdapterError(SolarisError, RuntimeError):
     """An adapter named in the configuration cannot be imported, built or used."""
 
 

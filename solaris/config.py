@@ -39,6 +39,7 @@ from pydantic_settings import (
 )
 
 from solaris.adapters import IMPORT_PATH
+from solaris.errors import ConfigError
 from solaris.namespace import NAME_PATTERN
 
 ENV_PREFIX = "SOLARIS_"
@@ -333,11 +334,14 @@ class SolarisConfig(BaseSettings):
         # pydantic-settings drops SOLARIS_ variables whose top-level name it does not know
         # (a typo'd SOLARIS_DEVICES is ignored silently), so every one is checked here.
         errors = _unknown_env_settings(type(self), os.environ)
-        if errors:
-            raise ValidationError.from_exception_data(
-                self.model_config.get("title") or type(self).__name__, errors, hide_input=True
-            )
-        super().__init__(**values)
+        try:
+            if errors:
+                raise ValidationError.from_exception_data(
+                    self.model_config.get("title") or type(self).__name__, errors, hide_input=True
+                )
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(describe_errors(exc)) from None
 
     @classmethod
     def settings_customise_sources(
@@ -358,7 +362,7 @@ class SolarisConfig(BaseSettings):
             return cls(**overrides)
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"SOLARIS config file not found: {path}")
+            raise ConfigError(f"SOLARIS config file not found: {path}")
 
         class _FromFile(cls):  # type: ignore[valid-type, misc]
             model_config = SettingsConfigDict(
@@ -367,7 +371,31 @@ class SolarisConfig(BaseSettings):
 
         # A plain SolarisConfig again: two loads of one file must be equal (and hash alike),
         # since the per-process caches of adapters and stores are keyed by the settings.
-        return cls.model_validate(_FromFile(**overrides).model_dump())
+        try:
+            return cls.model_validate(_FromFile(**overrides).model_dump())
+        except ValidationError as exc:
+            raise ConfigError(describe_errors(exc, source=path)) from None
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (file: {path})") from None
+
+
+# Settings whose values never appear in an error message: they may hold a password.
+_SECRET_PARTS = frozenset({"redis", "password", "connection"})
+
+
+def describe_errors(exc: ValidationError, source: Path | None = None) -> str:
+    """pydantic's errors as one message: each bad setting by its dotted name, what is wrong
+    and the value given, except for settings that may hold a password (``store.redis``)."""
+    where = f" in {source}" if source else ""
+    lines = [f"invalid SOLARIS configuration{where} ({exc.error_count()} error(s)):"]
+    for error in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"]) or "(settings)"
+        shown = ""
+        if "input" in error and not _SECRET_PARTS & {str(p) for p in error["loc"]}:
+            given = repr(error["input"])
+            shown = f" (got {given[:80]}{'…' if len(given) > 80 else ''})"
+        lines.append(f"  {name}: {error['msg']}{shown}")
+    return "\n".join(lines)
 
 
 def _section_of(annotation: Any) -> type[BaseModel] | None:

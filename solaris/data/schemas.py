@@ -14,8 +14,6 @@ vectorised ``pyarrow.compute`` calls because these tables reach 10^7 rows.
 from __future__ import annotations
 
 import numbers
-import os
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
@@ -26,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from solaris.errors import SolarisError
 from solaris.files import atomic_write
 
 if TYPE_CHECKING:
@@ -83,7 +82,7 @@ _COMPUTED_AT_TYPE = pa.timestamp("us", tz="UTC")
 _Column = pa.ChunkedArray | pa.Array
 
 
-class SchemaError(ValueError):
+class SchemaError(SolarisError, ValueError):
     """A table that breaks its contract.
 
     Attributes:

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solaris.errors import SolarisError
 
-class AirflowRunError(RuntimeError):
+
+class AirflowRunError(SolarisError, RuntimeError):
     """A DAG did not import, or a DAG run did not succeed."""
 
 

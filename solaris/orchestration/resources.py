@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from solaris.config import SolarisConfig
+from solaris.errors import SolarisError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 
-class CycleInputError(RuntimeError):
+class CycleInputError(SolarisError, RuntimeError):
     """An input of the cycle (conf, request log, models, Redis) is missing or unusable."""
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from solaris.errors import SolarisError
 from solaris.files import atomic_write_json
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ CODES_MANIFEST = "codes.json"
 AUTOENCODER_FILE = "autoencoder.pt"
 
 
-class CodesError(RuntimeError):
+class CodesError(SolarisError, RuntimeError):
     """The models folder has no usable autoencoder for the configured FM."""
 
 

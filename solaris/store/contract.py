@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from solaris.config import SolarisConfig
+from solaris.errors import SolarisError
 
 __all__ = [
     "COMPUTED_AT",
@@ -105,7 +106,7 @@ FEATURE_SERVICE = "solaris_serving"
 """The FeatureService that serves every tier in one ``get_online_features`` call."""
 
 
-class InvalidWriteError(ValueError):
+class InvalidWriteError(SolarisError, ValueError):
     """Rows that may not be written: unknown view, missing column, bad value. The message
     names the view, the column and the first offending row; nothing was written."""
 

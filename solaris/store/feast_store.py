@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.errors import SolarisError
 from solaris.namespace import Namespace
 from solaris.store.connection import unlink_matching
 from solaris.store.keys import project_pattern
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # feast is heavy: imported only where a store is opened
 DEFINITIONS_FILE = "solaris_features.py"
 
 
-class FeatureStoreError(RuntimeError):
+class FeatureStoreError(SolarisError, RuntimeError):
     """The feature repo or its configuration is unusable; the message says why."""
 
 

@@ -57,6 +57,7 @@ from feast.type_map import feast_value_type_to_python_type
 from pydantic import Field, StrictStr
 from redis.cluster import RedisCluster
 
+from solaris.errors import SolarisError
 from solaris.store import keys, resp
 from solaris.store.codec import (
     ViewRows,
@@ -128,7 +129,7 @@ _GENERIC_NOW: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 
-class ViewDefinitionError(ValueError):
+class ViewDefinitionError(SolarisError, ValueError):
     """A feature view that this store cannot hold (not a SOLARIS view, or not as declared)."""
 
 

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from solaris.config import NON_SETTING_ENV, SolarisConfig
+from solaris.errors import ConfigError, SolarisError
 
 
 @pytest.fixture(autouse=True)
@@ -98,52 +99,52 @@ def test_typo_in_nested_env_var_rejected_naming_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SOLARIS_SELECTION__SHAR", "0.1")
-    with pytest.raises(ValidationError, match=r"selection\.shar\b") as info:
+    with pytest.raises(ConfigError, match=r"selection\.shar\b") as info:
         SolarisConfig()
     assert "SOLARIS_SELECTION__SHAR" in str(info.value)
     assert "SOLARIS_SELECTION__SHARE" in str(info.value)  # the suggestion
-    with pytest.raises(ValidationError, match=r"selection\.shar\b"):
+    with pytest.raises(ConfigError, match=r"selection\.shar\b"):
         SolarisConfig.load()
 
 
 def test_typo_in_top_level_env_var_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOLARIS_DEVIC", "cpu")
-    with pytest.raises(ValidationError, match="SOLARIS_DEVIC"):
+    with pytest.raises(ConfigError, match="SOLARIS_DEVIC"):
         SolarisConfig()
 
 
 def test_env_var_below_a_plain_setting_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOLARIS_STORE__REDIS__HOST", "localhost")
-    with pytest.raises(ValidationError, match=r"store\.redis\.host"):
+    with pytest.raises(ConfigError, match=r"store\.redis\.host"):
         SolarisConfig()
 
 
 def test_lower_case_typo_in_env_var_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("solaris_selection__shar", "0.1")
-    with pytest.raises(ValidationError, match=r"selection\.shar\b"):
+    with pytest.raises(ConfigError, match=r"selection\.shar\b"):
         SolarisConfig()
 
 
 def test_typo_in_yaml_rejected_naming_the_setting(tmp_path: Path) -> None:
     path = _yaml(tmp_path, "selection:\n  shar: 0.1\n")
-    with pytest.raises(ValidationError, match=r"selection\.shar\b"):
+    with pytest.raises(ConfigError, match=r"selection\.shar\b"):
         SolarisConfig.load(path)
 
 
 def test_unknown_top_level_yaml_key_rejected(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="namespaces"):
+    with pytest.raises(ConfigError, match="namespaces"):
         SolarisConfig.load(_yaml(tmp_path, "namespaces: live\n"))
 
 
 def test_unknown_override_rejected() -> None:
-    with pytest.raises(ValidationError, match=r"cycle\.strat"):
+    with pytest.raises(ConfigError, match=r"cycle\.strat"):
         SolarisConfig.load(cycle={"strat": "1998-01-01T00:00:00+00:00"})
 
 
 def test_removed_store_fields_rejected() -> None:
-    with pytest.raises(ValidationError, match=r"store\.project"):
+    with pytest.raises(ConfigError, match=r"store\.project"):
         SolarisConfig(store={"project": "solaris"})
-    with pytest.raises(ValidationError, match=r"store\.miss_stream\b"):
+    with pytest.raises(ConfigError, match=r"store\.miss_stream\b"):
         SolarisConfig(store={"miss_stream": "solaris:misses"})
 
 
@@ -153,35 +154,35 @@ def test_removed_store_fields_rejected() -> None:
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
 def test_non_finite_ttl_rejected_naming_it(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("SOLARIS_SELECTION__TTL_HOURS", value)
-    with pytest.raises(ValidationError, match=r"selection\.ttl_hours"):
+    with pytest.raises(ConfigError, match=r"selection\.ttl_hours"):
         SolarisConfig()
 
 
 def test_non_finite_float_rejected_in_overrides() -> None:
-    with pytest.raises(ValidationError, match=r"cycle\.wait_previous_minutes"):
+    with pytest.raises(ConfigError, match=r"cycle\.wait_previous_minutes"):
         SolarisConfig(cycle={"wait_previous_minutes": float("inf")})
 
 
 @pytest.mark.parametrize("field", ["clustering_cron", "training_cron"])
 @pytest.mark.parametrize("cron", ["0 0 * *", "61 0 * * *", "daily", "@midnight", ""])
 def test_invalid_cron_rejected(field: str, cron: str) -> None:
-    with pytest.raises(ValidationError, match=rf"cycle\.{field}"):
+    with pytest.raises(ConfigError, match=rf"cycle\.{field}"):
         SolarisConfig(cycle={field: cron})
 
 
 def test_invalid_cron_from_env_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOLARIS_CYCLE__TRAINING_CRON", "every day")
-    with pytest.raises(ValidationError, match=r"cycle\.training_cron"):
+    with pytest.raises(ConfigError, match=r"cycle\.training_cron"):
         SolarisConfig()
 
 
 def test_cycle_start_not_a_date_rejected() -> None:
-    with pytest.raises(ValidationError, match=r"cycle\.start"):
+    with pytest.raises(ConfigError, match=r"cycle\.start"):
         SolarisConfig(cycle={"start": "not a date"})
 
 
 def test_naive_cycle_start_rejected_asking_for_an_offset() -> None:
-    with pytest.raises(ValidationError, match=r"cycle\.start") as info:
+    with pytest.raises(ConfigError, match=r"cycle\.start") as info:
         SolarisConfig(cycle={"start": "1998-01-01T00:00:00"})
     assert "+00:00" in str(info.value)
 
@@ -193,7 +194,7 @@ def test_aware_cycle_start_accepted() -> None:
 
 @pytest.mark.parametrize("name", ["Live-1", "1live", "", "a" * 41, "live:1"])
 def test_namespace_pattern_enforced(name: str) -> None:
-    with pytest.raises(ValidationError, match="namespace"):
+    with pytest.raises(ConfigError, match="namespace"):
         SolarisConfig(namespace=name)
 
 
@@ -201,7 +202,7 @@ def test_namespace_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOLARIS_NAMESPACE", "replay_1998")
     assert SolarisConfig().namespace == "replay_1998"
     monkeypatch.setenv("SOLARIS_NAMESPACE", "Live-1")
-    with pytest.raises(ValidationError, match="namespace"):
+    with pytest.raises(ConfigError, match="namespace"):
         SolarisConfig()
 
 
@@ -216,10 +217,23 @@ def test_namespace_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 @pytest.mark.parametrize("path", ["nocolon", "pkg.mod:", ":factory", "pkg.mod:fac-tory"])
 def test_adapter_paths_validated(section: str, field: str, path: str) -> None:
-    with pytest.raises(ValidationError, match=rf"{section}\.{field}"):
+    with pytest.raises(ConfigError, match=rf"{section}\.{field}"):
         SolarisConfig(**{section: {field: path}})
 
 
 def test_store_request_log_maxlen_positive() -> None:
-    with pytest.raises(ValidationError, match=r"store\.request_log_maxlen"):
+    with pytest.raises(ConfigError, match=r"store\.request_log_maxlen"):
         SolarisConfig(store={"request_log_maxlen": 0})
+
+
+def test_config_errors_are_solaris_errors_naming_each_setting() -> None:
+    with pytest.raises(SolarisError, match=r"(?s)selection\.shar\b.*device") as info:
+        SolarisConfig(selection={"shar": 1}, device="tpu")
+    assert isinstance(info.value, ValueError)
+
+
+def test_config_errors_never_show_the_redis_connection_string() -> None:
+    secret = "pa55-not-shown"
+    with pytest.raises(ConfigError, match=r"store\.redis") as info:
+        SolarisConfig(store={"redis": ["localhost:6379", f"password={secret}"]})
+    assert secret not in str(info.value)

@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING  # noqa: F401 (re-exported)
+from solaris.errors import SolarisError
 
 
-class MovieLensFormatError(ValueError):
+class MovieLensFormatError(SolarisError, ValueError):
     """A MovieLens file does not look like the recbole atomic format."""
 
 

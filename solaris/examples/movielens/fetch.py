@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 from solaris.config import DataConfig
+from solaris.errors import SolarisError
 
 MOVIELENS_FILES = (
     "ml-100k.inter",
@@ -25,7 +26,7 @@ MOVIELENS_FILES = (
 _WHEEL_FOLDER = "recbole/dataset_example/ml-100k/"
 
 
-class DataFetchError(RuntimeError):
+class DataFetchError(SolarisError, RuntimeError):
     """MovieLens could not be obtained; the message says which step failed."""
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from solaris.config import SolarisConfig, TrainConfig
+from solaris.errors import ConfigError
 from solaris.examples.movielens.features import FeatureContext
 from solaris.models.training import (
     Examples,
@@ -230,17 +231,17 @@ def test_config_path_from_env(tmp_path: Path, clean_env):
 
 
 def test_config_missing_file_raises(tmp_path: Path, clean_env):
-    with pytest.raises(FileNotFoundError, match="not found"):
+    with pytest.raises(ConfigError, match="not found"):
         SolarisConfig.load(tmp_path / "nope.yaml")
     clean_env.setenv("SOLARIS_CONFIG", str(tmp_path / "nope.yaml"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ConfigError, match="config file not found"):
         SolarisConfig.load()
 
 
 def test_config_rejects_unknown_keys(tmp_path: Path, clean_env):
     path = tmp_path / "c.yaml"
     path.write_text("no_such_setting: 1\n")
-    with pytest.raises(pydantic.ValidationError):
+    with pytest.raises(ConfigError, match="no_such_setting"):
         SolarisConfig.load(path)
 
 

@@ -1,0 +1,33 @@
+"""The root of SOLARIS's exceptions: catch :class:`SolarisError` to catch any of them.
+
+Every error the project raises on purpose derives from :class:`SolarisError` and keeps the
+built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a failed step), so
+``except ValueError`` in existing callers still works::
+
+    SolarisError
+    ├── ConfigError            (ValueError)    solaris.config: a bad setting, file or variable
+    ├── SchemaError            (ValueError)    solaris.data.schemas: a table breaks its contract
+    ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
+    ├── CodesError             (RuntimeError)  solaris.pipeline.codes: autoencoder artifacts
+    ├── AdapterError           (RuntimeError)  solaris.adapters: a user's model or traffic
+    ├── InvalidWriteError      (ValueError)    solaris.store.contract: a bad online write
+    ├── ViewDefinitionError    (ValueError)    solaris.store.online: a view the store rejects
+    ├── FeatureStoreError      (RuntimeError)  solaris.store.feast_store: Feast/Redis failures
+    └── AirflowRunError        (RuntimeError)  solaris.local.airflow: a local DAG run failed
+
+Each class is defined beside the code that raises it; this module holds only the root and
+the configuration error (raised by :meth:`solaris.config.SolarisConfig.load`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "SolarisError"]
+
+
+class SolarisError(Exception):
+    """Any error SOLARIS raises on purpose."""
+
+
+class ConfigError(SolarisError, ValueError):
+    """The configuration is invalid: the message names each bad setting and where it came
+    from (file, environment variable or override)."""

@@ -39,10 +39,10 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from solaris.data.schemas import CANDIDATES_SCHEMA
+from solaris.files import atomic_write
 
 __all__ = ["SyntheticSpec", "generate_candidates", "write_synthetic"]
 
@@ -336,26 +337,23 @@ def write_synthetic(
 ) -> int:
     """Write the synthetic candidate log of ``spec`` to one parquet file at ``path``.
 
-    Chunks are streamed through a :class:`pyarrow.parquet.ParquetWriter` into a temporary
-    file next to ``path``, which then atomically replaces ``path`` (``os.replace``); on
-    failure the temporary file is removed and ``path`` is left untouched. Returns the number
-    of rows written (``spec.n_pairs``).
+    Chunks are streamed through a :class:`pyarrow.parquet.ParquetWriter` into the atomic
+    writer of :mod:`solaris.files` (a unique temporary file next to ``path``, fsynced, then
+    renamed over it); on failure the temporary file is removed and ``path`` is left
+    untouched. Returns the number of rows written (``spec.n_pairs``).
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
     written = 0
-    try:
+
+    def write(fh: BinaryIO) -> None:
+        nonlocal written
         with (
-            pq.ParquetWriter(tmp, CANDIDATES_SCHEMA) as writer,
+            pq.ParquetWriter(fh, CANDIDATES_SCHEMA) as writer,
             tqdm(total=spec.n_pairs, unit="pairs", unit_scale=True, disable=not progress) as bar,
         ):
             for table in generate_candidates(spec, chunk_rows=chunk_rows):
                 writer.write_table(table)
                 written += table.num_rows
                 bar.update(table.num_rows)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    atomic_write(Path(path), write)
     return written

@@ -22,9 +22,11 @@ module implements all of them for a small seeded world, to show what a user writ
   ``0.05 * log1p`` of the item's candidate count in the previous 24 hours.
 
 :func:`prepare` writes both artefacts under ``<artifacts_dir>/synthetic``: the log
-(``log.parquet``) and the trained FM (``fm.pt``, a ``torch.save`` dict of plain types and
-tensors, loadable with ``weights_only=True``). It takes a few seconds on a CPU, is seeded,
-and rewrites byte-identical files for the same :class:`SyntheticWorld`. Then configure::
+(``log.parquet``) and the trained FM (``fm.pt``, its weights only, loaded with
+``weights_only=True``, and ``fm.pt.json``, its constructor arguments and version: a SOLARIS
+checkpoint, :func:`solaris.models.training.save_checkpoint`). It takes a few seconds on a
+CPU, is seeded, and rewrites byte-identical files for the same :class:`SyntheticWorld`.
+Then configure::
 
     namespace: synthetic
     replay: true
@@ -66,7 +68,8 @@ from torch import nn
 
 from solaris.data.schemas import request_log_frame
 from solaris.data.synthetic import SyntheticSpec, generate_candidates
-from solaris.files import atomic_write
+from solaris.files import atomic_write_parquet
+from solaris.models.training import checkpoint_meta_path, load_checkpoint, save_checkpoint
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
@@ -74,6 +77,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FEATURE_NAMES",
     "FM_FILE",
+    "FM_KIND",
     "ITEM_WINDOW_SECONDS",
     "LOG_FILE",
     "PAIR_WINDOW_SECONDS",
@@ -95,7 +99,8 @@ __all__ = [
 
 LOG_FILE = "log.parquet"
 FM_FILE = "fm.pt"
-_FORMAT = 1  # layout of fm.pt; bump when its keys change
+FM_KIND = "synthetic-pair-tower"  # the checkpoint's kind
+_FORMAT = 1  # salts the FM version; bump when what the version hashes changes
 
 _HOUR = 3_600
 PAIR_WINDOW_SECONDS = 6 * _HOUR  # "recent" for a pair: the recurrence window of the score
@@ -555,26 +560,25 @@ def load_foundation_model(folder: str | os.PathLike[str]) -> SyntheticFoundation
     """The FM saved by :func:`prepare` in ``folder``, reading features from its log.
 
     Raises:
-        FileNotFoundError: ``fm.pt`` or ``log.parquet`` is missing (naming :func:`prepare`).
-        ValueError: the files do not belong together (one was rewritten without the other).
+        FileNotFoundError: ``fm.pt``, its metadata or ``log.parquet`` is missing (naming
+            :func:`prepare`).
+        ValueError: the files do not belong together (one was rewritten without the other),
+            or ``fm.pt`` is not a tensors-only checkpoint of this FM
+            (:class:`~solaris.models.training.CheckpointError`).
     """
     folder = Path(folder)
     fm_path, log_path = folder / FM_FILE, folder / LOG_FILE
-    for path in (fm_path, log_path):
+    for path in (fm_path, checkpoint_meta_path(fm_path), log_path):
         if not path.is_file():
             raise _missing(path)
-    saved = torch.load(fm_path, map_location="cpu", weights_only=True)
-    if saved.get("format") != _FORMAT:
-        raise ValueError(f"{fm_path}: format {saved.get('format')!r}, expected {_FORMAT}")
-    module = PairTowerFM(**saved["init"])
-    module.load_state_dict(saved["state_dict"])
+    module, saved_version = load_checkpoint(fm_path, PairTowerFM, kind=FM_KIND)
     log = LogFeatures.from_table(
         pq.read_table(log_path, columns=["user_id", "item_id", "ts", "label"])
     )
     version = _fm_version(module.init_kwargs(), module.state_dict(), log.digest())
-    if version != saved["version"]:
+    if version != saved_version:
         raise ValueError(
-            f"{fm_path} (version {saved['version']}) was not trained on {log_path} (or was "
+            f"{fm_path} (version {saved_version}) was not trained on {log_path} (or was "
             "altered): call solaris.examples.synthetic.prepare(cfg) again"
         )
     return SyntheticFoundationModel(module, log, version)
@@ -703,11 +707,11 @@ def prepare(cfg: SolarisConfig, world: SyntheticWorld | None = None) -> Path:
 
     * ``log.parquet``: the candidate log of ``world.spec`` (``request_id, user_id, item_id,
       ts, label``) and ``score`` float32, the verifier's score at each row's time;
-    * ``fm.pt``: the :class:`PairTowerFM` trained on the labelled rows of the first
-      ``world.train_share`` of the time range, as ``torch.save`` of ``{"format", "init",
-      "state_dict", "version"}``.
+    * ``fm.pt`` and ``fm.pt.json``: the :class:`PairTowerFM` trained on the labelled rows of
+      the first ``world.train_share`` of the time range, as a SOLARIS checkpoint (weights
+      only; kind, constructor arguments and version in the JSON file).
 
-    Both files are replaced atomically. The result is a function of ``world`` alone: the
+    Every file is replaced atomically. The result is a function of ``world`` alone: the
     same world gives byte-identical files and the same FM version. ``world`` defaults to
     :class:`SyntheticWorld()`.
     """
@@ -721,16 +725,10 @@ def prepare(cfg: SolarisConfig, world: SyntheticWorld | None = None) -> Path:
         table["user_id"].to_numpy(), table["item_id"].to_numpy(), table["ts"].to_numpy()
     )
     table = table.append_column(pa.field("score", pa.float32(), nullable=False), pa.array(score))
-    atomic_write(folder / LOG_FILE, lambda fh: pq.write_table(table, fh))
+    atomic_write_parquet(folder / LOG_FILE, table)
 
     module = _train(world, log, table)
     init = module.init_kwargs()
-    state = {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
-    saved = {
-        "format": _FORMAT,
-        "init": init,
-        "state_dict": state,
-        "version": _fm_version(init, state, log.digest()),
-    }
-    atomic_write(folder / FM_FILE, lambda fh: torch.save(saved, fh))
+    version = _fm_version(init, module.state_dict(), log.digest())
+    save_checkpoint(folder / FM_FILE, module, kind=FM_KIND, version=version, init=init)
     return folder

@@ -3,38 +3,59 @@
 Task entry points: :func:`plan` (the shards of the selections that triggered the run),
 :func:`embed` (one mapped task per shard, on the GPU pool when there is one: the FM of
 ``model.foundation`` → its last shared layer → the autoencoder → ``z`` with ``computed_at``
-= the interval's end, then Feast's ``pair`` view, offline history first and Redis second; a
-retried shard rewrites the same files) and :func:`publish` (the run's record, the
-completion markers and the ``pair_embeddings`` event). Each shard carries its namespace.
+= the interval's end, then Feast's ``pair`` view, :func:`~solaris.pipeline.materialize.
+materialize`: Redis, and the offline rows published once Redis has them; a retried shard
+rewrites the same files) and :func:`publish` (the run's record, the completion markers and
+the ``pair_embeddings`` event). Each shard carries its namespace and its run's generation.
+
+A run never loses finished work: the plan reads every interval's ledger before it writes
+anything (an interval without one fails the run, naming it, with every other interval
+untouched), and writes its shards and codes into staging folders of its own generation
+(:class:`~solaris.orchestration.layout.CycleLayout`); :func:`publish` swaps them in for the
+interval's finished codes only once every shard is in. A shard's Redis rows and offline
+batch file are replaced together when the shard is written (the same keys and file names);
+offline files of shards the new plan no longer has are removed at the swap.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
-from solaris.files import atomic_write_bytes
+from solaris.files import atomic_write_bytes, atomic_write_json, replace_dir
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
-from solaris.orchestration.resources import cycle_redis, feature_store, read_parquet
+from solaris.orchestration.resources import (
+    CycleInputError,
+    cycle_redis,
+    feature_store,
+    read_parquet,
+)
 from solaris.orchestration.runs import CANDIDATES, Params, combine_extras, task_run, task_runs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "DAG_ID",
     "embed",
     "embed_and_materialize",
-    "forget_embeddings",
     "plan",
     "plan_shards",
     "publish",
     "summarize_embeddings",
+    "swap_in_embeddings",
+    "work_intervals",
 ]
 
 DAG_ID = "solaris_embeddings"
 _CANDIDATE_COLUMNS = ["request_id", "user_id", "item_id", "ts", "label"]
+_PLAN = "_PLAN.json"  # in a staged codes folder: the run's generation and shard count
 
 
 def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
@@ -80,31 +101,72 @@ def publish(
     )
 
 
-def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[str, int]]:
+def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[str, Any]]:
     """Split each interval's distinct selected pairs into shards of ``cycle.shard_rows``.
 
+    Every interval's ledger is read before anything is written: one that is missing or
+    unreadable fails the run with :class:`~solaris.orchestration.resources.CycleInputError`
+    naming that interval, and no interval's files are touched. The shards go to a staging
+    folder of a new generation (see the module docstring); an interval's finished codes stay
+    where they are until :func:`publish` swaps the new ones in.
+
     Returns one dict per shard (the mapped tasks' argument): ``interval_start``,
-    ``interval_end``, ``shard`` and ``rows``.
+    ``interval_end``, ``shard``, ``rows`` and ``generation``.
     """
     import pyarrow as pa
 
     from solaris.data.schemas import write_table
 
     layout = CycleLayout(Namespace.of(cfg))
+    ledgers = {i: _ledger(layout, i) for i in work_intervals(cfg, intervals)}  # all, first
+    generation = uuid.uuid4().hex[:12]
     shards = []
-    for interval in work_intervals(cfg, intervals):
-        forget_embeddings(cfg, interval)  # a rerun may cut fewer or different shards
-        ledger = read_parquet(layout.selections(interval), _CANDIDATE_COLUMNS)
+    for interval, ledger in ledgers.items():
+        _drop_staged(layout, interval)  # earlier runs' unfinished work: never read
         pairs = ledger.drop_duplicates(["user_id", "item_id"], ignore_index=True)
         pairs["label"] = pairs["label"].astype("Int8")
         size = cfg.cycle.shard_rows
+        count = 0
         for index, lo in enumerate(range(0, len(pairs), size)):
             part = pa.Table.from_pandas(pairs.iloc[lo : lo + size], preserve_index=False)
-            write_table(part, layout.shard(interval, index), "candidates")
+            write_table(part, layout.shard(interval, index, generation), "candidates")
             shards.append(
-                {**interval.as_dict(), "shard": index, "rows": min(size, len(pairs) - lo)}
+                {
+                    **interval.as_dict(),
+                    "shard": index,
+                    "rows": min(size, len(pairs) - lo),
+                    "generation": generation,
+                }
             )
+            count += 1
+        plan = {"generation": generation, "shards": count}
+        atomic_write_json(layout.embeddings_dir(interval, generation) / _PLAN, plan)
     return shards
+
+
+def _ledger(layout: CycleLayout, interval: Interval) -> pd.DataFrame:
+    path = layout.selections(interval)
+    if not path.is_file():
+        raise CycleInputError(
+            f"interval {interval.key}: no selection ledger at {path} (run the candidates DAG "
+            "for it first); nothing was planned or removed for any interval of this run"
+        )
+    try:
+        return read_parquet(path, _CANDIDATE_COLUMNS)
+    except CycleInputError as exc:
+        raise CycleInputError(
+            f"interval {interval.key}: {exc}; nothing was planned or removed for any interval "
+            "of this run"
+        ) from exc
+
+
+def _drop_staged(layout: CycleLayout, interval: Interval) -> None:
+    for generation in layout.staged_generations(interval):
+        for folder in (
+            layout.shards_dir(interval, generation),
+            layout.embeddings_dir(interval, generation),
+        ):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def work_intervals(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[Interval]:
@@ -120,21 +182,33 @@ def work_intervals(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[In
     return sorted(set(intervals) | set(pending))
 
 
-def forget_embeddings(cfg: SolarisConfig, interval: Interval) -> None:
-    """Remove what an earlier run of ``interval`` wrote (shards, codes, completion marker,
-    offline ``pair`` rows), so that nothing stale is read beside the rerun's files. Its
-    Redis rows stay: the rerun overwrites the same keys."""
+def swap_in_embeddings(cfg: SolarisConfig, interval: Interval, generation: str) -> int:
+    """Make run ``generation``'s codes of ``interval`` the interval's codes; returns the
+    number of shards.
+
+    Checks that every planned shard has its codes, marks the staged folder complete
+    (``_SUCCESS``) and only then replaces the published folder (and the shards beside it):
+    the old folder is renamed aside, the new one renamed in, the old one removed. Readers,
+    who take an interval only with its marker, see the old codes or the new ones (for an
+    instant, neither: the interval then looks not yet embedded). Offline ``pair`` files of
+    shards this generation does not have (an earlier plan cut more) are removed last.
+    """
     from solaris.pipeline.materialize import offline_dir
 
     namespace = Namespace.of(cfg)
     layout = CycleLayout(namespace)
-    # The marker lives in the codes' folder, so it goes first, with that folder.
-    for folder in (layout.embeddings(interval, 0).parent, layout.shard(interval, 0).parent):
-        shutil.rmtree(folder, ignore_errors=True)
-    # materialize() writes a batch as date=<day>/batch-<batch_id>.parquet.
-    pattern = f"date=*/batch-{_batch_id(interval, '*')}.parquet"
-    for path in offline_dir(namespace.repo_path, "pair", namespace.project).glob(pattern):
-        path.unlink(missing_ok=True)
+    count = _staged_shards(layout, interval, generation)
+    staged = layout.embeddings_dir(interval, generation)
+    (staged / _PLAN).unlink()
+    atomic_write_bytes(staged / "_SUCCESS", b"")
+    replace_dir(layout.shards_dir(interval, generation), layout.shards_dir(interval))
+    replace_dir(staged, layout.embeddings_dir(interval))
+    folder = offline_dir(namespace.repo_path, "pair", namespace.project)
+    for path in folder.glob(f"date=*/batch-{_batch_id(interval, '*')}.parquet"):
+        index = path.name.removesuffix(".parquet").rsplit("-", 1)[-1]
+        if not index.isdigit() or int(index) >= count:
+            path.unlink(missing_ok=True)
+    return count
 
 
 def _batch_id(interval: Interval, shard: int | str) -> str:
@@ -143,7 +217,8 @@ def _batch_id(interval: Interval, shard: int | str) -> str:
 
 
 def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str, Any]:
-    """Embed one shard and write its codes to the ``pair`` view (offline, then online)."""
+    """Embed one shard into its run's staging folder and write its codes to the ``pair``
+    view (online, then the offline rows published)."""
     from solaris import adapters
     from solaris.data.schemas import read_table
     from solaris.models.training import resolve_device
@@ -155,11 +230,12 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
     layout = CycleLayout(Namespace.of(cfg))
     interval = Interval(int(shard["interval_start"]), int(shard["interval_end"]))
     index = int(shard["shard"])
+    generation = str(shard["generation"])
     fm = adapters.foundation_model(cfg)
     autoencoder, version = load_autoencoder(layout.models_dir, fm)
-    out = layout.embeddings(interval, index)
+    out = layout.embeddings(interval, index, generation)
     rows = embed_shard(
-        layout.shard(interval, index),
+        layout.shard(interval, index, generation),
         out,
         fm=fm,
         autoencoder=autoencoder,
@@ -185,15 +261,63 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
     }
 
 
+def _generation(
+    layout: CycleLayout, intervals: Sequence[Interval], shards: Sequence[dict[str, Any]]
+) -> str:
+    """The generation of the run's plan: the one its shards carry, else (no pair to embed)
+    the one staged for its intervals."""
+    made = {str(s["generation"]) for s in shards}
+    staged = set().union(*(layout.staged_generations(i) for i in intervals))
+    found = made or staged
+    if len(found) != 1 or not found <= staged:
+        raise CycleInputError(
+            f"intervals {[i.key for i in intervals]}: no single staged generation to publish "
+            f"(shards of {sorted(made)}, staged {sorted(staged)}): rerun the embeddings DAG"
+        )
+    return found.pop()
+
+
+def _staged_shards(layout: CycleLayout, interval: Interval, generation: str) -> int:
+    """The shard count of ``generation``'s plan of ``interval``, once every shard has its
+    codes (:class:`~solaris.orchestration.resources.CycleInputError` otherwise)."""
+    staged = layout.embeddings_dir(interval, generation)
+    try:
+        count = int(json.loads((staged / _PLAN).read_text())["shards"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CycleInputError(
+            f"interval {interval.key}: no plan of generation {generation} at {staged} "
+            f"(a later run replanned it?): {exc}"
+        ) from exc
+    missing = [k for k in range(count) if not layout.embeddings(interval, k, generation).is_file()]
+    if missing:
+        raise CycleInputError(
+            f"interval {interval.key}: shards {missing} of generation {generation} have no "
+            "codes; the interval keeps its earlier codes"
+        )
+    return count
+
+
 def summarize_embeddings(
     cfg: SolarisConfig, intervals: Sequence[Interval], shards: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The run's figures (its run record and the ``pair_embeddings`` asset's metadata)."""
+    """Swap each interval's new codes in (:func:`swap_in_embeddings`) and return the run's
+    figures (its run record and the ``pair_embeddings`` asset's metadata)."""
     import numpy as np
 
     layout = CycleLayout(Namespace.of(cfg))
     shards = [s for s in shards if s]  # a skipped mapped task returns nothing
-    intervals = work_intervals(cfg, intervals)  # the same the plan embedded
+    planned = work_intervals(cfg, intervals)  # the same the plan embedded
+    staged = any(layout.staged_generations(i) for i in planned)
+    if not staged and all(layout.embeddings_done(i).is_file() for i in planned):
+        generation = None  # a retried publish: an earlier attempt swapped everything in
+        intervals = planned
+    else:
+        generation = _generation(layout, planned, shards)
+        # The intervals the plan staged (one whose ledger came later waits for the next
+        # run); every one is checked complete before any is swapped in.
+        intervals = [i for i in planned if generation in layout.staged_generations(i)]
+        for interval in intervals:
+            _staged_shards(layout, interval, generation)
     rows = int(sum(s["rows"] for s in shards))
     embed_s = float(sum(s["embed_seconds"] for s in shards))
     latest = max(i.end for i in intervals)
@@ -208,8 +332,9 @@ def summarize_embeddings(
         "seconds": round(embed_s + float(np.sum([s["online_seconds"] for s in shards])), 3),
         "computed_at": latest,
     }
-    for interval in intervals:  # every shard is in: readers may take these codes now
-        atomic_write_bytes(layout.embeddings_done(interval), b"")
+    if generation is not None:
+        for interval in intervals:  # every shard is in: readers may take these codes now
+            swap_in_embeddings(cfg, interval, generation)
     key = Interval(record["interval_start"], latest).key
     write_run_record(layout, DAG_ID, key, record)
     return record

@@ -9,26 +9,48 @@ that names sort by time)::
     misses/<start>-<end>.parquet       miss-stream entries drained by that interval's run
     shards/<start>-<end>/shard-K.parquet          the ledger split for the mapped tasks
     pair_embeddings/<start>-<end>/shard-K.parquet the codes those tasks computed (_SUCCESS: all in)
+    {shards,pair_embeddings}/.<start>-<end>.<generation>/  one embeddings run's work, staged
     neighbours/<as_of>.parquet         the clustering DAG's user-neighbour table
     training/<as_of>/                  the training DAG's set, candidate VM and metrics
     verifier/<as_of>.json              each VM the training DAG published, in force from as_of
     runs/<dag_id>/<key>.json           one record per DAG run, read by the SOLARIS UI page
 
 Every file appears atomically (:mod:`solaris.files`), so a retried or killed task never
-leaves half a file for the next one to read. This module imports nothing heavy: the Airflow
-plugin reads run records through it.
+leaves half a file for the next one to read. An embeddings run writes an interval's shards
+and codes into hidden staging folders of its own generation and swaps them in only once
+every shard is in: a rerun never removes an interval's finished codes before their
+replacement is complete, and listings skip the hidden names. This module imports nothing
+heavy: the Airflow plugin reads run records through it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import re
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from solaris.files import atomic_write_json
 from solaris.namespace import Namespace
+
+__all__ = [
+    "RUN_METRIC_FIGURES",
+    "RUN_METRIC_GROUPS",
+    "CycleLayout",
+    "Interval",
+    "read_all_run_records",
+    "read_run_records",
+    "run_metrics",
+    "write_run_record",
+]
+
+log = logging.getLogger(__name__)
 
 _INTERVAL = re.compile(r"^(\d+)-(\d+)$")
 
@@ -85,16 +107,39 @@ class CycleLayout:
     def misses(self, interval: Interval) -> Path:
         return self.root / "misses" / f"{interval.key}.parquet"
 
-    def shard(self, interval: Interval, index: int) -> Path:
-        return self.root / "shards" / interval.key / f"shard-{index:04d}.parquet"
+    def shards_dir(self, interval: Interval, generation: str | None = None) -> Path:
+        """The ledger split of ``interval``: published, or staged by run ``generation``."""
+        return self.root / "shards" / _folder(interval, generation)
 
-    def embeddings(self, interval: Interval, index: int) -> Path:
-        return self.root / "pair_embeddings" / interval.key / f"shard-{index:04d}.parquet"
+    def embeddings_dir(self, interval: Interval, generation: str | None = None) -> Path:
+        """The codes of ``interval``: published, or staged by run ``generation``."""
+        return self.root / "pair_embeddings" / _folder(interval, generation)
+
+    def staged_generations(self, interval: Interval) -> list[str]:
+        """The generations of embeddings runs that staged work for ``interval``."""
+        prefix = f".{interval.key}."
+        return sorted(
+            {
+                entry.name.removeprefix(prefix)
+                for kind in ("shards", "pair_embeddings")
+                if (self.root / kind).is_dir()
+                for entry in (self.root / kind).iterdir()
+                if entry.is_dir()
+                and entry.name.startswith(prefix)
+                and _GENERATION.match(entry.name.removeprefix(prefix))
+            }
+        )
+
+    def shard(self, interval: Interval, index: int, generation: str | None = None) -> Path:
+        return self.shards_dir(interval, generation) / f"shard-{index:04d}.parquet"
+
+    def embeddings(self, interval: Interval, index: int, generation: str | None = None) -> Path:
+        return self.embeddings_dir(interval, generation) / f"shard-{index:04d}.parquet"
 
     def embeddings_done(self, interval: Interval) -> Path:
         """Written by the embeddings run once every shard of ``interval`` is in: readers
         take an interval's codes only with it, never a half-embedded interval."""
-        return self.root / "pair_embeddings" / interval.key / "_SUCCESS"
+        return self.embeddings_dir(interval) / "_SUCCESS"
 
     def neighbours(self, as_of: int) -> Path:
         return self.root / "neighbours" / f"{as_of:011d}.parquet"
@@ -156,6 +201,18 @@ class CycleLayout:
         return _newest_at_or_before(self.root / "neighbours", ".parquet", as_of)
 
 
+_GENERATION = re.compile(r"^[0-9a-f]{6,32}$")
+
+
+def _folder(interval: Interval, generation: str | None) -> str:
+    """``<key>`` (published) or ``.<key>.<generation>`` (staged: hidden from listings)."""
+    if generation is None:
+        return interval.key
+    if not isinstance(generation, str) or not _GENERATION.match(generation):
+        raise ValueError(f"not a generation: {generation!r} (6 to 32 lower-case hex digits)")
+    return f".{interval.key}.{generation}"
+
+
 def _newest_at_or_before(folder: Path, suffix: str, as_of: int) -> Path | None:
     """The file ``<t>{suffix}`` of ``folder`` with the largest epoch ``t <= as_of``."""
     if not folder.is_dir():
@@ -167,10 +224,73 @@ def _newest_at_or_before(folder: Path, suffix: str, as_of: int) -> Path | None:
 
 
 def write_run_record(layout: CycleLayout, dag_id: str, key: str, record: dict[str, Any]) -> Path:
-    """The figures of one DAG run, for the SOLARIS page (written by the task, not the UI)."""
-    return atomic_write_json(
+    """The figures of one DAG run, for the SOLARIS page (written by the task, not the UI),
+    also sent to Airflow's metrics (:func:`run_metrics`) when this process runs Airflow."""
+    path = atomic_write_json(
         layout.run_record(dag_id, key), {"dag_id": dag_id, "key": key, **record}
     )
+    _emit_run_metrics(layout.namespace.name, dag_id, record)
+    return path
+
+
+# The run-record figures sent as gauges ``solaris.<dag_id>.<figure>``; the nested ones as
+# ``solaris.<dag_id>.<group>.<key>`` (rows_written also as its total). ``seconds`` is also
+# the timer ``solaris.<dag_id>.duration``.
+RUN_METRIC_FIGURES = (
+    "seconds",
+    "requests",
+    "candidates",
+    "selected",
+    "fm_passes",
+    "misses_drained",
+    "freshness_s",
+    "pairs_per_second",
+    "labelled",
+    "fetch_failures",
+)
+RUN_METRIC_GROUPS = ("rows_written", "coverage", "serving")
+
+
+def run_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+    """The gauges of one run record, by name below ``solaris.<dag_id>.`` (numbers only:
+    absent, ``None``, boolean and non-finite figures are left out)."""
+
+    def number(value: Any) -> float | None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return float(value) if ok and math.isfinite(value) else None
+
+    out = {k: v for k in RUN_METRIC_FIGURES if (v := number(record.get(k))) is not None}
+    for group in RUN_METRIC_GROUPS:
+        values = record.get(group)
+        if not isinstance(values, Mapping):
+            continue
+        figures = {k: n for k, v in values.items() if (n := number(v)) is not None}
+        out.update({f"{group}.{k}": v for k, v in figures.items()})
+        if group == "rows_written" and figures:
+            out[group] = sum(figures.values())
+    return out
+
+
+def _emit_run_metrics(namespace: str, dag_id: str, record: Mapping[str, Any]) -> None:
+    """Send :func:`run_metrics` through Airflow's metrics (StatsD or OpenTelemetry, as its
+    ``[metrics]`` settings say), tagged with the namespace. Only in a process that already
+    runs Airflow (a task, ``dag.test()``): importing it elsewhere would cost seconds and
+    set up an Airflow home. Metrics are best effort: a failure is logged, never raised."""
+    if "airflow.sdk" not in sys.modules:
+        return
+    try:
+        from airflow.sdk.observability import stats
+    except ImportError:
+        return
+    prefix, tags = f"solaris.{dag_id}", {"namespace": namespace}
+    try:
+        gauges = run_metrics(record)
+        for name, value in gauges.items():
+            stats.gauge(f"{prefix}.{name}", value, tags=tags)
+        if gauges.get("seconds", -1.0) >= 0:
+            stats.timing(f"{prefix}.duration", timedelta(seconds=gauges["seconds"]), tags=tags)
+    except Exception as exc:  # a metrics backend never fails the run that wrote its record
+        log.warning("run metrics of %s not sent (%s: %s)", dag_id, type(exc).__name__, exc)
 
 
 def read_run_records(root: Path) -> dict[str, list[dict[str, Any]]]:

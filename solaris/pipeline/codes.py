@@ -204,7 +204,9 @@ def load_autoencoder(models_dir: Path, fm: FoundationModel) -> tuple[Autoencoder
             f"model.foundation gives FM {fm.version}: train it again on this FM "
             "(`solaris fit-autoencoder`)"
         )
-    ae, version = load_checkpoint(Path(models_dir) / AUTOENCODER_FILE, Autoencoder)
+    ae, version = load_checkpoint(
+        Path(models_dir) / AUTOENCODER_FILE, Autoencoder, kind="autoencoder"
+    )
     if version != manifest.fm_version:
         raise CodesError(
             f"{models_dir}: autoencoder checkpoint {version} does not match its manifest "

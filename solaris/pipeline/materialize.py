@@ -1,17 +1,24 @@
-"""Write feature rows offline (parquet history, for training) and then online (Redis).
+"""Write feature rows offline (parquet history, for training) and online (Redis).
 
 Every batch is validated as a whole first (:func:`solaris.store.codec.normalize`: the view is
 a SOLARIS view, every column is there with the right type, ids are in ``[0, 2**63)``,
 vectors have ``d`` finite values, versions are non-empty strings), so a bad batch writes
 nothing anywhere. Then:
 
-* **offline**, append-only and partitioned by the date of the event timestamp:
-  ``<repo>/data/offline/<view>/date=YYYY-MM-DD/batch-<batch_id>.parquet``, each file
-  appearing atomically (temporary file + ``os.replace``); a batch always writes the same file
-  names, so a rerun of the same batch leaves exactly the same state;
-* **online**, through the SOLARIS online store's bulk Arrow path
-  (:meth:`~solaris.store.online.SolarisOnlineStore.write_normalized`), where a rerun
-  rewrites the same records.
+1. **offline, staged**: partitioned by the date of the event timestamp, each file of the
+   batch is written (atomically, :mod:`solaris.files`) under a *staged* name,
+   ``<repo>/data/offline/<ns>/<view>/date=YYYY-MM-DD/.batch-<batch_id>.parquet.pending``,
+   that no reader of the offline source takes for data: pyarrow datasets skip hidden names,
+   and dask's parquet reader (Feast's file offline store, ``get_historical_features``) reads
+   only names ending in ``.parquet``;
+2. **online**, through the SOLARIS online store's bulk Arrow path
+   (:meth:`~solaris.store.online.SolarisOnlineStore.write_normalized`), where a rerun
+   rewrites the same records;
+3. **offline, published**: only once the online write succeeded is each staged file renamed
+   to ``batch-<batch_id>.parquet`` (``os.replace``). A failed online write removes the
+   staged files, so training (:mod:`solaris.serving.training_set`) never sees a row that
+   serving never had. A batch always writes the same file names, so a rerun of the same
+   batch leaves exactly the same state.
 """
 
 from __future__ import annotations
@@ -25,10 +32,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from solaris.data.schemas import validate_pair_embeddings
-from solaris.files import atomic_write
+from solaris.files import atomic_write_parquet, publish_file
 from solaris.store import contract
 from solaris.store.codec import normalize
 from solaris.store.contract import EVENT_TS, FM_VERSION, ITEM_ID, USER_ID, InvalidWriteError, Z
@@ -36,7 +42,15 @@ from solaris.store.contract import EVENT_TS, FM_VERSION, ITEM_ID, USER_ID, Inval
 if TYPE_CHECKING:  # feast is heavy: imported where a store is really opened
     from feast import FeatureStore
 
-__all__ = ["MaterializeResult", "materialize", "offline_dir", "pair_rows", "write_offline"]
+__all__ = [
+    "MaterializeResult",
+    "StagedBatch",
+    "materialize",
+    "offline_dir",
+    "pair_rows",
+    "published_files",
+    "stage_offline",
+]
 
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -81,15 +95,50 @@ def pair_rows(table: pa.Table, *, z_dim: int, source: str = "pair_embeddings") -
     )
 
 
-def write_offline(rows: pa.Table, folder: Path, batch_id: str) -> list[Path]:
-    """One parquet file per event date for this batch; atomic per file, rerun-safe."""
+def _staged_name(target: Path) -> Path:
+    """Where ``target`` waits for its online write: hidden, and not ending in ``.parquet``."""
+    return target.with_name(f".{target.name}.pending")
+
+
+def published_files(folder: Path) -> list[Path]:
+    """The published offline files under ``folder`` (``*.parquet``, not hidden): what the
+    offline readers take, never a staged or temporary file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """The offline files of one batch, written under staged names, not yet visible."""
+
+    files: tuple[tuple[Path, Path], ...]  # (staged, published) pairs
+
+    def publish(self) -> list[Path]:
+        """Rename every staged file to its published name (after the online write)."""
+        return [publish_file(staged, target) for staged, target in self.files]
+
+    def discard(self) -> None:
+        """Remove the staged files (the online write failed): nothing becomes visible."""
+        for staged, _ in self.files:
+            staged.unlink(missing_ok=True)
+
+
+def stage_offline(rows: pa.Table, folder: Path, batch_id: str) -> StagedBatch:
+    """One staged parquet file per event date of this batch (see the module docstring)."""
     dates = pc.strftime(rows[EVENT_TS], format="%Y-%m-%d").to_numpy(zero_copy_only=False)
-    written = []
-    for date in np.unique(dates).tolist():
-        part = rows.filter(pa.array(dates == date))
-        target = folder / f"date={date}" / f"batch-{batch_id}.parquet"
-        written.append(atomic_write(target, lambda fh, part=part: pq.write_table(part, fh)))
-    return written
+    files = []
+    try:
+        for date in np.unique(dates).tolist():
+            target = folder / f"date={date}" / f"batch-{batch_id}.parquet"
+            staged = _staged_name(target)
+            atomic_write_parquet(staged, rows.filter(pa.array(dates == date)))
+            files.append((staged, target))
+    except BaseException:
+        StagedBatch(tuple(files)).discard()
+        raise
+    return StagedBatch(tuple(files))
 
 
 def materialize(
@@ -100,7 +149,8 @@ def materialize(
     batch_id: str,
     progress: bool = False,
 ) -> MaterializeResult:
-    """Validate ``rows`` of ``view``, then write them offline, then online.
+    """Validate ``rows`` of ``view``, stage them offline, write them online, then publish
+    the offline files (the module docstring says why in that order).
 
     Args:
         store: a ``feast.FeatureStore`` whose online store is the SOLARIS store.
@@ -113,6 +163,8 @@ def materialize(
 
     Raises:
         InvalidWriteError: the view, the batch id or a row is invalid; nothing was written.
+        Whatever the online store raises: the staged offline files are removed, so no
+        offline row of this batch became visible (Redis may hold part of the batch).
     """
     from solaris.store.feast_store import online_store_of
     from solaris.store.online import view_params
@@ -124,7 +176,7 @@ def materialize(
     spec, params = view_params(store.get_feature_view(view))
     normalized = normalize(spec, params, rows)
     start = time.perf_counter()
-    files = write_offline(normalized, folder, batch_id) if normalized.num_rows else []
+    staged = stage_offline(normalized, folder, batch_id) if normalized.num_rows else None
     offline_s = time.perf_counter() - start
     start = time.perf_counter()
     bar = None
@@ -136,9 +188,13 @@ def materialize(
         online.write_normalized(
             store.config, spec, params, normalized, bar.update if bar is not None else None
         )
+    except BaseException:
+        if staged is not None:
+            staged.discard()
+        raise
     finally:
         if bar is not None:
             bar.close()
-    return MaterializeResult(
-        view, normalized.num_rows, files, offline_s, time.perf_counter() - start
-    )
+    online_s = time.perf_counter() - start
+    files = staged.publish() if staged is not None else []
+    return MaterializeResult(view, normalized.num_rows, files, offline_s, online_s)

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from solaris.config import SolarisConfig
+from solaris.pipeline.materialize import published_files
 from solaris.serving.tiers import TierFeatures, assemble_tiers, empty_tiers, tier_settings
 from solaris.store.codec import ViewRows, rows_from_table
 from solaris.store.contract import (
@@ -80,9 +81,13 @@ def _local_source(store, view) -> Path | None:
 
 
 def _has_offline_data(store, view) -> bool:
-    """False when a file source's path does not exist yet (Feast would raise on it)."""
+    """False when a file source has no published file yet (Feast would raise on it): a
+    folder holding only staged files of a batch whose online write has not succeeded
+    (:mod:`solaris.pipeline.materialize`) has no data for training."""
     full = _local_source(store, view)
-    return full is None or full.exists()  # not a local file source: let Feast answer
+    if full is None:
+        return True  # not a local file source: let Feast answer
+    return full.is_file() or bool(published_files(full))
 
 
 def _first_events(store, view, keys: list[str], until: int) -> pd.DataFrame | None:
@@ -96,7 +101,9 @@ def _first_events(store, view, keys: list[str], until: int) -> pd.DataFrame | No
     if full is None:
         return None
     ts_col = view.batch_source.timestamp_field
-    dataset = ds.dataset(full, format="parquet", partitioning="hive")
+    # The published files only: what Feast's reader takes too (never a staged batch).
+    files = [full] if full.is_file() else published_files(full)
+    dataset = ds.dataset([str(p) for p in files], format="parquet")
     bound = pa.scalar(until * 1_000_000, pa.timestamp("us", tz="UTC"))
     table = dataset.to_table(columns=[*keys, ts_col], filter=pc.field(ts_col) <= bound)
     first = table.group_by(keys).aggregate([(ts_col, "min")])

@@ -156,3 +156,96 @@ def test_a_bad_batch_id_is_refused_before_writing(feast_store, solaris_cfg, redi
         materialize(feast_store, "pair", _bad_rows("none"), batch_id="../escape")
     assert not offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace).exists()
     assert _keys(redis_client, solaris_cfg.namespace) == []
+
+
+# -- an online write that fails leaves nothing offline for training -------------------------
+
+T1 = 1_700_000_000
+
+
+def _pair_table(user: int, item: int, computed_at: int, seed: float) -> pa.Table:
+    z = (np.arange(Z_DIM, dtype=np.float32) + seed) * 0.25
+    return pair_rows(
+        pa.table(
+            {
+                "user_id": pa.array([user], pa.int64()),
+                "item_id": pa.array([item], pa.int64()),
+                "z": pa.FixedSizeListArray.from_arrays(pa.array(z, pa.float32()), Z_DIM),
+                "fm_version": pa.array(["fm-test-1"]),
+                "computed_at": pa.array([computed_at * 1_000_000], pa.timestamp("us", tz="UTC")),
+            }
+        ),
+        z_dim=Z_DIM,
+    )
+
+
+def _historical_computed_at(store, user: int, item: int, ts: int) -> object:
+    """What Feast's own offline join (``get_historical_features``) gives for the pair."""
+    entity_df = pd.DataFrame(
+        {
+            "user_id": [user],
+            "item_id": [item],
+            "event_timestamp": pd.to_datetime([ts], unit="s", utc=True),
+        }
+    )
+    frame = store.get_historical_features(
+        entity_df=entity_df, features=["pair:computed_at"]
+    ).to_df()
+    return frame["computed_at"].iloc[0]
+
+
+def _files(folder) -> list:
+    return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_failed_online_write_leaves_no_offline_row_for_training(
+    feast_store, solaris_cfg, redis_client
+) -> None:
+    from solaris.serving.training_set import build_training_set
+    from solaris.store.feast_store import open_feature_store
+
+    folder = offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace)
+    # (1, 10) served since T1; the failed write would replace it at T1 + 1 h and add (2, 11).
+    materialize(feast_store, "pair", _pair_table(1, 10, T1, 1.0), batch_id="ok")
+    files, keys = _files(folder), _keys(redis_client, solaris_cfg.namespace)
+    refusing = open_feature_store(solaris_cfg, "127.0.0.1:1")  # same repo; nothing listens
+    for user, item, seed in ((1, 10, 9.0), (2, 11, 5.0)):
+        with pytest.raises(Exception, match=r"(?i)connect|refused"):
+            materialize(refusing, "pair", _pair_table(user, item, T1 + 3600, seed), batch_id="bad")
+    assert _files(folder) == files  # no staged, temporary or published file of the batch
+    assert _keys(redis_client, solaris_cfg.namespace) == keys
+
+    impressions = pd.DataFrame({"user_id": [1, 2], "item_id": [10, 11], "ts": [T1 + 7200] * 2})
+    served = build_training_set(impressions, feast_store, solaris_cfg, fm_version="fm-test-1")
+    assert served.mask[:, 0].tolist() == [True, False]  # (2, 11) was never served
+    old = (np.arange(Z_DIM, dtype=np.float32) + 1.0) * 0.25
+    np.testing.assert_array_equal(served.tier_z[0, 0], old)  # the served code, not the failed one
+    assert _historical_computed_at(feast_store, 1, 10, T1 + 7200) == T1
+
+    # The same batch, written while Redis answers, becomes visible to both readers.
+    for user, item, seed in ((1, 10, 9.0), (2, 11, 5.0)):
+        batch = f"b{user}"
+        materialize(feast_store, "pair", _pair_table(user, item, T1 + 3600, seed), batch_id=batch)
+    served = build_training_set(impressions, feast_store, solaris_cfg, fm_version="fm-test-1")
+    assert served.mask[:, 0].tolist() == [True, True]
+    assert _historical_computed_at(feast_store, 1, 10, T1 + 7200) == T1 + 3600
+
+
+def test_a_staged_batch_is_invisible_to_feast_until_published(feast_store, solaris_cfg) -> None:
+    """The staged name is skipped by Feast's reader (dask) and by pyarrow: a batch whose
+    online write is still running, or whose process was killed before publishing, is never
+    read for training."""
+    from solaris.pipeline.materialize import published_files, stage_offline
+    from solaris.store.codec import normalize
+    from solaris.store.online import view_params
+
+    folder = offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace)
+    materialize(feast_store, "pair", _pair_table(1, 10, T1, 1.0), batch_id="ok")
+    spec, params = view_params(feast_store.get_feature_view("pair"))
+    rows = normalize(spec, params, _pair_table(1, 10, T1 + 3600, 9.0))  # as materialize does
+    staged = stage_offline(rows, folder, "later")
+    assert all(s.is_file() for s, _ in staged.files)
+    assert [p.name for p in published_files(folder)] == ["batch-ok.parquet"]
+    assert _historical_computed_at(feast_store, 1, 10, T1 + 7200) == T1
+    staged.publish()
+    assert _historical_computed_at(feast_store, 1, 10, T1 + 7200) == T1 + 3600

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from solaris.config import DataConfig, ModelConfig, SolarisConfig
-from solaris.files import atomic_write_json
+from solaris.files import ArtifactPathError, artifact_path, atomic_write_json
 from solaris.namespace import Namespace
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ __all__ = [
     "VMTrainer",
     "VMVerifier",
     "foundation_model",
+    "publish_verifier",
+    "published_checkpoint",
     "request_log_path",
     "traffic",
     "vm_trainer",
@@ -104,7 +106,7 @@ def foundation_model(cfg: SolarisConfig) -> MovieLensFoundationModel:
     from solaris.models.training import load_checkpoint
 
     path = _require(Namespace.of(cfg).models_dir / "fm.pt", "the MovieLens FM")
-    module, version = load_checkpoint(path, FoundationModel)
+    module, version = load_checkpoint(path, FoundationModel, kind="fm")
     return MovieLensFoundationModel(module, _context(cfg.data, cfg.model), version)
 
 
@@ -151,9 +153,46 @@ def current_verifier(cfg: SolarisConfig, *, as_of: int) -> Verifier:
     path = layout.models_dir / "vm.pt"
     publication = layout.verifier_in_force(as_of)
     if publication is not None:
-        path = Path(json.loads(publication.read_text())["path"])
-    vm, version = load_checkpoint(_require(path, "verifier checkpoint"), VerticalModel)
+        path = published_checkpoint(cfg, publication)
+    vm, version = load_checkpoint(_require(path, "verifier checkpoint"), VerticalModel, kind="vm")
     return Verifier(vm, version, path)
+
+
+def publish_verifier(
+    cfg: SolarisConfig, as_of: int, path: Path, *, version: str, val_logloss: float
+) -> Path:
+    """Publish the VM checkpoint ``path`` as the verifier in force from ``as_of`` on
+    (publications are looked up by time); ``path`` is stored relative to the artifacts
+    root, inside which readers confine it (:func:`published_checkpoint`)."""
+    from solaris.orchestration.layout import CycleLayout
+
+    root = Path(cfg.artifacts_dir)
+    inside = artifact_path(root, str(Path(path).resolve()), source=Path(path))
+    return atomic_write_json(
+        CycleLayout(Namespace.of(cfg)).verifier_publication(as_of),
+        {
+            "path": inside.relative_to(root.resolve()).as_posix(),
+            "version": version,
+            "as_of": as_of,
+            "val_logloss": val_logloss,
+        },
+    )
+
+
+def published_checkpoint(cfg: SolarisConfig, publication: Path) -> Path:
+    """The checkpoint a verifier publication names, confined to the artifacts root.
+
+    A publication is a file another process wrote: its ``path`` (relative to
+    ``artifacts_dir``; an absolute path inside it is accepted too) may not lead out of the
+    artifacts root (:class:`~solaris.files.ArtifactPathError`, naming the publication).
+    """
+    try:
+        payload = json.loads(publication.read_text())
+    except (OSError, ValueError) as exc:
+        raise ArtifactPathError(f"{publication}: unreadable verifier publication: {exc}") from exc
+    if not isinstance(payload, dict) or "path" not in payload:
+        raise ArtifactPathError(f"{publication}: a verifier publication names its 'path'")
+    return artifact_path(Path(cfg.artifacts_dir), payload["path"], source=publication)
 
 
 class VMVerifier:
@@ -263,16 +302,7 @@ class VMTrainer:
         }
         atomic_write_json(folder / "metrics.json", record)
         if published:
-            # In force from as_of on (publications are looked up by time).
-            atomic_write_json(
-                layout.verifier_publication(as_of),
-                {
-                    "path": str(path.resolve()),
-                    "version": vm_version,
-                    "as_of": as_of,
-                    "val_logloss": candidate_ll,
-                },
-            )
+            publish_verifier(cfg, as_of, path, version=vm_version, val_logloss=candidate_ll)
         return json.loads(json.dumps(record, default=float))
 
 

@@ -39,6 +39,21 @@ from solaris.models.training import (
 from solaris.models.vm import VerticalModel, tier_dropout
 from solaris.pipeline.codes import CODES_MANIFEST, CodesManifest, fit_autoencoder_on
 
+__all__ = [
+    "Distillation",
+    "TierInputs",
+    "TrainedModels",
+    "fm_examples",
+    "load_models",
+    "load_split",
+    "save_models",
+    "score_candidates",
+    "train_autoencoder",
+    "train_models",
+    "train_vm",
+    "vm_examples",
+]
+
 
 @dataclass(frozen=True)
 class TierInputs:
@@ -263,11 +278,11 @@ def load_split(folder: Path) -> TimeSplit:
 
 
 def load_models(folder: Path) -> tuple[FoundationModel, Autoencoder, VerticalModel, str]:
-    fm, fm_version = load_checkpoint(folder / "fm.pt", FoundationModel)
-    ae, ae_version = load_checkpoint(folder / "autoencoder.pt", Autoencoder)
+    fm, fm_version = load_checkpoint(folder / "fm.pt", FoundationModel, kind="fm")
+    ae, ae_version = load_checkpoint(folder / "autoencoder.pt", Autoencoder, kind="autoencoder")
     if ae_version != fm_version:
         raise ValueError(f"autoencoder {ae_version} does not belong to FM {fm_version} in {folder}")
-    vm, _ = load_checkpoint(folder / "vm.pt", VerticalModel)
+    vm, _ = load_checkpoint(folder / "vm.pt", VerticalModel, kind="vm")
     return fm, ae, vm, fm_version
 
 

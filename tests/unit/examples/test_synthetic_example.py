@@ -52,8 +52,11 @@ def test_prepare_is_deterministic(prepared: SolarisConfig, tmp_path: Path) -> No
     folder = synthetic.prepare(other)
     assert folder == tmp_path / "synthetic"
     first = synthetic.synthetic_dir(prepared)
-    for name in (synthetic.LOG_FILE, synthetic.FM_FILE):
+    for name in (synthetic.LOG_FILE, synthetic.FM_FILE, f"{synthetic.FM_FILE}.json"):
         assert (folder / name).read_bytes() == (first / name).read_bytes()
+    # The FM's weights are tensors only: they load without trusting a pickle.
+    weights = torch.load(folder / synthetic.FM_FILE, weights_only=True)
+    assert weights and all(isinstance(t, torch.Tensor) for t in weights.values())
     version = synthetic.foundation_model(other).version
     assert version == synthetic.foundation_model(prepared).version
     assert version.startswith("synthfm-") and len(version) == len("synthfm-") + 12

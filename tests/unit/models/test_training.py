@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -15,12 +16,16 @@ from solaris.config import SolarisConfig, TrainConfig
 from solaris.errors import ConfigError
 from solaris.examples.movielens.features import FeatureContext
 from solaris.models.training import (
+    CHECKPOINT_FORMAT,
+    CheckpointError,
     Examples,
     TimeSplit,
     _mean_loss,
+    checkpoint_meta_path,
     fit,
     load_checkpoint,
     predict_vm,
+    read_checkpoint,
     save_checkpoint,
     seed_everything,
     task_targets,
@@ -259,13 +264,99 @@ def test_train_config_must_leave_a_test_period(train_share, val_share):
 
 
 def test_feature_spec_round_trips_through_checkpoint_init(tmp_path: Path, vm_data):
-    """The FeatureSpec dataclass survives in ``init`` (so a model can be rebuilt)."""
+    """The FeatureSpec dataclass survives in ``init`` (so a model can be rebuilt), stored as
+    JSON beside weights that load with ``weights_only=True``."""
     spec = vm_data[0]
     seed_everything(0)
     model = VerticalModel(spec, **VM_SIZES)
     path = save_checkpoint(
         tmp_path / "m.pt", model, kind="vm", version="1", init={"spec": spec, **VM_SIZES}
     )
-    payload = torch.load(path, weights_only=False)
-    assert payload["kind"] == "vm"
-    assert dataclasses.asdict(payload["init"]["spec"]) == dataclasses.asdict(spec)
+    weights = torch.load(path, weights_only=True)
+    assert set(weights) == set(model.state_dict())
+    assert all(isinstance(t, torch.Tensor) for t in weights.values())
+    meta = json.loads(checkpoint_meta_path(path).read_text())
+    assert meta["kind"] == "vm" and meta["version"] == "1"
+    assert meta["init"]["spec"]["__dataclass__"] == "FeatureSpec"
+    read, _ = read_checkpoint(path)
+    assert read["init"]["spec"] == spec  # tuples come back as tuples: equal and hashable
+    hash(read["init"]["spec"])
+
+
+class _Payload:
+    """Pickles to a call that creates ``marker``: what a planted checkpoint would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def _plant(path: Path, marker: Path, *, with_meta: bool) -> None:
+    """A pickle payload at ``path`` (and, if asked, metadata that matches it)."""
+    torch.save({"state": _Payload(marker)}, path)
+    if with_meta:
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "kind": "vm",
+            "version": "evil",
+            "init": {},
+            "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        }
+        checkpoint_meta_path(path).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("with_meta", [True, False])
+def test_a_planted_pickle_checkpoint_is_refused_and_never_runs(tmp_path: Path, with_meta):
+    path, marker = tmp_path / "vm.pt", tmp_path / "pwned"
+    _plant(path, marker, with_meta=with_meta)
+    with pytest.raises(CheckpointError, match=str(path)):
+        load_checkpoint(path, VerticalModel)
+    assert not marker.exists()
+    # The payload is live: the old loader (weights_only=False) would have run it.
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+
+
+def test_a_checkpoint_whose_weights_were_swapped_is_refused(tmp_path: Path, vm_data):
+    spec = vm_data[0]
+    a = save_checkpoint(
+        tmp_path / "a.pt",
+        VerticalModel(spec, **VM_SIZES),
+        kind="vm",
+        version="a",
+        init={"spec": spec, **VM_SIZES},
+    )
+    b = save_checkpoint(
+        tmp_path / "b.pt",
+        VerticalModel(spec, **VM_SIZES),
+        kind="vm",
+        version="b",
+        init={"spec": spec, **VM_SIZES},
+    )
+    a.write_bytes(b.read_bytes())  # weights of b under a's metadata
+    with pytest.raises(CheckpointError, match="do not match their metadata"):
+        load_checkpoint(a, VerticalModel)
+
+
+def test_load_checkpoint_checks_the_kind(tmp_path: Path, vm_data):
+    spec = vm_data[0]
+    path = save_checkpoint(
+        tmp_path / "vm.pt",
+        VerticalModel(spec, **VM_SIZES),
+        kind="vm",
+        version="1",
+        init={"spec": spec, **VM_SIZES},
+    )
+    with pytest.raises(CheckpointError, match="kind 'vm', expected 'fm'"):
+        load_checkpoint(path, VerticalModel, kind="fm")
+
+
+def test_save_checkpoint_rejects_init_values_json_cannot_hold(tmp_path: Path, vm_data):
+    spec = vm_data[0]
+    model = VerticalModel(spec, **VM_SIZES)
+    folder = tmp_path / "models"
+    with pytest.raises(CheckpointError, match=r"init\.spec \(type object\) cannot be stored"):
+        save_checkpoint(folder / "m.pt", model, kind="vm", version="1", init={"spec": object()})
+    assert not folder.exists()  # nothing written

@@ -6,8 +6,12 @@ from pathlib import Path
 
 import matplotlib
 
+from solaris.files import atomic_write
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+__all__ = ["PAPER", "TASK_LABEL", "markdown", "plots", "pm"]
 
 PAPER = {
     "tr_embeddings": "42–44%",
@@ -124,7 +128,9 @@ def plots(summary: dict, folder: Path) -> list[Path]:
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     # A fixed date in the metadata keeps reruns byte-identical.
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    atomic_write(
+        path, lambda fh: fig.savefig(fh, format="png", dpi=110, metadata={"Software": None})
+    )
     plt.close(fig)
     return path
 

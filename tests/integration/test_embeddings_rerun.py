@@ -1,0 +1,165 @@
+"""An embeddings rerun never loses finished work (the synthetic FM, real Redis and Feast).
+
+The drill this reproduces: a run naming intervals ``[A, B]``, where ``B`` has no selection
+ledger, wiped the finished interval ``A`` (codes, marker and offline rows) before failing
+on ``B``. Every interval is now validated before anything is touched, and a rerun's codes
+are staged and swapped in only once complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
+from solaris.orchestration.embeddings import (
+    embed_and_materialize,
+    plan_shards,
+    summarize_embeddings,
+)
+from solaris.orchestration.layout import CycleLayout, Interval
+from solaris.orchestration.resources import CycleInputError, write_parquet
+from solaris.store.feast_store import delete_project_keys
+from solaris.store.keys import project_pattern
+
+pytestmark = pytest.mark.integration
+
+HOURS_6 = 6 * 3600
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthetic example's log and FM, and an autoencoder trained on its ``h``."""
+    from solaris.examples.synthetic import SyntheticWorld, prepare
+    from solaris.pipeline.codes import fit_autoencoder_from_traffic
+
+    cfg = _cfg(tmp_path_factory.mktemp("models"), "models", Path("unused"), "unused")
+    prepare(cfg)
+    start = SyntheticWorld().spec.start_ts
+    fit_autoencoder_from_traffic(cfg, start, start + 4 * HOURS_6, max_pairs=2_000)
+    return Path(cfg.artifacts_dir)
+
+
+def _cfg(artifacts: Path, namespace: str, repo: Path, redis: str, **cycle) -> SolarisConfig:
+    return SolarisConfig(
+        namespace=namespace,
+        artifacts_dir=artifacts,
+        model={
+            "foundation": "solaris.examples.synthetic:foundation_model",
+            "trainer": None,
+            "z_dim": 8,
+        },
+        requests={"source": "solaris.examples.synthetic:traffic"},
+        store={"redis": redis, "repo_path": repo},
+        train={"ae_epochs": 1},
+        cycle=cycle,
+    )
+
+
+@pytest.fixture
+def cfg(models, repo_copy, feast_project, redis_connection, redis_client) -> Iterator:
+    """Settings on the prepared models, the test's repo copy, project and Redis database."""
+    made = _cfg(models, feast_project, repo_copy, redis_connection, shard_rows=40)
+    yield made
+    delete_project_keys(redis_client, feast_project)
+
+
+def _interval(k: int) -> Interval:
+    from solaris.examples.synthetic import SyntheticWorld
+
+    start = SyntheticWorld().spec.start_ts + k * HOURS_6
+    return Interval(start, start + HOURS_6)
+
+
+def _write_ledger(cfg: SolarisConfig, interval: Interval, pairs: int = 100) -> None:
+    from solaris import adapters
+
+    rows = adapters.traffic_source(cfg).requests(interval.start, interval.end)
+    ledger = rows.drop_duplicates(["user_id", "item_id"]).head(pairs)
+    columns = ["request_id", "user_id", "item_id", "ts", "label"]
+    write_parquet(
+        ledger[columns].reset_index(drop=True), CycleLayout(Namespace.of(cfg)).selections(interval)
+    )
+
+
+def _run(cfg: SolarisConfig, intervals: list[Interval]) -> dict:
+    """The embeddings DAG's three steps, in one process."""
+    shards = plan_shards(cfg, intervals)
+    done = [embed_and_materialize(cfg, shard) for shard in shards]
+    return summarize_embeddings(cfg, intervals, done)
+
+
+def _snapshot(cfg: SolarisConfig, redis_client) -> dict:
+    """Every file of the namespace (cycle state and offline rows) and every Redis key."""
+    namespace = Namespace.of(cfg)
+    files = {
+        str(p): p.read_bytes()
+        for root in (namespace.cycle_root, namespace.offline_root)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+    keys = {
+        key: redis_client.dump(key)
+        for key in sorted(redis_client.scan_iter(match=project_pattern(namespace.project)))
+    }
+    return {"files": files, "redis": keys}
+
+
+def test_a_run_naming_an_interval_without_a_ledger_leaves_finished_intervals_untouched(
+    cfg, redis_client
+) -> None:
+    a, b = _interval(0), _interval(1)
+    _write_ledger(cfg, a)
+    _run(cfg, [a])
+    layout = CycleLayout(Namespace.of(cfg))
+    assert layout.embeddings_done(a).is_file()
+    before = _snapshot(cfg, redis_client)
+    assert any("pair_embeddings" in f for f in before["files"]) and before["redis"]
+
+    with pytest.raises(CycleInputError, match=f"interval {b.key}: no selection ledger"):
+        plan_shards(cfg, [a, b])
+    after = _snapshot(cfg, redis_client)
+    assert after["files"].keys() == before["files"].keys()
+    assert after == before  # byte-identical files, unchanged Redis keys and values
+
+
+def test_a_rerun_swaps_its_codes_in_only_once_every_shard_is_in(cfg, redis_client) -> None:
+    from solaris.data.schemas import read_table
+
+    a = _interval(0)
+    _write_ledger(cfg, a)
+    first = _run(cfg, [a])
+    assert first["shards"] == 3  # 100 pairs in shards of 40
+    layout = CycleLayout(Namespace.of(cfg))
+    published = layout.embeddings_dir(a)
+    finished = {p.name: p.read_bytes() for p in published.iterdir()}
+
+    # The rerun cuts one shard: planned, then published before its shard is embedded.
+    rerun = cfg.model_copy(update={"cycle": cfg.cycle.model_copy(update={"shard_rows": 500})})
+    shards = plan_shards(rerun, [a])
+    assert len(shards) == 1
+    assert {p.name: p.read_bytes() for p in published.iterdir()} == finished
+    with pytest.raises(CycleInputError, match=r"shards \[0\] .* have no codes"):
+        summarize_embeddings(rerun, [a], [])
+    assert {p.name: p.read_bytes() for p in published.iterdir()} == finished
+    assert layout.embedded_intervals(ending_after=-1, ending_by=a.end) == [a]
+
+    done = [embed_and_materialize(rerun, shard) for shard in shards]
+    summarize_embeddings(rerun, [a], done)
+    assert sorted(p.name for p in published.iterdir()) == ["_SUCCESS", "shard-0000.parquet"]
+    assert read_table(published, "pair_embeddings", z_dim=8).num_rows == 100
+    assert layout.staged_generations(a) == []
+    assert list(layout.root.rglob(".*")) == []  # no staging or set-aside folder is left
+    offline = Namespace.of(cfg).offline_root / "pair"
+    batches = sorted(p.name for p in offline.rglob("*.parquet"))
+    assert batches == [f"batch-{a.key}-shard-0000.parquet"]  # the old cut's extra shards went
+    table = pd.concat(pd.read_parquet(p) for p in offline.rglob("*.parquet"))
+    assert len(table) == 100
+    # A retried publish finds the work swapped in already and changes nothing.
+    swapped = {p.name: p.read_bytes() for p in published.iterdir()}
+    assert summarize_embeddings(rerun, [a], done)["fm_passes"] == 100
+    assert {p.name: p.read_bytes() for p in published.iterdir()} == swapped

@@ -1,0 +1,139 @@
+"""solaris.files: atomic writes under concurrency, and paths read from artifacts confined."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from solaris.errors import SolarisError
+from solaris.files import (
+    ArtifactPathError,
+    artifact_path,
+    atomic_torch_save,
+    atomic_write,
+    atomic_write_bytes,
+    atomic_write_parquet,
+    replace_dir,
+)
+
+SIZE = 1 << 20  # 1 MiB: a write takes long enough for a reader to catch it half-done
+
+
+def _payload(writer: int, k: int) -> bytes:
+    return bytes([(writer * 101 + k) % 251]) * SIZE
+
+
+def test_concurrent_writers_and_a_reader_never_see_a_missing_or_partial_file(tmp_path: Path):
+    target = tmp_path / "shared" / "state.bin"
+    atomic_write_bytes(target, _payload(0, 0))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads: list[int] = []
+
+    def write(writer: int) -> None:
+        try:
+            for k in range(60):
+                atomic_write_bytes(target, _payload(writer, k))
+        except BaseException as exc:  # recorded, asserted on below
+            errors.append(exc)
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                data = target.read_bytes()  # FileNotFoundError would be a failure
+                if len(data) != SIZE or data != data[:1] * SIZE:
+                    raise AssertionError(f"partial file: {len(data)} bytes")
+                reads.append(len(data))
+        except BaseException as exc:
+            errors.append(exc)
+
+    writers = [threading.Thread(target=write, args=(w,)) for w in (1, 2)]
+    reader = threading.Thread(target=read)
+    reader.start()
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    reader.join()
+    assert errors == []
+    assert len(reads) > 10
+    assert sorted(p.name for p in target.parent.iterdir()) == ["state.bin"]  # no temp left
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path):
+    target = tmp_path / "f.bin"
+    atomic_write_bytes(target, b"old")
+
+    def fail(fh) -> None:
+        fh.write(b"half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_write(target, fail)
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_parquet_and_tensor_helpers_write_readable_files(tmp_path: Path):
+    table = pa.table({"a": [1, 2, 3]})
+    assert pq.read_table(atomic_write_parquet(tmp_path / "t.parquet", table)).equals(table)
+    path = atomic_torch_save(tmp_path / "w.pt", {"w": torch.ones(2)})
+    assert torch.equal(torch.load(path, weights_only=True)["w"], torch.ones(2))
+    with pytest.raises(TypeError, match="'meta' is a dict; a checkpoint holds tensors only"):
+        atomic_torch_save(tmp_path / "bad.pt", {"meta": {"version": 1}})
+    assert not (tmp_path / "bad.pt").exists()
+
+
+def test_replace_dir_swaps_a_complete_folder_in_and_only_then_drops_the_old(tmp_path: Path):
+    target, new = tmp_path / "codes", tmp_path / ".codes.staged"
+    target.mkdir()
+    (target / "old.parquet").write_bytes(b"old")
+    new.mkdir()
+    (new / "new.parquet").write_bytes(b"new")
+    replace_dir(new, target)
+    assert [p.name for p in target.iterdir()] == ["new.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["codes"]  # nothing set aside left
+    replace_dir(tmp_path / ".absent", target)  # no new work: an empty folder replaces it
+    assert list(target.iterdir()) == []
+
+
+# --- artifact_path ---------------------------------------------------------------------------
+
+
+def test_artifact_path_accepts_relative_and_absolute_paths_inside_the_root(tmp_path: Path):
+    root = tmp_path / "artifacts"
+    (root / "a").mkdir(parents=True)
+    source = root / "pub.json"
+    assert artifact_path(root, "a/x.pt", source=source) == (root / "a" / "x.pt").resolve()
+    inside = str((root / "a" / "x.pt").resolve())
+    assert artifact_path(root, inside, source=source) == Path(inside)
+
+
+@pytest.mark.parametrize(
+    "value", ["/etc/passwd", "../outside.pt", "a/../../outside.pt", "", None, 3, "a\x00b"]
+)
+def test_artifact_path_refuses_what_leads_out_of_the_root(tmp_path: Path, value):
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    source = root / "pub.json"
+    with pytest.raises(ArtifactPathError, match=r"pub\.json") as raised:
+        artifact_path(root, value, source=source)
+    assert isinstance(raised.value, SolarisError) and isinstance(raised.value, ValueError)
+
+
+def test_artifact_path_refuses_a_symlink_leading_out(tmp_path: Path):
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    (tmp_path / "secret.pt").write_bytes(b"x")
+    os.symlink(tmp_path / "secret.pt", root / "link.pt")
+    os.symlink(tmp_path, root / "dir")
+    for value in ("link.pt", "dir/secret.pt"):
+        with pytest.raises(ArtifactPathError, match="outside the artifacts root"):
+            artifact_path(root, value, source=root / "pub.json")

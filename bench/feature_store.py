@@ -151,7 +151,8 @@ provider: local
 registry: data/registry.db
 online_store:
   type: redis
-  connection_string: "${SOLARIS_STORE__REDIS}"
+  connection_string: >-
+    ${SOLARIS_STORE__REDIS}
 offline_store:
   type: file
 entity_key_serialization_version: 3

@@ -9,14 +9,32 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.airflow}"
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 # [dag_processor] refresh_interval: how often the DAGs folder is listed for new files
 # (default 300 s); min_file_process_interval: how often a known file is re-parsed (default 30).
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
 export SOLARIS_ARTIFACTS_DIR="${SOLARIS_ARTIFACTS_DIR:-$ROOT/artifacts}"
-# Loopback only, unless told otherwise (AIRFLOW__API__HOST=0.0.0.0 to expose the UI).
+# Scheduled runs start as soon as a DAG is parsed (AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION
+# =True to start them paused).
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
+# The api-server (UI, REST and Execution API) listens on the loopback only, unless told
+# otherwise (AIRFLOW__API__HOST=0.0.0.0 exposes it on every interface). `airflow standalone`
+# starts `airflow api-server` without --host, so [api] host is what it binds.
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"
+export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
+# Where a client on this machine reaches it: the bound address, or the loopback when it
+# listens on every interface (not exported: a shell variable for the scripts' messages).
+case "$AIRFLOW__API__HOST" in
+    0.0.0.0) airflow_api_host=127.0.0.1 ;;
+    :: | "[::]") airflow_api_host="[::1]" ;;
+    \[*) airflow_api_host="$AIRFLOW__API__HOST" ;;
+    *:*) airflow_api_host="[$AIRFLOW__API__HOST]" ;;
+    *) airflow_api_host="$AIRFLOW__API__HOST" ;;
+esac
+airflow_url="http://$airflow_api_host:$AIRFLOW__API__PORT"
+# Task processes report to the Execution API; Airflow's default, http://localhost:8080/
+# execution/, misses a server on another port (and "localhost" may be ::1 first).
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:-$airflow_url/execution/}"
 
 if [[ -n "${SOLARIS_AIRFLOW_DB_URL:-}" ]]; then
     export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$SOLARIS_AIRFLOW_DB_URL"

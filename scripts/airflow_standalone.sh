@@ -10,6 +10,8 @@
 # Steps: migrate the DB, create the "gpu" pool (one slot: one FM embedding task at a time),
 # print the UI address and how to log in, then `exec airflow standalone` (api-server,
 # scheduler, dag-processor and triggerer in one process tree; Ctrl-C stops them all).
+# By default nothing listens beyond the loopback: the api-server binds AIRFLOW__API__HOST (default
+# 127.0.0.1; port AIRFLOW__API__PORT, default 8080), and no task-log server is started.
 #
 # Check mode, for CI: `scripts/airflow_standalone.sh --check` (or SOLARIS_AIRFLOW_CHECK=1)
 # does the same set-up and then lists the DAGs and plugins instead of starting Airflow.
@@ -23,7 +25,7 @@ for arg in "$@"; do
     case "$arg" in
         --check) check=1 ;;
         -h | --help)
-            sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -57,11 +59,16 @@ echo "artifacts     $SOLARIS_ARTIFACTS_DIR"
 # The embedding tasks' pool (cycle.gpu_pool); one slot: one FM embedding task at a time.
 "$AIRFLOW" pools set "${SOLARIS_CYCLE__GPU_POOL:-gpu}" 1 "SOLARIS FM embedding"
 
-port="${AIRFLOW__API__PORT:-8080}"
 passwords="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
+# The address the api-server binds ($airflow_url, from airflow_env.sh), not a guess.
+case "$AIRFLOW__API__HOST" in
+    127.* | localhost | ::1 | "[::1]") listens="this machine only" ;;
+    *) listens="every interface (AIRFLOW__API__HOST=$AIRFLOW__API__HOST)" ;;
+esac
 cat <<EOF
 
-Airflow UI    http://localhost:$port   (the SOLARIS page: http://localhost:$port/solaris/)
+Airflow UI    $airflow_url   (the SOLARIS page: $airflow_url/solaris/)
+Listening on  $AIRFLOW__API__HOST:$AIRFLOW__API__PORT, $listens
 Log in as     admin; the password is generated on the first start and kept in
               $passwords
 EOF
@@ -74,5 +81,22 @@ if [[ "$check" == 1 ]]; then
     "$AIRFLOW" plugins
     exit 0
 fi
+
+# `airflow standalone` starts its components as `airflow ...` found on PATH, and the scheduler
+# and the triggerer would each start a task-log server on every interface (ports 8793 and
+# 8794: Airflow hard-codes the address). On one machine the api-server reads task logs from
+# AIRFLOW_HOME/logs itself, so the `airflow` first on PATH starts them with --skip-serve-logs.
+shim="$AIRFLOW_HOME/.solaris-bin"
+mkdir -p "$shim"
+{
+    echo '#!/usr/bin/env bash'
+    echo '# Written by scripts/airflow_standalone.sh: the `airflow` of `airflow standalone`.'
+    echo 'case "${1:-}" in'
+    printf '    scheduler | triggerer) exec %q "$1" --skip-serve-logs "${@:2}" ;;\n' "$AIRFLOW"
+    echo 'esac'
+    printf 'exec %q "$@"\n' "$AIRFLOW"
+} >"$shim/airflow"
+chmod +x "$shim/airflow"
+export PATH="$shim:$PATH"
 
 exec "$AIRFLOW" standalone

@@ -7,20 +7,26 @@ below. The object is built once at the edge (CLI, DAG task) and passed down expl
 
 Bad settings fail when the object is built, naming the setting: unknown names at any level
 (a typo'd ``SOLARIS_SELECTION__SHAR``, a YAML key or a keyword override), non-finite floats,
-invalid cron expressions and a ``cycle.start`` without a UTC offset. ``SOLARIS_`` variables
-that are not settings (the YAML path, test and script knobs) are listed in
-:data:`NON_SETTING_ENV`.
+invalid cron expressions, a ``cycle.start`` without a UTC offset and a ``store.redis``
+connection string that cannot be used (:class:`~solaris.store.connection.RedisTarget`). A bad
+value that came from a ``SOLARIS_`` variable names the variable; a file that is not a YAML
+mapping is a ``ConfigError`` naming the file (and the line of a parse error).
+Neither errors nor ``repr(cfg)`` show ``store.redis``, which may hold a password.
+``SOLARIS_`` variables that are not settings (the YAML path, test and script knobs) are
+listed in :data:`NON_SETTING_ENV`.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
+import yaml
 from croniter import croniter
 from pydantic import (
     BaseModel,
@@ -37,10 +43,27 @@ from pydantic_settings import (
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+from pydantic_settings.exceptions import SettingsError
 
 from solaris.adapters import IMPORT_PATH
 from solaris.errors import ConfigError
-from solaris.namespace import NAME_PATTERN
+from solaris.namespace import LIVE, NAME_PATTERN
+
+__all__ = [
+    "CRON_PRESETS",
+    "ENV_NESTED_DELIMITER",
+    "ENV_PREFIX",
+    "NON_SETTING_ENV",
+    "CycleConfig",
+    "DataConfig",
+    "ModelConfig",
+    "RequestLogConfig",
+    "SelectionConfig",
+    "SolarisConfig",
+    "StoreConfig",
+    "TrainConfig",
+    "describe_errors",
+]
 
 ENV_PREFIX = "SOLARIS_"
 ENV_NESTED_DELIMITER = "__"
@@ -187,8 +210,12 @@ class SelectionConfig(Section):
 class StoreConfig(Section):
     """Feast feature store on Redis: connection, registry, read TTLs and serving bounds."""
 
+    # pydantic's own message for a bad StoreConfig(...) would quote the input: the password.
+    model_config = ConfigDict(**Section.model_config, hide_input_in_errors=True)
+
     redis: str | None = Field(
         None,
+        repr=False,  # it may hold a password: never in repr(cfg), a log line or a traceback
         description="Feast Redis connection string 'host:port,db=N,password=...,ssl=true'; "
         "unset: use localhost:6379 if it answers, else start an embedded Redis (demo only)",
     )
@@ -223,6 +250,29 @@ class StoreConfig(Section):
     request_log_maxlen: int = Field(
         1_000_000, gt=0, description="entries (requests) the request-log stream keeps at most"
     )
+
+    @field_validator("redis")
+    @classmethod
+    def _redis_parses(cls, value: str | None) -> str | None:
+        # An unusable connection string fails here, naming store.redis, rather than at the
+        # first connection; ConnectionStringError never shows the password. (Imported here:
+        # the solaris.store package imports this module.)
+        from solaris.store.connection import RedisTarget
+
+        if value is not None:
+            RedisTarget.parse(value)
+        return value
+
+    @model_validator(mode="after")
+    def _redis_fits_its_type(self) -> StoreConfig:
+        from solaris.store.connection import RedisTarget
+
+        if self.redis is not None:
+            try:
+                RedisTarget.parse(self.redis).check(self.redis_type)
+            except ValueError as exc:  # the error's location is the section: name the setting
+                raise ValueError(f"store.redis: {exc}") from None
+        return self
 
 
 class CycleConfig(Section):
@@ -308,7 +358,7 @@ class SolarisConfig(BaseSettings):
     )
 
     namespace: str = Field(
-        "live",
+        LIVE,
         pattern=NAME_PATTERN,
         description="the world this process works in: Feast project, Redis streams and "
         "cycle-state folder are named by it (solaris.namespace); replays and the live cycle "
@@ -341,7 +391,15 @@ class SolarisConfig(BaseSettings):
                 )
             super().__init__(**values)
         except ValidationError as exc:
-            raise ConfigError(describe_errors(exc)) from None
+            environ = dict(os.environ)
+            message = describe_errors(exc, origin=lambda loc: _env_variable(loc, values, environ))
+        except SettingsError as exc:  # a SOLARIS_ variable pydantic-settings could not decode
+            message = _describe_settings_error(exc, os.environ)
+        else:
+            return
+        # The file `load` read, if any (a file that is not a YAML mapping names itself).
+        path = self.model_config.get("yaml_file")
+        raise ConfigError(f"{message} (file: {path})" if path else message)
 
     @classmethod
     def settings_customise_sources(
@@ -352,7 +410,7 @@ class SolarisConfig(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+        return (init_settings, env_settings, _YamlFile(settings_cls))
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides: object) -> SolarisConfig:
@@ -375,27 +433,120 @@ class SolarisConfig(BaseSettings):
             return cls.model_validate(_FromFile(**overrides).model_dump())
         except ValidationError as exc:
             raise ConfigError(describe_errors(exc, source=path)) from None
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} (file: {path})") from None
+
+
+class _YamlFile(YamlConfigSettingsSource):
+    """The YAML settings source, with a :class:`ConfigError` for a file that does not
+    parse or does not hold a mapping, instead of yaml's exception or a bare ``ValueError``
+    from the merge that expects one."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            data = super()._read_file(file_path)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = exc.problem or exc.context or type(exc).__name__
+            raise ConfigError(
+                f"SOLARIS config file {file_path} is not valid YAML{at}: {problem}"
+            ) from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"SOLARIS config file {file_path} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"SOLARIS config file {file_path} holds a YAML {type(data).__name__}, not a "
+                "mapping of settings (section: {setting: value})"
+            )
+        return data
 
 
 # Settings whose values never appear in an error message: they may hold a password.
 _SECRET_PARTS = frozenset({"redis", "password", "connection"})
 
 
-def describe_errors(exc: ValidationError, source: Path | None = None) -> str:
-    """pydantic's errors as one message: each bad setting by its dotted name, what is wrong
-    and the value given, except for settings that may hold a password (``store.redis``)."""
+Loc = tuple[int | str, ...]
+
+
+def describe_errors(
+    exc: ValidationError,
+    source: Path | None = None,
+    origin: Callable[[Loc], str | None] | None = None,
+) -> str:
+    """pydantic's errors as one message: each bad setting by its dotted name, what is wrong,
+    the value given (unless it may hold a password: ``store.redis``, or a section holding it)
+    and, where ``origin`` names one for the setting's location, the variable it came from."""
     where = f" in {source}" if source else ""
     lines = [f"invalid SOLARIS configuration{where} ({exc.error_count()} error(s)):"]
     for error in exc.errors(include_url=False):
         name = ".".join(str(part) for part in error["loc"]) or "(settings)"
         shown = ""
-        if "input" in error and not _SECRET_PARTS & {str(p) for p in error["loc"]}:
+        if (
+            "input" in error
+            and not _SECRET_PARTS & {str(p) for p in error["loc"]}
+            and not _holds_secret(error["input"])
+        ):
             given = repr(error["input"])
             shown = f" (got {given[:80]}{'…' if len(given) > 80 else ''})"
-        lines.append(f"  {name}: {error['msg']}{shown}")
+        # An unknown variable's message names it already.
+        variable = origin(error["loc"]) if origin and error["type"] != "unknown_setting" else None
+        came = f" (from {variable})" if variable else ""
+        lines.append(f"  {name}: {error['msg']}{shown}{came}")
     return "\n".join(lines)
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether ``value`` is a mapping (or a list) with a setting that may hold a password."""
+    if isinstance(value, Mapping):
+        return any(str(key) in _SECRET_PARTS or _holds_secret(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_secret(item) for item in value)
+    return False
+
+
+def _env_variable(loc: Loc, overrides: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """The ``SOLARIS_`` variable of ``environ`` the value at ``loc`` came from, if any.
+
+    Keyword overrides win over the environment, which wins over the file: a location an
+    override gives (the whole path, or a prefix of it whose value is not a mapping) came from
+    no variable. Otherwise it came from the variable naming the longest prefix of ``loc``
+    (``SOLARIS_SELECTION__SHARE``, or ``SOLARIS_SELECTION`` holding JSON), matched
+    case-insensitively as pydantic-settings reads them.
+    """
+    node: Any = overrides
+    for part in loc:
+        if not isinstance(node, Mapping):
+            return None
+        if part not in node:
+            break
+        node = node[part]
+    else:
+        return None
+    names = {var.upper(): var for var in environ}
+    for end in range(len(loc), 0, -1):
+        wanted = ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(p) for p in loc[:end]).upper()
+        if wanted in names and wanted not in NON_SETTING_ENV:
+            return names[wanted]
+    return None
+
+
+def _describe_settings_error(exc: SettingsError, environ: Mapping[str, str]) -> str:
+    """pydantic-settings' error for a variable it could not decode (JSON of a section or a
+    list), naming the variables of that setting; never their values (a section may hold a
+    password)."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    cause = f": {exc.__cause__}" if exc.__cause__ else ""
+    if match is None:
+        return f"invalid SOLARIS configuration: {exc}{cause}"
+    field = ENV_PREFIX + match.group(1).upper()
+    variables = sorted(
+        var
+        for var in environ
+        if var.upper() == field or var.upper().startswith(field + ENV_NESTED_DELIMITER)
+    )
+    return (
+        f"invalid SOLARIS configuration: {match.group(1)} from "
+        f"{', '.join(variables) or field} is not valid JSON{cause}"
+    )
 
 
 def _section_of(annotation: Any) -> type[BaseModel] | None:

@@ -25,6 +25,15 @@ from solaris.orchestration.layout import Interval
 from solaris.orchestration.training import DAG_ID as TRAINING_DAG
 from solaris.serving.tiers import TIERS
 
+__all__ = [
+    "DAY",
+    "CycleReport",
+    "downstream_conf",
+    "export_config",
+    "run_window",
+    "window_intervals",
+]
+
 DAY = 86_400
 
 
@@ -58,12 +67,17 @@ class CycleReport:
 
 
 def export_config(cfg: SolarisConfig, path: Path) -> Path:
-    """Write ``cfg`` as YAML for the task runs (``SOLARIS_CONFIG``) to read back."""
+    """Write ``cfg`` as YAML for the task runs (``SOLARIS_CONFIG``) to read back.
+
+    The task runs need the whole connection, password included, so the file is written
+    atomically with mode 0600 (:func:`solaris.files.atomic_write_private`), and as
+    ``yaml.safe_dump`` output, which quotes any character a password may hold."""
     import yaml
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
-    return path
+    from solaris.files import atomic_write_private
+
+    text = yaml.safe_dump(json.loads(cfg.model_dump_json()))
+    return atomic_write_private(Path(path), text.encode())
 
 
 def downstream_conf(extra: dict[str, Any]) -> dict[str, Any]:

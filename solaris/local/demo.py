@@ -27,6 +27,8 @@ from solaris.namespace import Namespace
 from solaris.orchestration.resources import reset_namespace
 from solaris.serving.tiers import TIERS
 
+__all__ = ["library_replay", "run_airflow_stage", "served_example"]
+
 Printer = Callable[[str], None]
 
 
@@ -130,6 +132,7 @@ def run_airflow_stage(
 ) -> dict[str, Any]:
     """Replay a window of the test period through the five DAGs; print and return figures."""
     from solaris.local.airflow import LocalAirflow, configure_airflow
+    from solaris.store.connection import redacted
     from solaris.store.local_redis import redis_for
 
     cadence_min = cfg.cycle.demo_cadence_minutes
@@ -147,6 +150,7 @@ def run_airflow_stage(
                 "selection": cfg.selection.model_copy(update={"cadence_minutes": cadence_min}),
             }
         )
+        # The task runs need the password: the file is the owner's only (0600).
         config_path = export_config(cfg, artifacts / "airflow" / "solaris.yaml")
         env = {
             "SOLARIS_CONFIG": str(config_path),
@@ -168,7 +172,7 @@ def run_airflow_stage(
             echo(
                 f"Airflow cycle: {len(intervals)} intervals of {cadence_min:g} min from "
                 f"{warm_up / 3600:g} h before the test period through {cfg.cycle.demo_days:g} "
-                f"days of it; Redis {redis} ({origin}); AIRFLOW_HOME {home}"
+                f"days of it; Redis {redacted(redis)} ({origin}); AIRFLOW_HOME {home}"
             )
             echo(f"replay in {Namespace.of(cfg).describe()}")
             report = run_window(airflow, intervals, cfg)

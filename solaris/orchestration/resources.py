@@ -37,13 +37,25 @@ class CycleInputError(SolarisError, RuntimeError):
 
 def cycle_redis(cfg: SolarisConfig) -> str:
     """The Redis connection string the tasks share. An embedded Redis would die with the
-    task that started it, so the cycle needs a running one."""
-    from solaris.store.connection import answers
+    task that started it, so the cycle needs a running one.
+
+    The health check is a PING through :func:`~solaris.store.connection.redis_client`, so it
+    logs in as the string's ``username`` with its TLS options, as the tasks will. Errors show
+    the connection :func:`~solaris.store.connection.redacted`, never its password.
+    """
+    from solaris.store.connection import RedisTarget, answers, redacted
 
     connection = cfg.store.redis or "localhost:6379"
+    try:
+        RedisTarget.parse(connection).check(cfg.store.redis_type)
+    except ValueError as exc:  # a string that cannot be used is not "Redis is down"
+        raise CycleInputError(f"store.redis: {exc}") from None
     if not answers(connection, redis_type=cfg.store.redis_type):
         hint = "" if cfg.store.redis else " (SOLARIS_STORE__REDIS is unset)"
-        raise CycleInputError(f"Redis at {connection} does not answer{hint}")
+        raise CycleInputError(
+            f"Redis at {redacted(connection)} does not answer a PING (down, or refused the "
+            f"login or the command){hint}"
+        )
     return connection
 
 

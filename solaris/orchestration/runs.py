@@ -14,8 +14,16 @@ task emits carries its namespace, so a replay's downstream runs stay in the repl
 (``interval_start``/``interval_end``, or ``intervals``), the intervals its triggering asset
 events carry, else its own data interval. So a backfill replays history.
 
-**Conf.** Unknown keys, a naive ISO time (which would take the worker's local zone), an
-end before its start, and intervals off the cadence grid are errors that name the key.
+**Conf.** A time is whole epoch seconds (an int, a whole float or a string of ASCII digits)
+or ISO 8601 with a zone, in ``[0, MAX_EPOCH_S)`` (1970 to 2286, what the online store
+records). Unknown keys (also inside ``intervals``), a naive ISO time (which would take the
+worker's local zone), NaN, infinities, booleans, fractions of a second, an end at or before
+its start, ``interval_start`` without ``interval_end`` (or both with ``intervals``), an
+``intervals`` that is not a non-empty list of objects, a ``replay`` that is not a JSON
+boolean, a ``namespace`` that is not a valid name, a conf that is not an object, and
+intervals off the cadence grid are errors that name the key (and the list entry). A
+triggering asset event's intervals, namespace and replay flag are checked the same way, and
+its errors say ``asset event``.
 
 Nothing here imports Airflow: asset events are read through duck typing (any mapping of
 asset → list of objects with an ``extra`` dict), so it is tested without a scheduler.
@@ -24,15 +32,20 @@ asset → list of objects with an ``extra`` dict), so it is tested without a sch
 from __future__ import annotations
 
 import logging
+import math
+import numbers
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval
 from solaris.orchestration.resources import CycleInputError
+from solaris.store.contract import MAX_EPOCH_S
 
 __all__ = [
     "ASSETS",
@@ -79,6 +92,10 @@ ASSETS = (
 )
 
 CONF_KEYS = frozenset({"namespace", "replay", "interval_start", "interval_end", "intervals"})
+INTERVAL_KEYS = ("interval_start", "interval_end")
+# Epoch seconds as text: ASCII digits only (str.isdigit() also takes '²' and other scripts'
+# digits), and short enough for int() (which refuses over 4,300 digits).
+_DIGITS = re.compile(r"[+-]?[0-9]{1,20}")
 
 Params = Mapping[str, object] | None
 
@@ -127,39 +144,62 @@ def event_extras(events: Any, asset: str) -> list[dict[str, Any]]:
     return found
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def _epoch(value: object, name: str) -> int:
-    """Epoch seconds from an int, an ISO 8601 string with a zone, or an aware datetime."""
-    if isinstance(value, bool):
-        raise CycleInputError(f"conf {name}: epoch seconds or ISO 8601 expected, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise CycleInputError(f"conf {name}: {value!r} is not a time")
-        return int(value)
+    """Epoch seconds from an int, a whole float, a string of digits, an ISO 8601 string with
+    a zone, or an aware datetime; :class:`CycleInputError` naming ``name`` otherwise."""
+    expected = f"{name}: epoch seconds or ISO 8601 with a zone expected, got {_shown(value)}"
     if isinstance(value, str):
-        if value.lstrip("-").isdigit():
-            return int(value)
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError as exc:
+        text = value.strip()
+        if _DIGITS.fullmatch(text):
+            value = int(text)
+        else:
+            try:
+                value = datetime.fromisoformat(text)
+            except ValueError:
+                raise CycleInputError(expected) from None
+    if isinstance(value, bool):
+        raise CycleInputError(expected)
+    if isinstance(value, numbers.Integral):
+        seconds = int(value)
+    elif isinstance(value, numbers.Real):
+        number = float(value)
+        if not math.isfinite(number):
+            raise CycleInputError(f"{name}: {_shown(value)} is not a time")
+        if not number.is_integer():
+            raise CycleInputError(f"{name}: {_shown(value)} is not whole epoch seconds")
+        seconds = int(number)
+    elif isinstance(value, datetime):  # pendulum's DateTime (Airflow's) is one too
+        if value.utcoffset() is None:
             raise CycleInputError(
-                f"conf {name}: epoch seconds or ISO 8601 expected, got {value!r}"
-            ) from exc
-    if isinstance(value, datetime) or hasattr(value, "timestamp"):  # pendulum, Airflow's own
-        if getattr(value, "tzinfo", None) is None:
-            raise CycleInputError(
-                f"conf {name}: {value} has no time zone (it would be read in the worker's "
-                "local zone); add one, e.g. +00:00"
+                f"{name}: {value} has no time zone (it would be read in the worker's local "
+                "zone); add one, e.g. +00:00"
             )
-        return int(value.timestamp())
-    raise CycleInputError(f"conf {name}: epoch seconds or ISO 8601 expected, got {value!r}")
+        seconds = math.floor(value.timestamp())
+    else:
+        raise CycleInputError(expected)
+    if not 0 <= seconds < MAX_EPOCH_S:
+        raise CycleInputError(
+            f"{name}: {_shown(seconds)} is outside [0, {MAX_EPOCH_S:.0e}) epoch seconds "
+            "(1970 to 2286; milliseconds?)"
+        )
+    return seconds
 
 
-def _named_interval(item: Mapping[str, object], where: str) -> Interval:
+def _named_interval(item: object, where: str, *, only_interval: bool = False) -> Interval:
+    """The interval an object names; with ``only_interval``, other keys are errors."""
     if not isinstance(item, Mapping):
-        raise CycleInputError(f"{where}: expected an object with interval_start/interval_end")
-    missing = [k for k in ("interval_start", "interval_end") if item.get(k) is None]
+        raise CycleInputError(
+            f"{where}: expected an object with interval_start/interval_end, got {_shown(item)}"
+        )
+    unknown = sorted(str(k) for k in set(item) - set(INTERVAL_KEYS)) if only_interval else []
+    if unknown:
+        raise CycleInputError(f"{where}: unknown keys {unknown}; an interval takes {INTERVAL_KEYS}")
+    missing = [k for k in INTERVAL_KEYS if item.get(k) is None]
     if missing:
         raise CycleInputError(f"{where}: {' and '.join(missing)} missing")
     start = _epoch(item["interval_start"], f"{where}.interval_start")
@@ -169,33 +209,65 @@ def _named_interval(item: Mapping[str, object], where: str) -> Interval:
     return Interval(start, end)
 
 
-def _conf_intervals(params: Mapping[str, object]) -> list[Interval]:
+def _conf_intervals(params: Mapping[str, object]) -> list[tuple[str, Interval]]:
+    """The intervals the conf names, each with where it was named (for error messages)."""
+    single = [k for k in INTERVAL_KEYS if params.get(k) is not None]
     if params.get("intervals") is not None:
+        if single:
+            raise CycleInputError(
+                "conf: give either intervals or interval_start/interval_end, not both "
+                f"(got intervals and {' and '.join(single)})"
+            )
         items = params["intervals"]
-        if not isinstance(items, Sequence) or isinstance(items, str) or not items:
-            raise CycleInputError("conf intervals: expected a non-empty list of intervals")
-        return [_named_interval(item, f"conf intervals[{k}]") for k, item in enumerate(items)]
-    if params.get("interval_end") is not None:
-        if params.get("interval_start") is None:
-            raise CycleInputError("conf: interval_end without interval_start")
-        return [_named_interval(params, "conf")]
-    return []
+        if not isinstance(items, Sequence) or isinstance(items, str | bytes) or not items:
+            raise CycleInputError(
+                "conf intervals: expected a non-empty list of "
+                f"{{interval_start, interval_end}} objects, got {_shown(items)}"
+            )
+        return [
+            (
+                f"conf intervals[{k}]",
+                _named_interval(item, f"conf intervals[{k}]", only_interval=True),
+            )
+            for k, item in enumerate(items)
+        ]
+    if single == ["interval_end"]:
+        raise CycleInputError("conf: interval_end without interval_start")
+    if single == ["interval_start"]:
+        raise CycleInputError("conf: interval_start without interval_end")
+    return [("conf", _named_interval(params, "conf"))] if single else []
 
 
-def _event_intervals(extras: Sequence[Mapping[str, Any]]) -> list[Interval]:
+def _event_intervals(extras: Sequence[Mapping[str, Any]]) -> list[tuple[str, Interval]]:
     found = []
     for extra in extras:
         for item in extra.get("intervals") or [extra]:
-            if item.get("interval_end") is not None:  # a manual event may carry none
-                found.append(_named_interval(item, "asset event"))
+            if isinstance(item, Mapping) and item.get("interval_end") is None:
+                continue  # a manual event may carry none
+            found.append(("asset event", _named_interval(item, "asset event")))
     return found
 
 
+def _conf_namespace(value: object, where: str = "conf") -> str:
+    try:
+        Namespace(value, Path(), Path())  # type: ignore[arg-type]  # the one rule for names
+    except ValueError as exc:
+        raise CycleInputError(f"{where} namespace: {exc}") from None
+    return value  # type: ignore[return-value]
+
+
+def _conf_replay(value: object, where: str = "conf") -> bool:
+    if not isinstance(value, bool):  # pydantic would take "yes", 1 or "false" as a flag
+        raise CycleInputError(f"{where} replay: expected true or false, got {_shown(value)}")
+    return value
+
+
 def _namespace_overrides(params: Mapping[str, object], extras: Sequence[Mapping]) -> dict:
+    replay = None if params.get("replay") is None else _conf_replay(params["replay"])
     if params.get("namespace") is not None:
-        chosen = {"namespace": params["namespace"]}
-        if params.get("replay") is not None:
-            chosen["replay"] = params["replay"]
+        chosen: dict[str, object] = {"namespace": _conf_namespace(params["namespace"])}
+        if replay is not None:
+            chosen["replay"] = replay
         return chosen
     named = {e.get("namespace") for e in extras if e.get("namespace")}
     if len(named) > 1:
@@ -209,8 +281,8 @@ def _namespace_overrides(params: Mapping[str, object], extras: Sequence[Mapping]
         if len(flags) > 1:
             raise CycleInputError(f"events of namespace {namespace} disagree on its replay flag")
         return {"namespace": namespace, "replay": flags.pop()}
-    if params.get("replay") is not None:
-        return {"replay": params["replay"]}
+    if replay is not None:
+        return {"replay": replay}
     return {}
 
 
@@ -269,7 +341,7 @@ def task_run(
     Raises:
         CycleInputError: for a bad conf, events of several namespaces, or no interval.
     """
-    params = dict(params or {})
+    params = _conf(params)
     extras = _triggering_extras(params, events, asset)
     return _task_run(params, data_interval_start, data_interval_end, extras, grid=grid)
 
@@ -278,12 +350,34 @@ def task_runs(params: Params = None, events: Any = None, asset: str = "") -> lis
     """The runs of an asset-triggered task: one per namespace among the events that
     triggered it (the scheduler may merge a replay's events and the live cycle's into one
     run; each namespace's work stays its own), or the one its conf names."""
-    params = dict(params or {})
+    params = _conf(params)
     groups: dict[object, list[dict[str, Any]]] = {}
     for extra in _triggering_extras(params, events, asset):
         groups.setdefault(extra.get("namespace"), []).append(extra)
     runs = [_task_run(params, None, None, group) for group in groups.values()]
     return runs or [_task_run(params, None, None, [])]
+
+
+def _conf(params: object) -> dict[str, object]:
+    """The run's conf as a dict; anything but a mapping (or none) is an error."""
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise CycleInputError(
+            f"conf: expected an object with the keys {sorted(CONF_KEYS)}, got {_shown(params)}"
+        )
+    return dict(params)
+
+
+def _checked_event(record: object) -> dict[str, Any]:
+    """An event's record, its namespace and replay flag checked as the conf's are."""
+    if not isinstance(record, Mapping):
+        raise CycleInputError(f"asset event: expected an object, got {_shown(record)}")
+    if record.get("namespace") is not None:
+        _conf_namespace(record["namespace"], "asset event")
+    if record.get("replay") is not None:
+        _conf_replay(record["replay"], "asset event")
+    return dict(record)
 
 
 def _triggering_extras(params: Mapping[str, object], events: Any, asset: object) -> list[dict]:
@@ -292,7 +386,7 @@ def _triggering_extras(params: Mapping[str, object], events: Any, asset: object)
     conf names a namespace or intervals, which is then the whole instruction."""
     if any(params.get(k) is not None for k in ("namespace", "interval_end", "intervals")):
         return []
-    return [dict(r) for e in event_extras(events, asset) for r in (e.get("runs") or [e])]
+    return [_checked_event(r) for e in event_extras(events, asset) for r in (e.get("runs") or [e])]
 
 
 def combine_extras(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -320,9 +414,13 @@ def _task_run(
     cadence = round(cfg.selection.cadence_minutes * 60)
     named = _conf_intervals(params) or _event_intervals(extras)
     if named:
-        intervals = sorted(set(named))
-        if grid:
-            intervals = [on_cadence_grid(i, cadence, snap=False) for i in intervals]
+        if grid:  # a named interval must be on the grid as given: it is not guessed at
+            for where, interval in named:
+                try:
+                    on_cadence_grid(interval, cadence, snap=False)
+                except CycleInputError as exc:
+                    raise CycleInputError(f"{where}: {exc}") from None
+        intervals = sorted({interval for _, interval in named})
     else:
         if data_interval_end is None:
             raise CycleInputError(
@@ -330,8 +428,16 @@ def _task_run(
                 "interval_start/interval_end (or intervals), and no asset event carried one"
             )
         end = _epoch(data_interval_end, "data_interval_end")
-        start = None if data_interval_start is None else _epoch(data_interval_start, "start")
-        if start is None or start >= end:  # a cron run's zero-length interval: one cadence
+        start = (
+            None
+            if data_interval_start is None
+            else _epoch(data_interval_start, "data_interval_start")
+        )
+        if start is not None and start > end:
+            raise CycleInputError(
+                f"data interval: data_interval_end {end} is before data_interval_start {start}"
+            )
+        if start is None or start == end:  # a cron run's zero-length interval: one cadence
             start = end - cadence
         interval = Interval(start, end)
         intervals = [on_cadence_grid(interval, cadence, snap=True) if grid else interval]

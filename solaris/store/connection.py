@@ -7,26 +7,90 @@
 
 Each ``key=value`` is JSON-decoded when it can be (``db=1`` → 1, ``ssl=true`` → True) and
 passed to ``redis.Redis`` (or ``redis.RedisCluster``, which takes every listed node as a
-start-up node); ``password`` and ``username`` always stay strings. This is the parsing
-Feast's own Redis store applies, so the same string works for the Feast CLI, the online
-store, the miss stream and every health check.
+start-up node); ``password``, ``username`` and the TLS file options always stay strings.
+This is the parsing Feast's own Redis store applies, so the same string works for the Feast
+CLI, the online store, the miss stream and every health check: each of them builds its
+client with :func:`redis_client`.
+
+Nothing is dropped silently. The string splits on ``,``, so a value cannot contain one: a
+password with a comma leaves a piece that is neither ``host:port`` nor an option, and that
+is an error naming the option it broke (never the piece, which is part of the password). An
+option redis-py does not know, an option ``RedisCluster`` would not pass to its nodes, and
+a TLS option without ``ssl=true`` (which would connect in clear text) are errors too, and so
+are a port outside 1..65535, a ``db`` that is not a database number and a ``redis://`` URL
+(not this format; its message never repeats the URL, which may carry the password). Log
+the connection with :func:`redacted`, which keeps the nodes and options but not the
+password.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis as redis_py
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import REDIS_ALLOWED_KEYS, ClusterNode, RedisCluster
 from redis.retry import Retry
 
-__all__ = ["RedisTarget", "RedisType", "answers", "redis_client", "unlink_matching"]
+from solaris.errors import SolarisError
+
+if TYPE_CHECKING:
+    from solaris.config import SolarisConfig
+
+__all__ = [
+    "ConnectionStringError",
+    "RedisTarget",
+    "RedisType",
+    "answers",
+    "redacted",
+    "redacted_settings",
+    "redis_client",
+    "unlink_matching",
+]
 
 RedisType = Literal["redis", "redis_cluster"]
-_STRINGS = frozenset({"password", "username", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"})
+_STRINGS = frozenset(
+    {
+        "password",
+        "username",
+        "ssl_password",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_certfile",
+        "ssl_keyfile",
+    }
+)
+# Options whose values never appear in a log line, a summary or an error message.
+SECRET_OPTIONS = frozenset({"password", "ssl_password"})
+# Set by redis_client itself, or objects a string cannot spell.
+_NOT_OPTIONS = frozenset(
+    {"self", "kwargs", "host", "port", "retry", "connection_pool", "startup_nodes", "url"}
+)
+
+
+# A URL (``redis://user:pw@host:6379/0``) is not this format: refused, never echoed.
+_URL = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+_URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+
+def _parameters(cls: type) -> frozenset[str]:
+    return frozenset(inspect.signature(cls.__init__).parameters) - _NOT_OPTIONS
+
+
+# What each client type accepts: redis.Redis its keyword arguments; RedisCluster its own
+# plus those it hands to every node's client (the others it drops without a word).
+_REDIS_OPTIONS = _parameters(redis_py.Redis)
+_CLUSTER_OPTIONS = (_parameters(RedisCluster) | frozenset(REDIS_ALLOWED_KEYS)) - _NOT_OPTIONS
+KNOWN_OPTIONS = _REDIS_OPTIONS | _CLUSTER_OPTIONS
+
+
+class ConnectionStringError(SolarisError, ValueError):
+    """A Redis connection string that cannot be used as written; the message names the
+    option or node at fault, never a password."""
 
 
 @dataclass(frozen=True)
@@ -38,30 +102,131 @@ class RedisTarget:
 
     @classmethod
     def parse(cls, connection: str) -> RedisTarget:
+        """The nodes and options of ``connection``.
+
+        Raises:
+            ConnectionStringError: no node, a bad ``host:port`` (or a port outside
+                1..65535), a URL instead of this format, an unknown option, a ``db`` that is
+                not a database number, or a value that contained ``,`` (named by its option).
+        """
         if not isinstance(connection, str) or not connection.strip():
-            raise ValueError("the Redis connection string is empty")
+            raise ConnectionStringError("the Redis connection string is empty")
+        url = _URL.match(connection)
+        if url:
+            # Never echo the URL: its user-info part may hold the password.
+            scheme = url.group(1).lower()
+            shown = f"a {scheme}:// URL" if scheme in _URL_SCHEMES else "a URL"
+            raise ConnectionStringError(
+                f"the Redis connection string is {shown}; write host:port[,option=value...], "
+                "e.g. 'cache:6379,db=1,username=app,password=...,ssl=true'"
+            )
         nodes: list[tuple[str, int]] = []
         options: dict[str, Any] = {}
+        last: str | None = None  # the option before this part
+        literal = False  # whether that option's value is a literal string (a password)
         for part in (p.strip() for p in connection.split(",")):
             if not part:
                 continue
-            if "=" in part:
-                key, _, raw = part.partition("=")
+            key, eq, raw = part.partition("=")
+            key = key.strip()
+            if last is not None and (not eq or (key not in KNOWN_OPTIONS and literal)):
+                # Options come after the nodes: this is the rest of the previous value (after
+                # a password, a piece of the password: never shown).
+                raise ConnectionStringError(
+                    f"Redis connection string: the value of {last} contains ',' or is "
+                    "followed by something that is neither an option nor host:port; a value "
+                    "cannot carry ',' (the string is split on it)"
+                )
+            if eq:
+                if key not in KNOWN_OPTIONS:
+                    raise ConnectionStringError(
+                        f"Redis connection string: unknown option {key!r} (the options are "
+                        "redis-py's Redis/RedisCluster keyword arguments)"
+                    )
+                literal = key in _STRINGS
                 options[key] = raw if key in _STRINGS else _json_or_text(raw)
+                last = key
                 continue
             host, _, port = part.rpartition(":") if ":" in part else (part, "", "6379")
             try:
-                nodes.append((host or "localhost", int(port or 6379)))
+                number = int(port or 6379)
             except ValueError:
-                raise ValueError(f"Redis connection string: {part!r} is not host:port") from None
+                raise ConnectionStringError(
+                    f"Redis connection string: {part!r} is not host:port"
+                ) from None
+            if not 1 <= number <= 65535:
+                raise ConnectionStringError(
+                    f"Redis connection string: the port of {part!r} is outside 1..65535"
+                )
+            nodes.append((host or "localhost", number))
         if not nodes:
-            raise ValueError("the Redis connection string names no host:port")
+            raise ConnectionStringError("the Redis connection string names no host:port")
+        db = options.get("db", 0)
+        if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+            raise ConnectionStringError(
+                f"Redis connection string: db must be a database number (0, 1, ...), got {db!r}"
+            )
         return cls(tuple(nodes), options)
+
+    def check(self, redis_type: RedisType = "redis") -> None:
+        """Raise :class:`ConnectionStringError` for an option the ``redis_type`` client would
+        not use: one it does not take, or a TLS option without ``ssl=true``."""
+        accepted = _CLUSTER_OPTIONS if redis_type == "redis_cluster" else _REDIS_OPTIONS
+        unused = sorted(set(self.options) - accepted - {"db"})
+        if unused:
+            raise ConnectionStringError(
+                f"Redis connection string: {', '.join(unused)} is not used by a "
+                f"{redis_type} client (store.redis_type)"
+            )
+        if redis_type == "redis_cluster" and self.options.get("db", 0) != 0:
+            raise ConnectionStringError(
+                "Redis connection string: db must be 0 for a redis_cluster (a cluster has "
+                "database 0 only)"
+            )
+        tls = sorted(k for k in self.options if k.startswith("ssl_"))
+        if tls and self.options.get("ssl") is not True:
+            raise ConnectionStringError(
+                f"Redis connection string: {', '.join(tls)} given without ssl=true: the "
+                "connection would not use TLS"
+            )
 
     def describe(self) -> str:
         """The nodes and option names, never their values (passwords stay out of logs)."""
         hosts = ",".join(f"{h}:{p}" for h, p in self.nodes)
         return f"{hosts} ({', '.join(sorted(self.options))})" if self.options else hosts
+
+
+def redacted(connection: str | None) -> str | None:
+    """``connection`` for a log line, a summary or an error: the nodes and options with the
+    value of every secret option (``password``, ``ssl_password``) and of any unknown one
+    replaced by ``***``. Never raises: a string that does not parse is masked from its
+    first secret on."""
+    if connection is None:
+        return None
+    shown: list[str] = []
+    hiding = False  # inside a secret value that contained ','
+    for part in str(connection).split(","):
+        key, eq, _ = part.partition("=")
+        key = key.strip()
+        if eq and key in KNOWN_OPTIONS and key not in SECRET_OPTIONS:
+            hiding = False
+            shown.append(part)
+        elif eq and key in SECRET_OPTIONS:
+            hiding = True
+            shown.append(f"{key}=***")
+        elif hiding:
+            continue
+        else:
+            shown.append(f"{key}=***" if eq else part)
+    return ",".join(shown)
+
+
+def redacted_settings(cfg: SolarisConfig) -> dict[str, Any]:
+    """``cfg`` as JSON data with ``store.redis`` :func:`redacted`: what a summary or a
+    report records of the settings."""
+    data = json.loads(cfg.model_dump_json())
+    data["store"]["redis"] = redacted(data["store"].get("redis"))
+    return data
 
 
 def _json_or_text(raw: str) -> Any:
@@ -78,7 +243,7 @@ def redis_client(
     timeout_s: float | None = None,
     retries: int = 3,
 ) -> redis_py.Redis | RedisCluster:
-    """A redis-py client for ``connection``.
+    """A redis-py client for ``connection``: the one way SOLARIS opens Redis.
 
     Args:
         connection: the connection string (or an already parsed target).
@@ -87,8 +252,12 @@ def redis_client(
         timeout_s: socket and connect timeout, unless the string sets its own.
         retries: retries on connection errors and timeouts (exponential back-off); 0 for
             the request path, where the caller's time bound is the retry policy.
+
+    Raises:
+        ConnectionStringError: see :meth:`RedisTarget.parse` and :meth:`RedisTarget.check`.
     """
     target = connection if isinstance(connection, RedisTarget) else RedisTarget.parse(connection)
+    target.check(redis_type)
     kwargs = dict(target.options)
     if timeout_s is not None:
         kwargs.setdefault("socket_timeout", timeout_s)

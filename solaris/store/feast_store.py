@@ -11,24 +11,34 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
-import string
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from solaris.config import SolarisConfig
 from solaris.errors import SolarisError
 from solaris.namespace import Namespace
-from solaris.store.connection import unlink_matching
+from solaris.store.connection import RedisTarget, redacted, unlink_matching
 from solaris.store.keys import project_pattern
 
 if TYPE_CHECKING:  # feast is heavy: imported only where a store is opened
     from feast import FeatureStore
 
     from solaris.store.online import SolarisOnlineStore
+
+__all__ = [
+    "DEFINITIONS_FILE",
+    "FeatureStoreError",
+    "apply_definitions",
+    "delete_project_keys",
+    "load_definitions",
+    "online_store_of",
+    "open_feature_store",
+    "repo_config_dict",
+]
 
 DEFINITIONS_FILE = "solaris_features.py"
 
@@ -48,10 +58,13 @@ def repo_config_dict(
     path = Path(cfg.store.repo_path) / "feature_store.yaml"
     if not path.is_file():
         raise FeatureStoreError(f"{path}: feature_store.yaml not found")
-    # Only the connection given here is substituted: the repo never reads the ambient
+    # A connection that cannot be used fails here, naming the option (never its value).
+    RedisTarget.parse(redis).check(cfg.store.redis_type)
+    # The file is parsed first and the connection set in the parsed data: pasted into the
+    # text, a password with '"', ':' or '#' would break the YAML (and show up in the parse
+    # error). Only the connection given here is used: the repo never reads the ambient
     # environment (the Feast CLI's edge, feast_cli.py, builds its config from it).
-    text = string.Template(path.read_text()).safe_substitute({"SOLARIS_STORE__REDIS": redis})
-    raw = yaml.safe_load(text)
+    raw = _substitute(yaml.safe_load(path.read_text()), "${SOLARIS_STORE__REDIS}", redis)
     raw["project"] = Namespace.of(cfg).project
     raw["online_store"] = {
         **raw.get("online_store", {}),
@@ -67,15 +80,35 @@ def repo_config_dict(
     return raw
 
 
+def _substitute(data: object, placeholder: str, value: str) -> Any:
+    """``data`` (parsed YAML) with ``placeholder`` replaced by ``value`` in every string."""
+    if isinstance(data, str):
+        return data.replace(placeholder, value)
+    if isinstance(data, dict):
+        return {k: _substitute(v, placeholder, value) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_substitute(v, placeholder, value) for v in data]
+    return data
+
+
 def open_feature_store(
     cfg: SolarisConfig, redis: str, *, online: Mapping[str, object] | None = None
 ) -> FeatureStore:
     """A ``feast.FeatureStore`` over ``cfg.store.repo_path`` using Redis at ``redis``."""
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
+    from pydantic import ValidationError
 
     repo = Path(cfg.store.repo_path).resolve()
-    config = RepoConfig(**repo_config_dict(cfg, redis, online))
+    try:
+        config = RepoConfig(**repo_config_dict(cfg, redis, online))
+    except ValidationError as exc:
+        # pydantic would echo the connection string, password included: name the settings.
+        fields = sorted({".".join(map(str, e["loc"])) for e in exc.errors()})
+        raise FeatureStoreError(
+            f"{repo / 'feature_store.yaml'}: Feast rejects the store settings {fields} "
+            f"(Redis {redacted(redis)})"
+        ) from None
     config.repo_path = repo
     return FeatureStore(repo_path=str(repo), config=config)
 

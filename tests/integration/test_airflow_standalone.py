@@ -1,16 +1,26 @@
 """`make airflow` in check mode: the DB migrates and the "gpu" pool exists, on SQLite and on
 the local PostgreSQL (``postgresql+psycopg2://postgres@127.0.0.1:5432``, trust auth; override
-with ``SOLARIS_TEST_POSTGRES``). A PostgreSQL that does not answer fails the test."""
+with ``SOLARIS_TEST_POSTGRES``). A PostgreSQL that does not answer fails the test.
+
+And `make airflow` for real: ``airflow standalone`` is started, and every socket its process
+tree listens on is bound to the loopback (the api-server on AIRFLOW__API__HOST, no task-log
+server on every interface), at the address the script printed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import psycopg2
 import pytest
 
@@ -46,7 +56,8 @@ def _check_mode(env: dict[str, str], db_env: dict[str, str]) -> None:
     assert "check mode: not starting Airflow" in out
     # `airflow standalone` starts its components as `airflow` subprocesses: from the venv.
     assert f"airflow on PATH: {AIRFLOW}" in out
-    assert "http://localhost:8080" in out
+    assert "Airflow UI    http://127.0.0.1:8080 " in out
+    assert "Listening on  127.0.0.1:8080, this machine only" in out
     assert "simple_auth_manager_passwords.json.generated" in out
 
     # The pool, read back by a separate CLI call that sees only the DB settings.
@@ -122,3 +133,94 @@ def test_replay_script_shows_its_usage_and_refuses_sqlite_before_touching_anythi
     assert refused.returncode == 1
     assert "SQLite" in refused.stderr and "SOLARIS_AIRFLOW_DB_URL" in refused.stderr
     assert not (tmp_path / "artifacts" / "namespaces").exists()
+
+
+# -- a real start: what listens, and where -----------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(root: psutil.Process) -> set[tuple[str, int, int]]:
+    """``(address, port, pid)`` of every listening TCP socket of ``root``'s process tree."""
+    tree = {root.pid} | {p.pid for p in root.children(recursive=True)}
+    return {
+        (c.laddr.ip, c.laddr.port, c.pid)
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.pid in tree
+    }
+
+
+def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
+    """Ctrl-C to the whole session (as a terminal would), then SIGKILL what is left; returns
+    the processes of the tree (psutil matches them by pid and start time, so a reused pid is
+    never killed)."""
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=15)
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    proc.wait(timeout=10)
+    psutil.wait_procs(tree, timeout=10)
+    return tree
+
+
+def test_standalone_listens_on_the_loopback_only_at_the_printed_address(tmp_path: Path) -> None:
+    home = tmp_path / "airflow-home"
+    port = _free_port()
+    env = _env(
+        home,
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__API__WORKERS="1",  # one uvicorn worker starts faster; binding is the same
+        # Nothing to run: the DAGs stay paused, and a task could not reach any Redis.
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="True",
+        SOLARIS_STORE__REDIS="127.0.0.1:1",
+        SOLARIS_ARTIFACTS_DIR=str(tmp_path / "artifacts"),
+    )
+    log = (tmp_path / "standalone.log").open("w+")
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT)],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: stopped as a whole
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        root = psutil.Process(proc.pid)
+        while not any(p == port for _, p, _ in _listening(root)):
+            assert proc.poll() is None, (
+                f"standalone exited:\n{(tmp_path / 'standalone.log').read_text()[-4000:]}"
+            )
+            assert time.monotonic() < deadline, "the api-server did not listen in time"
+            time.sleep(0.5)
+        with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=10) as reply:
+            assert reply.status == 200
+        # The scheduler and the triggerer are up (their task-log servers would be by now).
+        while not all(
+            any(name in " ".join(p.cmdline()) for p in root.children(recursive=True))
+            for name in ("airflow scheduler", "airflow triggerer")
+        ):
+            assert time.monotonic() < deadline, "the scheduler or triggerer did not start"
+            time.sleep(0.5)
+        time.sleep(3)
+        listening = _listening(root)
+    finally:
+        tree = _stop(proc)
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert {(ip, p) for ip, p, _ in listening if p == port} == {("127.0.0.1", port)}
+    beyond = {(ip, p) for ip, p, _ in listening if not ip.startswith("127.") and ip != "::1"}
+    assert not beyond, f"listening beyond the loopback: {beyond}"
+    assert f"Airflow UI    {url}   (the SOLARIS page: {url}/solaris/)" in output
+    assert "--skip-serve-logs" not in output  # the shim is silent
+    assert "Starting log server" not in output
+    assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

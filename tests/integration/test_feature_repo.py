@@ -64,3 +64,15 @@ def test_with_nothing_configured_and_no_local_redis_an_embedded_one_is_started(
         assert origin == "embedded"
         assert answers(connection)
     assert not answers(connection)
+
+
+def test_the_feast_cli_reads_a_password_with_quotes_colons_and_hashes(monkeypatch) -> None:
+    """The CLI pastes ${SOLARIS_STORE__REDIS} into the YAML text before parsing it: the
+    connection string must come through whole, whatever its password holds."""
+    from feast.repo_config import load_repo_config
+
+    connection = '127.0.0.1:6379,db=11,password=a"b:c#d e'
+    monkeypatch.setenv("SOLARIS_STORE__REDIS", connection)
+    repo = REPO_ROOT / "feature_repo"
+    config = load_repo_config(repo, repo / "feature_store.yaml")
+    assert config.online_store.connection_string == connection

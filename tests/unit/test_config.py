@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from solaris.config import NON_SETTING_ENV, SolarisConfig
+from solaris.config import NON_SETTING_ENV, SolarisConfig, StoreConfig
 from solaris.errors import ConfigError, SolarisError
 
 
@@ -237,3 +237,128 @@ def test_config_errors_never_show_the_redis_connection_string() -> None:
     with pytest.raises(ConfigError, match=r"store\.redis") as info:
         SolarisConfig(store={"redis": ["localhost:6379", f"password={secret}"]})
     assert secret not in str(info.value)
+
+
+# --- the file, the environment and the Redis connection string ---------------------------
+
+
+def test_an_empty_or_comment_only_file_loads_the_defaults(tmp_path: Path) -> None:
+    assert SolarisConfig.load(_yaml(tmp_path, "")) == SolarisConfig()
+    assert SolarisConfig.load(_yaml(tmp_path, "# nothing set\n")) == SolarisConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("selection: {share: 0.1\n", r"not valid YAML \(line 2, column 1\)"),
+        ("7\n", r"holds a YAML int, not a mapping"),
+        ("- 1\n", r"holds a YAML list, not a mapping"),
+    ],
+)
+def test_a_file_that_is_not_a_yaml_mapping_is_refused_naming_it_once(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = _yaml(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as info:
+        SolarisConfig.load(path)
+    assert str(info.value).count(str(path)) == 1
+
+
+def test_a_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "solaris.yaml"
+    path.write_bytes(b"selection:\n  share: \xff\n")
+    with pytest.raises(ConfigError, match=rf"{path} is not valid YAML"):
+        SolarisConfig.load(path)
+
+
+def test_a_bad_value_from_a_section_variable_names_that_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SOLARIS_SELECTION", '{"share": 5}')
+    with pytest.raises(ConfigError, match=r"selection\.share: .*\(from SOLARIS_SELECTION\)"):
+        SolarisConfig()
+
+
+def test_a_bad_value_from_a_lower_case_variable_names_it_as_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("solaris_selection__share", "5")
+    with pytest.raises(ConfigError, match=r"\(from solaris_selection__share\)"):
+        SolarisConfig()
+
+
+def test_a_bad_override_is_not_blamed_on_a_variable_it_overrides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SOLARIS_SELECTION__SHARE", "0.5")
+    with pytest.raises(ConfigError, match=r"selection\.share") as info:
+        SolarisConfig(selection={"share": 5})
+    assert "SOLARIS_SELECTION__SHARE" not in str(info.value)
+
+
+def test_a_bad_variable_while_loading_a_file_names_the_variable_and_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _yaml(tmp_path, "selection:\n  ttl_hours: 2\n")
+    monkeypatch.setenv("SOLARIS_SELECTION", "{not json")
+    with pytest.raises(ConfigError, match=rf"SOLARIS_SELECTION is not valid JSON.*{path}"):
+        SolarisConfig.load(path)
+
+
+def test_a_bad_value_from_the_file_names_no_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOLARIS_SELECTION__TTL_HOURS", "2")
+    with pytest.raises(ConfigError, match=r"selection\.share") as info:
+        SolarisConfig.load(_yaml(tmp_path, "selection:\n  share: 5\n"))
+    assert "from SOLARIS_" not in str(info.value)
+
+
+def test_a_section_variable_that_is_not_json_names_it_without_its_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "pa55-not-shown"
+    monkeypatch.setenv("SOLARIS_STORE", f'{{"redis": "h:1,password={secret}"')
+    with pytest.raises(ConfigError, match=r"store from SOLARIS_STORE is not valid JSON") as info:
+        SolarisConfig()
+    assert secret not in str(info.value)
+
+
+def test_an_unusable_redis_connection_string_is_refused_when_built_without_the_password() -> None:
+    secret = "pa55-not-shown"
+    with pytest.raises(ConfigError, match=r"store\.redis: .*unknown option 'pasword'") as info:
+        SolarisConfig(store={"redis": f"h:6379,pasword={secret}"})
+    assert secret not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        ({"redis": "h:1,ssl_ca_certs=/ca.pem"}, r"ssl_ca_certs given without ssl=true"),
+        ({"redis": "h:1,db=2", "redis_type": "redis_cluster"}, r"db must be 0"),
+    ],
+)
+def test_a_redis_string_its_redis_type_cannot_use_is_refused_naming_store_redis(
+    store: dict, message: str
+) -> None:
+    secret = "pa55-not-shown"
+    store = {**store, "redis": f"{store['redis']},password={secret}"}
+    with pytest.raises(ConfigError, match=rf"store: .*store\.redis: .*{message}") as info:
+        SolarisConfig(store=store)
+    assert secret not in str(info.value)
+
+
+def test_a_bad_store_section_built_alone_does_not_quote_the_password() -> None:
+    secret = "pa55-not-shown"
+    with pytest.raises(ValidationError) as info:
+        StoreConfig(redis=f"h:1,pasword={secret}")
+    assert secret not in str(info.value)
+
+
+def test_repr_and_str_of_the_settings_never_show_the_redis_connection_string() -> None:
+    secret = "pa55-not-shown"
+    cfg = SolarisConfig(store={"redis": f"cache:6379,username=svc,password={secret}"})
+    assert cfg.store.redis is not None and secret in cfg.store.redis
+    for shown in (repr(cfg), str(cfg), repr(cfg.store), str(cfg.store)):
+        assert secret not in shown
+        assert "cache:6379" not in shown

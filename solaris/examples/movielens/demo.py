@@ -8,7 +8,6 @@ a window of the test period, writing to Redis through Feast and serving every re
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -27,7 +26,11 @@ from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.fetch import fetch_movielens
 from solaris.examples.movielens.requests import build_request_log, request_log_stats
 from solaris.examples.movielens.train import save_models, score_candidates, train_models
+from solaris.files import atomic_write_json
 from solaris.models.training import resolve_device
+from solaris.store.connection import redacted_settings
+
+__all__ = ["run_demo", "run_offline_cycle"]
 
 Printer = Callable[[str], None]
 
@@ -155,9 +158,9 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         "coverage": {name: r.coverage for name, r in results.items()},
         "fm_passes_per_1k_requests": {n: r.fm_passes_per_1k_requests for n, r in results.items()},
         "timings_s": timings,
-        "config": json.loads(cfg.model_dump_json()),
+        "config": redacted_settings(cfg),  # never the Redis password
     }
-    (out / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    atomic_write_json(out / "demo_summary.json", summary)
     _publish(out, final)
     echo("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     return summary
@@ -178,6 +181,6 @@ def run_demo(cfg: SolarisConfig, *, airflow: bool = True, echo: Printer = print)
     )
     summary["timings_s"]["airflow"] = round(time.perf_counter() - start, 2)
     path = Path(cfg.artifacts_dir) / "demo_summary.json"
-    path.write_text(json.dumps(summary, indent=2, default=str))
+    atomic_write_json(path, summary)
     echo(f"airflow stage {summary['timings_s']['airflow']:.1f} s; summary -> {path}")
     return summary

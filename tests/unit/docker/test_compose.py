@@ -1,5 +1,7 @@
 """docker/compose.yaml, read as data: Docker is not available in CI, so the file is checked
-for what the stack relies on (shared settings and volumes, start order, the GPU worker)."""
+for what the stack relies on (shared settings and volumes, start order, the GPU worker), for
+what it must not hold (a secret, a port open beyond the host's loopback), and against
+scripts/compose_secrets.sh, which writes the docker/.env the file reads its secrets from."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import importlib.util
 import os
 import re
 import shlex
+import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from solaris.config import CycleConfig, SolarisConfig
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
+SECRETS_SCRIPT = REPO / "scripts" / "compose_secrets.sh"
 
 AIRFLOW_SERVICES = (
     "airflow-init",
@@ -42,13 +47,74 @@ SHARED_VOLUMES = {
     "solaris-cache": "/opt/airflow/cache",
     "airflow-logs": "/opt/airflow/logs",
 }
-_VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?::-(?P<default>[^}]*))?\}")
+# Every service's health check; airflow-init runs once (its dependants wait for it to
+# complete), so it has none.
+JOB_TYPES = {
+    "airflow-scheduler": "SchedulerJob",
+    "airflow-dag-processor": "DagProcessorJob",
+    "airflow-triggerer": "TriggererJob",
+    "airflow-worker-gpu": "SchedulerJob",
+}
+SECRET_VARIABLES = {
+    "AIRFLOW_JWT_SECRET",
+    "AIRFLOW_API_SECRET_KEY",
+    "AIRFLOW_FERNET_KEY",
+    "POSTGRES_PASSWORD",
+}
+# Names of settings that hold a credential.
+_SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|FERNET|JWT|(^|_)KEY$", re.IGNORECASE)
+_VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:-|:\?|-|\?)(?P<arg>[^}]*))?\}")
+_REQUIRED = re.compile(r"\$\{(?P<name>\w+):\?[^}]+\}")
+
+
+class MissingVariable(KeyError):
+    """Compose stops with ``required variable ... is missing a value``."""
 
 
 def _interpolate(value: str, env: dict[str, str] | None = None) -> str:
-    """Compose's ``${NAME}`` / ``${NAME:-default}`` substitution, for an empty environment."""
+    """Compose's ``${NAME}``, ``${NAME:-default}`` and ``${NAME:?error}`` substitution."""
     env = env or {}
-    return _VARIABLE.sub(lambda m: env.get(m["name"]) or m["default"] or "", value)
+
+    def one(match: re.Match[str]) -> str:
+        given = env.get(match["name"])
+        if given:
+            return given
+        if match["op"] in (":?", "?"):
+            raise MissingVariable(f"{match['name']}: {match['arg']}")
+        return match["arg"] or ""
+
+    return _VARIABLE.sub(one, value)
+
+
+def _strings(node: Any, path: str = "") -> Any:
+    """Every ``(path, key, string)`` of the parsed file (merge keys already resolved)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, str):
+                yield f"{path}.{key}", str(key), value
+            else:
+                yield from _strings(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for k, value in enumerate(node):
+            if isinstance(value, str):
+                yield f"{path}[{k}]", "", value
+            else:
+                yield from _strings(value, f"{path}[{k}]")
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def _secrets(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SECRETS_SCRIPT), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +202,10 @@ def test_every_airflow_service_shares_the_same_environment(services, common_env)
 
 
 def test_airflow_uses_postgres_with_the_local_executor_and_no_examples(services, common_env):
-    url = common_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-    pg = services["postgres"]["environment"]
+    env = {"POSTGRES_PASSWORD": "from-env-file"}
+    url = _interpolate(common_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], env)
+    pg = {k: _interpolate(v, env) for k, v in services["postgres"]["environment"].items()}
+    assert pg["POSTGRES_PASSWORD"] == "from-env-file"
     assert url == (
         f"postgresql+psycopg2://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}"
         f"@postgres:5432/{pg['POSTGRES_DB']}"
@@ -153,17 +221,143 @@ def test_task_processes_reach_the_execution_api_of_the_apiserver_service(service
     assert url == f"http://airflow-apiserver:{container_port}/execution/"
 
 
-def test_signing_keys_are_shared_and_overridable_with_a_long_enough_jwt_default(common_env):
+def test_signing_keys_are_shared_required_variables_without_defaults(common_env):
     for key, variable in (
         ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW_JWT_SECRET"),
         ("AIRFLOW__API__SECRET_KEY", "AIRFLOW_API_SECRET_KEY"),
         ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW_FERNET_KEY"),
     ):
+        assert _REQUIRED.fullmatch(common_env[key]), f"{key} = {common_env[key]!r}"
         assert _interpolate(common_env[key], {variable: "from-env"}) == "from-env", key
-    # Airflow signs with HS512 by default: a secret of at least 64 bytes.
-    assert len(_interpolate(common_env["AIRFLOW__API_AUTH__JWT_SECRET"]).encode()) >= 64
-    # An empty Fernet key is allowed (no encryption); a placeholder that is no key is not.
-    assert _interpolate(common_env["AIRFLOW__CORE__FERNET_KEY"]) == ""
+        with pytest.raises(MissingVariable, match=r"compose_secrets\.sh"):
+            _interpolate(common_env[key])
+
+
+def test_compose_holds_no_secret_literal_and_no_default_for_a_secret(compose):
+    text = COMPOSE_FILE.read_text()
+    for where, key, value in _strings(compose):
+        if _SECRET_NAME.search(key):
+            assert _REQUIRED.fullmatch(value), f"{where}: {value!r} is not a required variable"
+        for url_password in re.findall(r"://[^:/@\s]+:([^@\s]+)@", value):
+            assert _REQUIRED.fullmatch(url_password), f"{where}: a password in a URL"
+    used = [m for _, _, value in _strings(compose) for m in _VARIABLE.finditer(value)]
+    for match in used:
+        if _SECRET_NAME.search(match["name"]):
+            assert match["op"] == ":?", f"{match[0]} has a default or may be empty"
+    assert {m["name"] for m in used} == SECRET_VARIABLES
+    assert "change-me" not in text and "airflow:airflow@" not in text
+
+
+def test_every_published_port_is_bound_to_the_loopback(services):
+    published = {name: s["ports"] for name, s in services.items() if "ports" in s}
+    assert published == {"airflow-apiserver": ["127.0.0.1:8080:8080"]}
+    for name, ports in published.items():
+        for port in ports:
+            assert isinstance(port, str) and port.startswith("127.0.0.1:"), (name, port)
+            assert port.count(":") == 2, (name, port)  # host IP, host port, container port
+
+
+def test_every_long_running_service_has_a_healthcheck(services):
+    for name, service in services.items():
+        if name == "airflow-init":
+            assert "healthcheck" not in service and service["restart"] == "no"
+            continue
+        check = service.get("healthcheck")
+        assert check and check["test"][0] == "CMD", name
+
+
+def test_airflow_components_are_checked_by_their_own_job_heartbeat(services):
+    for name, job_type in JOB_TYPES.items():
+        check = services[name]["healthcheck"]
+        assert check["test"] == [
+            "CMD",
+            "airflow",
+            "jobs",
+            "check",
+            "--job-type",
+            job_type,
+            "--local",
+        ], name
+        # The check imports Airflow: it needs time to start and a timeout to match.
+        assert int(check["timeout"].rstrip("s")) >= 20, name
+        assert int(check["start_period"].rstrip("s")) >= 30, name
+
+
+def test_the_health_checks_job_types_are_those_the_installed_airflow_knows(tmp_path):
+    airflow = REPO / ".venv" / "bin" / "airflow"
+    done = subprocess.run(
+        [str(airflow), "jobs", "check", "--help"],
+        env={**os.environ, "AIRFLOW_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    choices = re.search(r"--job-type \{([^}]*)\}", done.stdout)
+    assert choices, done.stdout
+    assert set(JOB_TYPES.values()) <= set(choices[1].split(","))
+    assert "--local" in done.stdout
+
+
+# -- scripts/compose_secrets.sh: docker/.env ---------------------------------------------------
+
+
+def test_secrets_script_writes_an_owner_only_env_file_of_distinct_random_values(tmp_path):
+    first, second = tmp_path / "a" / ".env", tmp_path / "b" / ".env"
+    for path in (first, second):
+        path.parent.mkdir()
+        done = _secrets(path)
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert [p.name for p in path.parent.iterdir()] == [".env"]  # no temp file left
+    one, two = _env_file(first), _env_file(second)
+    assert set(one) == set(two) == SECRET_VARIABLES
+    assert len(set(one.values())) == len(one)  # four different secrets
+    assert not set(one.values()) & set(two.values())  # random, not fixed
+    for value in (*one.values(), *two.values()):
+        assert value not in done.stdout + done.stderr  # never printed
+    # Airflow signs task tokens with HS512: at least 64 bytes of secret.
+    assert len(bytes.fromhex(one["AIRFLOW_JWT_SECRET"])) == 64
+    assert len(bytes.fromhex(one["AIRFLOW_API_SECRET_KEY"])) == 32
+    from cryptography.fernet import Fernet
+
+    Fernet(one["AIRFLOW_FERNET_KEY"].encode())  # a valid Fernet key
+    # Usable as written inside the SQLAlchemy URL.
+    assert re.fullmatch(r"[0-9a-f]{48}", one["POSTGRES_PASSWORD"])
+
+
+def test_secrets_script_refuses_to_overwrite_an_existing_file(tmp_path):
+    path = tmp_path / ".env"
+    assert _secrets(path).returncode == 0
+    before = path.read_bytes()
+    again = _secrets(path)
+    assert again.returncode == 1
+    assert "not overwriting" in again.stderr
+    assert path.read_bytes() == before
+    link = tmp_path / "link.env"
+    link.symlink_to(tmp_path / "nowhere")  # a dangling link is not written through either
+    assert _secrets(link).returncode == 1
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_the_env_file_fills_every_variable_compose_requires(compose, tmp_path):
+    path = tmp_path / ".env"
+    assert _secrets(path).returncode == 0
+    env = _env_file(path)
+    resolved = {where: _interpolate(value, env) for where, _, value in _strings(compose)}
+    assert not [w for w, v in resolved.items() if "${" in v]
+    from sqlalchemy.engine import make_url
+
+    url = make_url(resolved[".x-airflow-env.AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    assert url.password == env["POSTGRES_PASSWORD"]
+    assert resolved[".services.postgres.environment.POSTGRES_PASSWORD"] == url.password
+
+
+def test_the_env_file_compose_reads_is_ignored_by_git():
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", "docker/.env"], cwd=REPO, check=False
+    )
+    assert done.returncode == 0, "docker/.env must be listed in .gitignore"
 
 
 def test_every_airflow_setting_in_the_environment_is_an_airflow_option(common_env):
@@ -227,8 +421,8 @@ def test_airflow_init_migrates_the_database_and_creates_the_gpu_pool(services):
     assert init["restart"] == "no"
 
 
-def test_apiserver_publishes_port_8080(services):
-    assert services["airflow-apiserver"]["ports"] == ["8080:8080"]
+def test_apiserver_publishes_port_8080_on_the_loopback(services):
+    assert services["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080"]
     others = [name for name in AIRFLOW_SERVICES if name != "airflow-apiserver"]
     assert not any("ports" in services[name] for name in others)
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import stat
+import uuid
+from pathlib import Path
 
 import pytest
 
-from solaris.local.cycle import CycleReport, downstream_conf, window_intervals
+from solaris.config import SolarisConfig, StoreConfig
+from solaris.local.cycle import CycleReport, downstream_conf, export_config, window_intervals
 from solaris.orchestration.layout import Interval
 
 
@@ -38,3 +42,37 @@ def test_downstream_conf_carries_the_namespace_and_every_interval() -> None:
         "replay": True,
         "intervals": [{"interval_start": 0, "interval_end": 900}],
     }
+
+
+def test_exported_config_is_owner_only_atomic_and_reads_back_a_password_yaml_would_break(
+    tmp_path: Path,
+) -> None:
+    password = f"p\"a:s#'{uuid.uuid4().hex}: {{x}}"  # quotes, ':', '#', braces: YAML syntax
+    cfg = SolarisConfig(
+        namespace="demo",
+        store=StoreConfig(redis=f"127.0.0.1:6379,username=u,password={password}"),
+    )
+    path = tmp_path / "airflow" / "solaris.yaml"
+    path.parent.mkdir()
+    path.write_text("old: world-readable\n")
+    path.chmod(0o644)
+    assert export_config(cfg, path) == path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["solaris.yaml"]  # no temp file
+    assert SolarisConfig.load(path) == cfg
+
+
+def test_a_failed_export_leaves_the_previous_file(tmp_path: Path, monkeypatch) -> None:
+    import yaml
+
+    path = tmp_path / "solaris.yaml"
+    path.write_text("previous: 1\n")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(yaml, "safe_dump", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_config(SolarisConfig(), path)
+    assert path.read_text() == "previous: 1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["solaris.yaml"]

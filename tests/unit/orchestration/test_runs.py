@@ -16,6 +16,7 @@ from solaris.orchestration.runs import (
     on_cadence_grid,
     task_run,
 )
+from solaris.store.contract import MAX_EPOCH_S
 
 
 @dataclass
@@ -180,3 +181,237 @@ def test_a_conf_that_names_its_work_ignores_the_events() -> None:
     conf = {"namespace": "other", "interval_start": 900, "interval_end": 1800}
     [run] = task_runs(conf, events, "c")
     assert (run.cfg.namespace, run.intervals) == ("other", (Interval(900, 1800),))
+
+
+# -- DAG conf: every bad value is an error naming its field ----------------------------------
+
+_START = 891_302_400  # 1998-03-31T00:00:00Z
+_END = _START + 3_600
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"interval_start": _END, "interval_end": _START}, r"conf: interval_end .* not after"),
+        ({"interval_start": _START, "interval_end": _START}, r"conf: interval_end .* not after"),
+        (
+            {"intervals": [{"interval_start": _END, "interval_end": _START}]},
+            r"conf intervals\[0\]: interval_end .* not after",
+        ),
+    ],
+)
+def test_an_end_at_or_before_its_start_is_rejected_naming_the_field(
+    conf: dict, message: str
+) -> None:
+    with pytest.raises(CycleInputError, match=message):
+        task_run(conf)
+
+
+@pytest.mark.parametrize("naive", ["1998-03-31T00:00:00", "1998-03-31", "1998-03-31 00:00"])
+def test_a_naive_iso_time_is_rejected_not_read_in_the_local_zone(naive: str) -> None:
+    with pytest.raises(CycleInputError, match=r"conf\.interval_start: .* has no time zone"):
+        task_run({"interval_start": naive, "interval_end": _END})
+    # Also a naive datetime object (a conf built in Python, or pendulum's naive DateTime).
+    with pytest.raises(CycleInputError, match=r"conf\.interval_end: .* has no time zone"):
+        task_run({"interval_start": _START, "interval_end": datetime(1998, 3, 31, 1)})
+
+
+def test_an_iso_time_with_a_zone_is_read_in_that_zone() -> None:
+    run = task_run(
+        {"interval_start": "1998-03-31T02:00:00+02:00", "interval_end": "1998-03-31T01:00:00Z"}
+    )
+    assert run.intervals == (Interval(_START, _END),)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        "nan",
+        "NaN",
+        "inf",
+        "-inf",
+        "Infinity",
+        True,
+        False,
+        {"seconds": 5},
+        [_START],
+        {"interval_start": _START},
+        b"891302400",
+        "",
+        " ",
+        "٨٩١٣٠٢٤٠٠",  # digits, but not ASCII ones
+        "²",  # isdigit() is true for it; int() is not
+        "1e9",
+        "0x10",
+        891_302_400.5,  # not whole seconds
+        10**20,  # beyond year 9999
+        str(10**20),
+        "9" * 5_000,  # longer than int() converts
+        -1,  # before 1970
+        MAX_EPOCH_S,  # 2286: past what the online store records
+        "9999-12-31T23:59:59+00:00",
+    ],
+    ids=lambda v: repr(v)[:24],
+)
+@pytest.mark.parametrize("field", ["interval_start", "interval_end"])
+def test_a_time_that_is_not_epoch_seconds_or_iso_8601_names_its_field(
+    bad: object, field: str
+) -> None:
+    conf = {"interval_start": _START, "interval_end": _END, field: bad}
+    with pytest.raises(CycleInputError, match=rf"conf\.{field}: "):
+        task_run(conf)
+
+
+@pytest.mark.parametrize(
+    "good", [_START, float(_START), str(_START), "1998-03-31T00:00:00+00:00", 0]
+)
+def test_epoch_seconds_as_int_whole_float_or_digits_and_iso_are_accepted(good: object) -> None:
+    run = task_run({"interval_start": good, "interval_end": _END})
+    assert run.intervals[0].start == (0 if good == 0 else _START)
+
+
+def test_the_largest_time_accepted_is_the_online_stores_last_second() -> None:
+    last = MAX_EPOCH_S - 1
+    assert task_run({"interval_start": last - 1, "interval_end": last}).intervals == (
+        Interval(last - 1, last),
+    )
+
+
+@pytest.mark.parametrize(
+    ("intervals", "message"),
+    [
+        ([], r"conf intervals: expected a non-empty list"),
+        ("0-900", r"conf intervals: expected a non-empty list"),
+        (b"ab", r"conf intervals: expected a non-empty list"),
+        ({"interval_start": 0, "interval_end": 900}, r"conf intervals: expected a non-empty"),
+        (5, r"conf intervals: expected a non-empty list"),
+        ([5], r"conf intervals\[0\]: expected an object"),
+        ([[0, 900]], r"conf intervals\[0\]: expected an object"),
+        (
+            [{"interval_start": 0, "interval_end": 900}, "x"],
+            r"conf intervals\[1\]: expected an object",
+        ),
+        ([{"interval_start": 0}], r"conf intervals\[0\]: interval_end missing"),
+        ([{}], r"conf intervals\[0\]: interval_start and interval_end missing"),
+        (
+            [{"interval_start": float("nan"), "interval_end": 900}],
+            r"conf intervals\[0\]\.interval_start: ",
+        ),
+        (
+            [{"interval_start": 0, "interval_end": {"nested": [1, 2]}}],
+            r"conf intervals\[0\]\.interval_end: ",
+        ),
+        (
+            [{"interval_start": 0, "interval_end": 900, "interval_ned": 1}],
+            r"conf intervals\[0\]: unknown keys \['interval_ned'\]",
+        ),
+    ],
+    ids=lambda v: repr(v)[:40],
+)
+def test_a_malformed_intervals_list_is_rejected_naming_the_entry(
+    intervals: object, message: str
+) -> None:
+    with pytest.raises(CycleInputError, match=message):
+        task_run({"intervals": intervals})
+
+
+def test_intervals_and_a_single_interval_together_are_rejected() -> None:
+    conf = {
+        "interval_start": 0,
+        "interval_end": 900,
+        "intervals": [{"interval_start": 900, "interval_end": 1800}],
+    }
+    with pytest.raises(CycleInputError, match="either intervals or interval_start/interval_end"):
+        task_run(conf)
+
+
+def test_an_interval_start_without_its_end_is_rejected_not_replaced_by_the_data_interval() -> None:
+    end = datetime(1998, 3, 31, 1, tzinfo=UTC)
+    with pytest.raises(CycleInputError, match="interval_start without interval_end"):
+        task_run({"interval_start": _START}, None, end)
+
+
+@pytest.mark.parametrize("flag", ["true", "yes", 1, 0, "false", [], {"a": 1}, 1.0])
+def test_a_replay_flag_that_is_not_a_bool_is_rejected(flag: object) -> None:
+    with pytest.raises(CycleInputError, match=r"conf replay: expected true or false"):
+        task_run(
+            {"namespace": "replay_t", "replay": flag, "interval_start": 0, "interval_end": 900}
+        )
+    with pytest.raises(CycleInputError, match=r"conf replay: expected true or false"):
+        task_run({"replay": flag, "interval_start": 0, "interval_end": 900})
+
+
+@pytest.mark.parametrize("namespace", [5, True, ["live"], {"name": "live"}, "", "Bad-Name", 1.5])
+def test_a_namespace_of_the_wrong_type_or_form_is_rejected_naming_it(namespace: object) -> None:
+    with pytest.raises(CycleInputError, match=r"conf namespace"):
+        task_run({"namespace": namespace, "interval_start": 0, "interval_end": 900})
+
+
+def test_a_data_interval_error_names_the_data_interval() -> None:
+    with pytest.raises(CycleInputError, match=r"data_interval_start: .* no time zone"):
+        task_run({}, datetime(1998, 3, 31), datetime(1998, 3, 31, 1, tzinfo=UTC))
+
+
+def test_a_data_interval_that_ends_before_it_starts_is_rejected_not_rewritten() -> None:
+    start = datetime(1998, 3, 31, 1, tzinfo=UTC)
+    end = datetime(1998, 3, 31, 0, 45, tzinfo=UTC)
+    with pytest.raises(
+        CycleInputError, match=r"data_interval_end .* is before data_interval_start"
+    ):
+        task_run({}, start, end)
+
+
+def test_an_asset_event_interval_that_is_not_an_object_names_the_event() -> None:
+    events = {"c": [Event({"namespace": "live", "intervals": [5]})]}
+    with pytest.raises(CycleInputError, match="asset event: expected an object"):
+        task_run(None, events=events, asset="c")
+
+
+@pytest.mark.parametrize(
+    ("conf", "where"),
+    [
+        ({"interval_start": _START + 7, "interval_end": _END}, "conf"),
+        (
+            {
+                "intervals": [
+                    {"interval_start": _START, "interval_end": _END},
+                    {"interval_start": _END, "interval_end": _END + 7},
+                ]
+            },
+            r"conf intervals\[1\]",
+        ),
+    ],
+)
+def test_an_interval_off_the_cadence_grid_names_where_the_conf_gave_it(
+    conf: dict, where: str
+) -> None:
+    with pytest.raises(CycleInputError, match=rf"^{where}: .*not on the 900 s cadence grid"):
+        task_run(conf, grid=True)
+
+
+@pytest.mark.parametrize("conf", [[1, 2], "interval_start=1", 42, []], ids=repr)
+def test_a_conf_that_is_not_an_object_is_rejected_naming_the_conf(conf: object) -> None:
+    with pytest.raises(CycleInputError, match=r"^conf: expected an object"):
+        task_run(conf)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"namespace": "a", "replay": "no"}, r"^asset event replay: expected true or false"),
+        ({"namespace": "Bad-Name"}, r"^asset event namespace: .*Bad-Name"),
+        ({"namespace": ["a"]}, r"^asset event namespace: "),
+    ],
+)
+def test_an_asset_events_namespace_and_replay_flag_are_checked_as_the_confs(
+    extra: dict, message: str
+) -> None:
+    from solaris.orchestration.runs import task_runs
+
+    events = {"c": [Event({**extra, "interval_start": 0, "interval_end": 900})]}
+    for call in (task_run, task_runs):
+        with pytest.raises(CycleInputError, match=message):
+            call(None, events=events, asset="c")

@@ -3,6 +3,7 @@ from them (constructed only; nothing here connects)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -91,6 +92,44 @@ def test_parse_rejects_a_string_without_nodes(text: str) -> None:
 def test_parse_rejects_a_port_that_is_not_a_number(text: str) -> None:
     with pytest.raises(ValueError, match="is not host:port"):
         RedisTarget.parse(text)
+
+
+@pytest.mark.parametrize("text", ["h:0", "h:65536", "a:7000,b:-1", "h:99999,db=1"])
+def test_parse_rejects_a_port_outside_1_to_65535(text: str) -> None:
+    with pytest.raises(connection.ConnectionStringError, match=r"port of '.*' is outside"):
+        RedisTarget.parse(text)
+
+
+def test_parse_accepts_the_ports_at_both_ends_of_the_range() -> None:
+    assert RedisTarget.parse("a:1,b:65535").nodes == (("a", 1), ("b", 65535))
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (f"redis://svc:{SECRET}@cache:6379/0", "a redis:// URL"),
+        (f"REDISS://:{SECRET}@cache:6380", "a rediss:// URL"),
+        (f"unix:///run/redis.sock?password={SECRET}", "a unix:// URL"),
+        (f"  {SECRET}://cache", "a URL"),
+    ],
+)
+def test_parse_refuses_a_url_asking_for_host_port_never_echoing_it(text: str, shown: str) -> None:
+    with pytest.raises(connection.ConnectionStringError) as info:
+        RedisTarget.parse(text)
+    message = str(info.value)
+    assert shown in message and "host:port[,option=value" in message
+    assert SECRET not in message
+
+
+def test_parse_accepts_a_password_that_contains_a_scheme_separator() -> None:
+    target = RedisTarget.parse(f"h:1,password=redis://{SECRET}")
+    assert target.options["password"] == f"redis://{SECRET}"
+
+
+@pytest.mark.parametrize("db", ["first", "1.5", "-1", "true", '"2"', "[1]"])
+def test_parse_rejects_a_db_that_is_not_a_database_number(db: str) -> None:
+    with pytest.raises(connection.ConnectionStringError, match=r"db must be a database number"):
+        RedisTarget.parse(f"h:1,db={db},password={SECRET}")
 
 
 def test_parse_rejects_something_that_is_not_a_string() -> None:
@@ -208,3 +247,145 @@ def test_redis_client_does_not_change_the_parsed_target_options() -> None:
     target = RedisTarget.parse("h:1,db=1")
     redis_client(target, timeout_s=0.2).close()
     assert target.options == {"db": 1}
+
+
+# -- every documented option reaches redis-py; nothing is dropped silently -------------------
+
+
+class _NoCommands:
+    """Stands in for ``CommandsParser``, which asks the cluster for ``COMMAND`` when built."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def offline_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real ``RedisCluster``s built without the network: slot discovery and ``COMMAND`` are
+    skipped; everything redis-py does with the keyword arguments still runs."""
+    from redis import cluster
+
+    monkeypatch.setattr(cluster.NodesManager, "initialize", lambda self, *a, **k: None)
+    monkeypatch.setattr(cluster, "CommandsParser", _NoCommands)
+
+
+TLS_ACL = f'cache:6380,username=svc,password=p"a:s={SECRET},ssl=true,ssl_ca_certs=/ca/private.pem'
+
+
+def test_username_password_and_ssl_ca_certs_reach_a_redis_node_connection() -> None:
+    client = redis_client(TLS_ACL, retries=0)
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        assert kwargs["username"] == "svc"
+        assert kwargs["password"] == f'p"a:s={SECRET}'
+        assert kwargs["ssl_ca_certs"] == "/ca/private.pem"
+        assert client.connection_pool.connection_class is redis.connection.SSLConnection
+    finally:
+        client.close()
+
+
+def test_username_password_and_ssl_ca_certs_reach_every_cluster_node_connection(
+    offline_cluster: None,
+) -> None:
+    client = redis_client(TLS_ACL, redis_type="redis_cluster", retries=0)
+    try:
+        manager = client.nodes_manager
+        # What redis-py keeps for the nodes it discovers, and a node built from it.
+        node = manager.create_redis_node("cache", 6380, **manager.connection_kwargs)
+        kwargs = node.connection_pool.connection_kwargs
+        assert kwargs["username"] == "svc"
+        assert kwargs["password"] == f'p"a:s={SECRET}'
+        assert kwargs["ssl_ca_certs"] == "/ca/private.pem"
+        assert node.connection_pool.connection_class is redis.connection.SSLConnection
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "option", ["ssl_ca_certs=/ca.pem", "ssl_certfile=/c.pem", "ssl_cert_reqs=none"]
+)
+@pytest.mark.parametrize("ssl", ["", ",ssl=false"])
+def test_a_tls_option_without_ssl_true_is_an_error_not_a_clear_text_connection(
+    option: str, ssl: str
+) -> None:
+    name = option.split("=")[0]
+    with pytest.raises(connection.ConnectionStringError, match=f"{name} given without ssl=true"):
+        redis_client(f"h:1,{option}{ssl}")
+
+
+@pytest.mark.parametrize("text", ["h:1,pasword=x", "h:1,db=1,sockettimeout=1"])
+def test_an_unknown_option_is_an_error_naming_it(text: str) -> None:
+    with pytest.raises(connection.ConnectionStringError, match="unknown option"):
+        RedisTarget.parse(text)
+
+
+def test_an_option_a_cluster_would_drop_is_an_error_for_a_cluster_only() -> None:
+    redis_client("h:1,health_check_interval=5").close()  # redis.Redis takes it
+    with pytest.raises(connection.ConnectionStringError, match="health_check_interval"):
+        redis_client("h:1,health_check_interval=5", redis_type="redis_cluster")
+    with pytest.raises(connection.ConnectionStringError, match="db must be 0"):
+        redis_client("h:1,db=3", redis_type="redis_cluster")
+
+
+@pytest.mark.parametrize("key", ["password", "username"])
+@pytest.mark.parametrize("value", [f"a,{SECRET}", f"{SECRET},b=c", f"x,{SECRET}:1"])
+def test_a_value_with_a_comma_is_an_error_naming_the_option_never_the_value(
+    key: str, value: str
+) -> None:
+    with pytest.raises(connection.ConnectionStringError) as raised:
+        RedisTarget.parse(f"h:1,db=0,{key}={value},ssl=false")
+    message = str(raised.value)
+    assert f"the value of {key} contains ','" in message
+    assert SECRET not in message
+
+
+def test_a_password_may_hold_quotes_colons_equals_and_hashes() -> None:
+    password = f"\"'{SECRET}:=#{{}}[]"
+    assert RedisTarget.parse(f"h:1,password={password}").options["password"] == password
+
+
+def test_connection_string_errors_are_solaris_value_errors() -> None:
+    from solaris.errors import SolarisError
+
+    assert issubclass(connection.ConnectionStringError, SolarisError)
+    assert issubclass(connection.ConnectionStringError, ValueError)
+
+
+# -- redacted: what logs, summaries and errors show ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("h:1", "h:1"),
+        (
+            f"a:1,b:2,db=1,username=svc,password={SECRET},ssl=true",
+            "a:1,b:2,db=1,username=svc,password=***,ssl=true",
+        ),
+        (f"h:1,password={SECRET},db=2", "h:1,password=***,db=2"),
+        (f"h:1,ssl=true,ssl_password={SECRET}", "h:1,ssl=true,ssl_password=***"),
+        # A password with commas (unparseable): hidden up to the next known option.
+        (f"h:1,password=a,{SECRET},z={SECRET},db=2", "h:1,password=***,db=2"),
+        # A typo'd option may be a password: its value is hidden.
+        (f"h:1,pasword={SECRET}", "h:1,pasword=***"),
+    ],
+)
+def test_redacted_keeps_nodes_and_options_but_no_secret(text: str, shown: str) -> None:
+    assert connection.redacted(text) == shown
+    assert SECRET not in connection.redacted(text)
+
+
+def test_redacted_of_no_connection_is_none() -> None:
+    assert connection.redacted(None) is None
+
+
+def test_redacted_settings_keep_every_setting_but_the_redis_password() -> None:
+    from solaris.config import SolarisConfig, StoreConfig
+
+    cfg = SolarisConfig(store=StoreConfig(redis=f"h:1,username=svc,password={SECRET}"))
+    data = connection.redacted_settings(cfg)
+    assert data["store"]["redis"] == "h:1,username=svc,password=***"
+    assert SECRET not in repr(data)
+    assert {k: v for k, v in data.items() if k != "store"} == {
+        k: v for k, v in json.loads(cfg.model_dump_json()).items() if k != "store"
+    }

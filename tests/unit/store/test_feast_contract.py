@@ -201,3 +201,14 @@ def test_inherited_online_response_methods_only_use_what_the_solaris_response_ha
             )
             assert provided, f"OnlineResponse.{name} uses self.{attr}"
     assert "proto" in _self_attributes(OnlineResponse.to_tensor)
+
+
+def test_store_settings_feast_rejects_are_named_without_the_redis_password() -> None:
+    from solaris.config import SolarisConfig
+    from solaris.store.feast_store import FeatureStoreError, open_feature_store
+
+    with pytest.raises(FeatureStoreError, match="bogus_option") as info:
+        open_feature_store(
+            SolarisConfig(), "localhost:6379,password=s3cr3t-x", online={"bogus_option": 1}
+        )
+    assert "s3cr3t-x" not in str(info.value) and "password=***" in str(info.value)

@@ -31,6 +31,10 @@ from solaris.examples.movielens.report.seed import run_seed
 from solaris.examples.movielens.report.settings import ReportSettings
 from solaris.examples.movielens.report.shortfalls import shortfalls
 from solaris.examples.movielens.requests import build_request_log, request_log_stats
+from solaris.files import atomic_write_bytes
+from solaris.store.connection import redacted_settings
+
+__all__ = ["provenance", "run_report"]
 
 
 def _git(*args: str) -> str:
@@ -46,7 +50,7 @@ def provenance(cfg: SolarisConfig, st: ReportSettings, folder: Path) -> dict:
     data = {
         f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.glob("ml-100k.*"))
     }
-    config = json.loads(cfg.model_dump_json())
+    config = redacted_settings(cfg)  # never the Redis password
     config["data"].pop("cache_dir", None)
     return {
         "git_revision": _git("rev-parse", "HEAD"),
@@ -104,11 +108,13 @@ def run_report(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     plots(summary, out_dir)
-    (out_dir / "solaris_report.md").write_text(markdown(summary, prov))
+    atomic_write_bytes(out_dir / "solaris_report.md", markdown(summary, prov).encode())
     art = Path(cfg.artifacts_dir) / "report"
     art.mkdir(parents=True, exist_ok=True)
     payload = {"summary": summary, "provenance": prov, "seeds": [_jsonable(s) for s in seeds]}
-    (art / "summary.json").write_text(json.dumps(payload, indent=1, default=_default))
+    atomic_write_bytes(
+        art / "summary.json", json.dumps(payload, indent=1, default=_default).encode()
+    )
     echo(f"report: {out_dir / 'solaris_report.md'} ({prov['runtime_s']:.0f} s)")
     return payload
 

@@ -9,6 +9,7 @@ So every piece of state a cycle keeps is named by its namespace, and nothing els
 Feast project          ``<name>`` (every Redis key of the online store is ``<name>:...``)
 miss stream            ``<name>:misses``
 request-log stream     ``<name>:requests``
+serving metrics        ``<name>:serving_metrics``
 cycle state            ``<artifacts_dir>/namespaces/<name>/`` (ledgers, codes, run records)
 offline feature rows   ``<repo_path>/data/offline/<name>/<view>/``
 =====================  ==================================================================
@@ -28,11 +29,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
 
-__all__ = ["NAME_PATTERN", "Namespace"]
+__all__ = ["LIVE", "NAME_PATTERN", "Namespace"]
 
 # A Feast project name, and a prefix that cannot run into another namespace's keys.
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 _NAME = re.compile(NAME_PATTERN)
+# The default namespace (SolarisConfig.namespace): the live cycle on wall-clock time.
+LIVE = "live"
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,12 @@ class Namespace:
     @property
     def request_stream(self) -> str:
         return f"{self.name}:requests"
+
+    @property
+    def serving_metrics_stream(self) -> str:
+        """Serving's metric windows (:mod:`solaris.serving.metrics`), read by the candidates
+        DAG into its run record."""
+        return f"{self.name}:serving_metrics"
 
     @property
     def cycle_root(self) -> Path:

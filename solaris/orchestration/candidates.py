@@ -324,6 +324,19 @@ def ledger_cache(layout: CycleLayout, interval: Interval, ttl_s: int) -> pd.Data
     return pd.concat(frames, ignore_index=True)
 
 
+def code_age(layout: CycleLayout, interval: Interval, ttl_s: int) -> int | None:
+    """How old the newest pair codes had grown by the end of ``interval`` (one cadence when
+    the cycle keeps up), or None when no codes could have served it.
+
+    Only codes still within their TTL when the interval began count: an old interval's
+    codes (a run over a 1998 window in a live namespace) are not the live run's codes.
+    """
+    embedded = layout.embedded_intervals(
+        ending_after=interval.start - ttl_s, ending_by=interval.start
+    )
+    return interval.end - embedded[-1].end if embedded else None
+
+
 def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
     """One interval of the candidates DAG (see the module docstring). Returns the run's
     figures (also its run record), with the request-log drain's under ``request_log``."""
@@ -333,6 +346,7 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
     from solaris.orchestration.resources import feature_store
     from solaris.pipeline.codes import read_manifest
     from solaris.pipeline.select import select_candidates
+    from solaris.serving.metrics import read_window
 
     began = time.perf_counter()
     namespace = Namespace.of(cfg)
@@ -340,7 +354,11 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
     ttl_s = round(cfg.selection.ttl_hours * 3600)
     redis = cycle_redis(cfg)
     version = read_manifest(layout.models_dir).fm_version
-    record: dict[str, Any] = {**interval.as_dict(), "namespace": namespace.name}
+    record: dict[str, Any] = {
+        **interval.as_dict(),
+        "namespace": namespace.name,
+        "replay": cfg.replay,
+    }
     if cfg.replay:
         store = feature_store(cfg, redis)
         record.update(serve_replay(cfg, store, redis, version, interval))
@@ -359,18 +377,18 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
         computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
     )
     write_parquet(ledger, layout.selections(interval))
-    embedded = layout.embedded_intervals(ending_after=-1, ending_by=interval.start)
     record.update(
         requests=drained["requests"],
-        # How old the newest pair codes had grown by the end of the interval they served
-        # (one cadence when the cycle keeps up; None before the first codes).
-        freshness_s=interval.end - embedded[-1].end if embedded else None,
+        freshness_s=code_age(layout, interval, ttl_s),
         candidates=len(batch),
         misses_drained=len(misses),
         miss_candidates_added=len(batch) - len(logged),
         selected=len(ledger),
         fm_passes=int(ledger[["user_id", "item_id"]].drop_duplicates().shape[0]),
         verifier=verifier.version,
+        serving=read_window(
+            redis, namespace, interval.start, interval.end, redis_type=cfg.store.redis_type
+        ),
         seconds=round(time.perf_counter() - began, 3),
     )
     write_run_record(layout, DAG_ID, interval.key, {**record, "request_log": drained})

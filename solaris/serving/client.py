@@ -29,8 +29,18 @@ sees an exception because of the feature store:
 * more than ``store.max_concurrent_fetches`` fetches in flight answer zeros at once
   (``stats.shed_busy``: this process is overloaded, Redis may be fine).
 
-Only bad *arguments* raise (``ValueError``): ids that are not integers in
+Only bad *arguments* raise (:class:`FetchArgumentError`, a
+:class:`~solaris.errors.SolarisError` and a ``ValueError``): ids that are not integers in
 ``[0, 2**63)``, more than ``store.max_candidates`` items, a ``now`` that is not epoch seconds.
+A message about a list argument names the index of its first bad element. The checks are
+vectorised; the index is looked up only after a check has failed, so a valid request pays
+nothing for it.
+
+**Metrics.** ``features.metrics`` (:class:`~solaris.serving.metrics.ServingMetrics`) exposes
+the counts of :attr:`~SolarisFeatures.stats`, tier hits and the fetch latency to Prometheus
+(``features.metrics.serve(port)``), and publishes them every ten seconds as windows on the
+namespace's ``<namespace>:serving_metrics`` stream, which the candidates DAG reads into its
+run record (``docs/metrics.md``).
 """
 
 from __future__ import annotations
@@ -45,19 +55,26 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from solaris.config import SolarisConfig
+from solaris.errors import SolarisError
 from solaris.namespace import Namespace
+from solaris.serving.metrics import PUBLISH_EVERY_S, ClientState, ServingMetrics
 from solaris.serving.misses import append_misses
 from solaris.serving.request_log import append_request
 from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
 from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, REQUEST_TS, USER_ID, epoch_seconds
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 __all__ = [
     "FEATURE_SERVICE",
     "CircuitBreaker",
+    "FetchArgumentError",
     "FetchStats",
     "SolarisFeatures",
     "serving_connection_string",
@@ -73,6 +90,13 @@ _INT64_MAX = np.iinfo(np.int64).max
 _EXACT_FLOAT = 2**53  # floats above this cannot hold every integer id exactly
 
 
+class FetchArgumentError(SolarisError, ValueError):
+    """A bad argument of the serving client (:meth:`SolarisFeatures.fetch`,
+    :meth:`~SolarisFeatures.log_request` or the constructor): the message names the argument,
+    and for a list argument the index of its first bad element. Store failures never raise
+    (they answer zeros); only this does."""
+
+
 @dataclass
 class FetchStats:
     """Counters of one client (updated under a lock).
@@ -82,6 +106,8 @@ class FetchStats:
         failures: requests answered with zeros because the store failed, timed out or the
             request was shed (all of the below).
         timeouts: failures that hit the socket timeout (``fetch_timeout_ms``).
+        connection_errors: failures where Redis refused or dropped the connection.
+        other_errors: the other failures of the store (Feast, a bad reply, ...).
         shed_open: requests answered at once while the circuit breaker was open (Redis
             hung or down).
         shed_busy: requests answered at once because ``max_concurrent_fetches`` were
@@ -97,6 +123,8 @@ class FetchStats:
     requests: int = 0
     failures: int = 0
     timeouts: int = 0
+    connection_errors: int = 0
+    other_errors: int = 0
     shed_open: int = 0
     shed_busy: int = 0
     misses_logged: int = 0
@@ -174,85 +202,130 @@ def serving_connection_string(connection: str, timeout_s: float) -> str:
 
 def _check_user(user_id: object) -> int:
     if isinstance(user_id, bool) or not isinstance(user_id, numbers.Real):
-        raise ValueError(f"user_id must be an integer, got {user_id!r}")
+        raise FetchArgumentError(f"user_id must be an integer, got {user_id!r}")
     if not isinstance(user_id, numbers.Integral):
         f = float(user_id)
         if not math.isfinite(f) or not f.is_integer() or abs(f) >= _EXACT_FLOAT:
-            raise ValueError(f"user_id must be a whole number below 2**53, got {user_id!r}")
+            raise FetchArgumentError(f"user_id must be a whole number below 2**53, got {user_id!r}")
     value = int(user_id)
     if not 0 <= value <= _INT64_MAX:
-        raise ValueError(f"user_id must be in [0, 2**63), got {value}")
+        raise FetchArgumentError(f"user_id must be in [0, 2**63), got {value}")
     return value
+
+
+def _as_array(name: str, values: object) -> np.ndarray:
+    """``np.asarray(values)``; :class:`FetchArgumentError` when numpy refuses (ragged
+    nesting, ...)."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise FetchArgumentError(f"{name} must be a sequence of numbers: {exc}") from None
+
+
+def _at(arr: np.ndarray, bad: np.ndarray) -> str:
+    """``"<value> at index <i>"`` of the first element flagged in the mask ``bad`` (called
+    only once a vectorised check has found one)."""
+    i = int(np.argmax(bad))
+    return f"{arr[i].item()!r} at index {i}"
+
+
+def _object_items(arr: np.ndarray) -> np.ndarray:
+    """An object array (a pandas object column, Python ints numpy would not fit in one dtype)
+    as int64 when every element is an integer (not a bool) in int64. The element types are
+    gathered at C speed (``set(map(type, ...))``); only input that is refused is looked at
+    one element at a time, for :class:`FetchArgumentError` to name the first bad one."""
+    values = arr.tolist()
+    kinds = set(map(type, values))
+    if all(issubclass(k, numbers.Integral) and not issubclass(k, bool) for k in kinds):
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:  # named below
+            pass
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise FetchArgumentError(f"item_ids must be integers, got {v!r} at index {i}")
+        if not 0 <= v <= _INT64_MAX:
+            which = "must be >= 0" if v < 0 else "hold integers outside int64"
+            raise FetchArgumentError(f"item_ids {which}, got {v} at index {i}")
+    return np.array(values, dtype=np.int64)
 
 
 def _check_items(item_ids: Sequence[int] | np.ndarray, cap: int) -> np.ndarray:
     if isinstance(item_ids, str | bytes):
-        raise ValueError("item_ids must be a sequence of integers, not a string")
-    arr = item_ids if isinstance(item_ids, np.ndarray) else np.asarray(item_ids)
+        raise FetchArgumentError("item_ids must be a sequence of integers, not a string")
+    arr = item_ids if isinstance(item_ids, np.ndarray) else _as_array("item_ids", item_ids)
     if arr.ndim != 1:
-        raise ValueError(f"item_ids must be one-dimensional, got shape {arr.shape}")
+        raise FetchArgumentError(f"item_ids must be one-dimensional, got shape {arr.shape}")
     if arr.size > cap:
-        raise ValueError(f"{arr.size} item_ids exceed store.max_candidates ({cap})")
+        raise FetchArgumentError(f"{arr.size} item_ids exceed store.max_candidates ({cap})")
     if arr.size == 0:
         return arr.astype(np.int64)
-    if arr.dtype == np.int64:
+    if arr.dtype == np.int64:  # the hot path: one reduction
         if arr.min() < 0:
-            raise ValueError("item_ids must be >= 0")
+            raise FetchArgumentError(f"item_ids must be >= 0, got {_at(arr, arr < 0)}")
         return arr
-    if arr.dtype == object and all(
-        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr.tolist()
-    ):
-        try:
-            arr = np.array(arr.tolist(), dtype=np.int64)
-        except OverflowError:
-            raise ValueError("item_ids hold integers outside int64") from None
+    if arr.dtype == object:
+        arr = _object_items(arr)
     if arr.dtype == np.bool_ or not (
         np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
     ):
-        raise ValueError(f"item_ids must be integers, got dtype {arr.dtype}")
+        raise FetchArgumentError(f"item_ids must be integers, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):
-        if not np.isfinite(arr).all():
-            raise ValueError("item_ids contain NaN or inf")
-        if (arr != np.floor(arr)).any() or (np.abs(arr) >= _EXACT_FLOAT).any():
-            raise ValueError("item_ids must be whole numbers below 2**53")
+        finite = np.isfinite(arr)
+        if not finite.all():
+            raise FetchArgumentError(f"item_ids contain NaN or inf ({_at(arr, ~finite)})")
+        whole = (arr == np.floor(arr)) & (np.abs(arr) < _EXACT_FLOAT)
+        if not whole.all():
+            raise FetchArgumentError(
+                f"item_ids must be whole numbers below 2**53, got {_at(arr, ~whole)}"
+            )
     elif np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > _INT64_MAX:
-        raise ValueError("item_ids hold integers outside int64")
-    if (arr < 0).any():
-        raise ValueError("item_ids must be >= 0")
+        raise FetchArgumentError(
+            f"item_ids hold integers outside int64, got {_at(arr, arr > _INT64_MAX)}"
+        )
+    if arr.min() < 0:
+        raise FetchArgumentError(f"item_ids must be >= 0, got {_at(arr, arr < 0)}")
     return arr.astype(np.int64)
 
 
 def _check_request_id(request_id: object) -> int:
     if isinstance(request_id, bool) or not isinstance(request_id, numbers.Integral):
-        raise ValueError(f"request_id must be an integer, got {request_id!r}")
+        raise FetchArgumentError(f"request_id must be an integer, got {request_id!r}")
     value = int(request_id)
     if not 0 <= value <= _INT64_MAX:
-        raise ValueError(f"request_id must be in [0, 2**63), got {value}")
+        raise FetchArgumentError(f"request_id must be in [0, 2**63), got {value}")
     return value
 
 
 def _check_scores(scores: Sequence[float] | np.ndarray, size: int) -> np.ndarray:
-    """``scores`` as a new float32 array of ``size`` finite values; ``ValueError`` else."""
+    """``scores`` as a new float32 array of ``size`` finite values; :class:`FetchArgumentError`
+    else."""
     if isinstance(scores, str | bytes):
-        raise ValueError("scores must be a sequence of numbers, not a string")
-    arr = np.asarray(scores)
+        raise FetchArgumentError("scores must be a sequence of numbers, not a string")
+    arr = _as_array("scores", scores)
     if arr.ndim != 1:
-        raise ValueError(f"scores must be one-dimensional, got shape {arr.shape}")
+        raise FetchArgumentError(f"scores must be one-dimensional, got shape {arr.shape}")
     if arr.size != size:
-        raise ValueError(f"{arr.size} scores for {size} item_ids")
+        raise FetchArgumentError(f"{arr.size} scores for {size} item_ids")
     if arr.dtype == np.bool_ or not (
         np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
     ):
-        raise ValueError(f"scores must be numbers, got dtype {arr.dtype}")
+        raise FetchArgumentError(f"scores must be numbers, got dtype {arr.dtype}")
     with np.errstate(over="ignore"):  # beyond float32 becomes inf: refused below
         out = np.array(arr, dtype=np.float32, copy=True)
-    if not np.isfinite(out).all():
-        raise ValueError("scores contain NaN or inf (as float32)")
+    finite = np.isfinite(out)
+    if not finite.all():
+        raise FetchArgumentError(f"scores contain NaN or inf (as float32), got {_at(arr, ~finite)}")
     return out
 
 
 def _check_now(now: object) -> int | float:
-    return int(time.time()) if now is None else epoch_seconds(now, "now")
+    if now is None:
+        return int(time.time())
+    try:
+        return epoch_seconds(now, "now")
+    except ValueError as exc:  # the contract's check, as this client's argument error
+        raise FetchArgumentError(str(exc)) from None
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -271,6 +344,22 @@ def _is_timeout(exc: BaseException) -> bool:
     return False
 
 
+def _failure_kind(exc: BaseException) -> str:
+    """The :class:`FetchStats` counter of a failed fetch: ``timeouts``,
+    ``connection_errors`` (refused, reset, unreachable; also when wrapped) or
+    ``other_errors``."""
+    import redis
+
+    if _is_timeout(exc):
+        return "timeouts"
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, redis.ConnectionError | OSError):
+            return "connection_errors"
+        seen = seen.__cause__ or seen.__context__
+    return "other_errors"
+
+
 class SolarisFeatures:
     """Fetch the VM's SOLARIS features for one request in one Feast call, within a bound.
 
@@ -285,6 +374,13 @@ class SolarisFeatures:
             one); it keeps its own connection settings, so the time bound is only as good as
             its socket timeouts. Without it the store is built from ``cfg`` and ``redis`` with
             sockets that time out at ``fetch_timeout_ms`` and no retries.
+        metrics_registry: the ``prometheus_client.CollectorRegistry`` that :attr:`metrics`
+            registers on (``prometheus_client.REGISTRY``: the process's global one); default:
+            one of this client's own (``features.metrics.registry``).
+        metrics_publish_s: how often a window of the metrics goes to the namespace's
+            ``<namespace>:serving_metrics`` stream (for the candidates DAG's run record), from
+            a daemon thread; ``None``: only on :meth:`close` and when
+            ``features.metrics.publish()`` is called.
 
     Building the store (whose import alone takes seconds) happens in :meth:`warm_up`, or
     lazily on the first fetch. Thread-safe.
@@ -297,11 +393,13 @@ class SolarisFeatures:
         redis: str,
         fm_version: str,
         store=None,  # feast.FeatureStore, imported lazily
+        metrics_registry: CollectorRegistry | None = None,
+        metrics_publish_s: float | None = PUBLISH_EVERY_S,
     ) -> None:
         if not isinstance(fm_version, str) or not fm_version:
-            raise ValueError(f"fm_version must be a non-empty string, got {fm_version!r}")
+            raise FetchArgumentError(f"fm_version must be a non-empty string, got {fm_version!r}")
         if not redis:
-            raise ValueError("redis connection string is empty")
+            raise FetchArgumentError("redis connection string is empty")
         self.cfg = cfg
         self.namespace = Namespace.of(cfg)  # whose keys and streams this client reads and writes
         self.redis = redis
@@ -319,6 +417,7 @@ class SolarisFeatures:
         self.breaker = CircuitBreaker(s.breaker_failures, s.breaker_cooldown_ms / 1000.0)
         self._miss_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solaris-miss")
         self._miss_client = None
+        self._miss_client_lock = threading.Lock()
         # Queued writes per stream, each bounded on its own: a burst of misses never crowds
         # out the request log (keyed by the counter their drops go to).
         self._pending_writes: dict[str, set[Future]] = {
@@ -326,6 +425,12 @@ class SolarisFeatures:
             "requests_dropped": set(),
         }
         self._last_warning = -math.inf
+        self.metrics = ServingMetrics(
+            self.namespace.name, self._metrics_state, registry=metrics_registry
+        )
+        self.metrics.publish_to(
+            self._misses_client, self.namespace.serving_metrics_stream, metrics_publish_s
+        )
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -369,15 +474,19 @@ class SolarisFeatures:
         return self._ensure_store()[0]
 
     def _misses_client(self):
+        """The Redis client of the stream writes and metrics windows (built once; the writer
+        and the metrics publisher threads may both ask first)."""
         if self._miss_client is None:
             from solaris.store.connection import redis_client
 
-            self._miss_client = redis_client(
-                self.redis,
-                redis_type=self.cfg.store.redis_type,
-                timeout_s=max(self.timeout_s, 0.001),
-                retries=0,
-            )
+            with self._miss_client_lock:
+                if self._miss_client is None:
+                    self._miss_client = redis_client(
+                        self.redis,
+                        redis_type=self.cfg.store.redis_type,
+                        timeout_s=max(self.timeout_s, 0.001),
+                        retries=0,
+                    )
         return self._miss_client
 
     # -- the request path --------------------------------------------------------------------
@@ -429,7 +538,8 @@ class SolarisFeatures:
             failed, timed out, or the request was shed (see the module docstring).
 
         Raises:
-            ValueError: for invalid arguments. Store errors never raise.
+            FetchArgumentError: for invalid arguments (a ``ValueError``). Store errors never
+                raise.
         """
         user = _check_user(user_id)
         items = _check_items(item_ids, self.cfg.store.max_candidates)
@@ -439,9 +549,11 @@ class SolarisFeatures:
         self._bump(requests=1)
         if not self.breaker.allow():
             self._bump(failures=1, shed_open=1)
+            self.metrics.observe_shed(items.size)
             return empty_tiers(items.size, self.z_dim)
         if not self._slots.acquire(blocking=False):
             self._bump(failures=1, shed_busy=1)
+            self.metrics.observe_shed(items.size)
             self._warn("%d fetches in flight: shedding", self.cfg.store.max_concurrent_fetches)
             return empty_tiers(items.size, self.z_dim)
         start = time.monotonic()
@@ -451,11 +563,12 @@ class SolarisFeatures:
             rows = {tier: response.rows(tier) for tier in TIERS}
         except Exception as exc:  # Redis or Feast failure: never into the VM
             self.breaker.record(False)
-            timeout = _is_timeout(exc)
-            self._bump(failures=1, timeouts=int(timeout))
+            elapsed = time.monotonic() - start
+            self._bump(failures=1, **{_failure_kind(exc): 1})
+            self.metrics.observe_failure(elapsed, items.size)
             self._warn(
                 "feature fetch failed after %.0f ms (%s: %s): serving zeros",
-                (time.monotonic() - start) * 1000,
+                elapsed * 1000,
                 type(exc).__name__,
                 exc,
             )
@@ -467,7 +580,23 @@ class SolarisFeatures:
         missed = ~out.mask[:, 0]
         if missed.any():
             self._log_misses(user, items[missed], int(now))
+        self.metrics.observe_fetch(time.monotonic() - start, out.mask)
         return out
+
+    def _metrics_state(self) -> ClientState:
+        """The counts and backlogs :attr:`metrics` reads at scrape and publish time."""
+        with self._stats_lock:
+            stats = self.stats.as_dict()
+            backlog = {
+                dropped: sum(not f.done() for f in queued)
+                for dropped, queued in self._pending_writes.items()
+            }
+        return ClientState(
+            stats,
+            miss_backlog=backlog["misses_dropped"],
+            request_log_backlog=backlog["requests_dropped"],
+            breaker_open=self.breaker.state != "closed",
+        )
 
     # -- the miss stream ---------------------------------------------------------------------
 
@@ -534,7 +663,8 @@ class SolarisFeatures:
                 ``int(now)``.
 
         Raises:
-            ValueError: for invalid arguments. Redis errors never raise.
+            FetchArgumentError: for invalid arguments (a ``ValueError``). Redis errors never
+                raise.
         """
         rid = _check_request_id(request_id)
         user = _check_user(user_id)
@@ -578,8 +708,11 @@ class SolarisFeatures:
         return True
 
     def close(self) -> None:
-        """Stop the stream writer (pending writes finish first) and close its client."""
+        """Stop the stream writer (pending writes finish first), publish the last metrics
+        window, and close the client."""
+        self.metrics.stop()
         self._miss_pool.shutdown(wait=True)
+        self.metrics.publish()
         if self._miss_client is not None:
             self._miss_client.close()
 

@@ -6,7 +6,12 @@ import numpy as np
 import pandas as pd
 
 from solaris.namespace import Namespace
-from solaris.orchestration.candidates import PSEUDO_REQUEST_BASE, ledger_cache, with_misses
+from solaris.orchestration.candidates import (
+    PSEUDO_REQUEST_BASE,
+    code_age,
+    ledger_cache,
+    with_misses,
+)
 from solaris.orchestration.layout import CycleLayout, Interval
 from solaris.orchestration.resources import write_parquet
 
@@ -96,3 +101,18 @@ def test_a_replay_also_waits_for_the_clustering_due_between_two_intervals(
     assert enrichment_published(cluster, None, None)  # clustering may run now ...
     write_run_record(layout, "solaris_clustering", f"{midnight:011d}-unn", {})
     assert previous_published(replay, None, None)  # ... and the next interval after it
+
+
+def test_code_age_counts_only_codes_that_could_still_serve_the_interval(tmp_path) -> None:
+    layout = CycleLayout(Namespace("t", tmp_path, tmp_path))
+    ttl_s, step = 6 * 3600, 900
+    live = Interval(1_800_000_000, 1_800_000_000 + step)
+    assert code_age(layout, live, ttl_s) is None  # before the first codes
+    old = Interval(891_000_000, 891_000_000 + step)  # a 1998 window run in this namespace
+    layout.embeddings_done(old).parent.mkdir(parents=True)
+    layout.embeddings_done(old).touch()
+    assert code_age(layout, live, ttl_s) is None  # not 30 years "old": expired, not served
+    previous = Interval(live.start - step, live.start)
+    layout.embeddings_done(previous).parent.mkdir(parents=True)
+    layout.embeddings_done(previous).touch()
+    assert code_age(layout, live, ttl_s) == step

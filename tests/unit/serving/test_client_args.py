@@ -1,5 +1,6 @@
-"""Argument checks of ``SolarisFeatures.fetch`` (only bad arguments raise, as ValueError) and
-the serving connection string's socket timeouts."""
+"""Argument checks of ``SolarisFeatures.fetch`` and ``log_request`` (only bad arguments raise,
+as ``FetchArgumentError``: a SolarisError and a ValueError, naming the index of a list's bad
+element) and the serving connection string's socket timeouts."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import time
 import numpy as np
 import pytest
 
+from solaris.errors import SolarisError
 from solaris.serving.client import (
+    FetchArgumentError,
     _check_items,
     _check_now,
+    _check_request_id,
+    _check_scores,
     _check_user,
     serving_connection_string,
 )
@@ -157,6 +162,94 @@ def test_check_items_rejects_anything_but_integers_in_int64_up_to_the_cap(
 def test_check_items_accepts_an_object_array_of_small_integers() -> None:
     items = np.array([1, 2, 3], dtype=object)  # e.g. a pandas object column's values
     np.testing.assert_array_equal(_check_items(items, CAP), [1, 2, 3])
+
+
+def test_check_items_accepts_an_object_array_of_numpy_integers_as_int64() -> None:
+    out = _check_items(np.array([np.int64(3), np.uint8(4), 5], dtype=object), CAP)
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, [3, 4, 5])
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        ([10, 11, -12], r"item_ids must be >= 0, got -12 at index 2"),
+        (np.array([0, -1, -2], np.int64), r"item_ids must be >= 0, got -1 at index 1"),
+        (np.array([3, -1], np.int8), r"item_ids must be >= 0, got -1 at index 1"),
+        ([1.0, -1.0], r"item_ids must be >= 0, got -1\.0 at index 1"),
+        (
+            np.array([1, 2**63 + 5], np.uint64),
+            r"item_ids hold integers outside int64, got 9223372036854775813 at index 1",
+        ),
+        ([1.0, 2.0, 2.5], r"item_ids must be whole numbers below 2\*\*53, got 2\.5 at index 2"),
+        ([1.0, float(2**53)], r"whole numbers below 2\*\*53, got 9007199254740992\.0 at index 1"),
+        ([1.0, float("inf")], r"item_ids contain NaN or inf \(inf at index 1\)"),
+        ([1, None], r"item_ids must be integers, got None at index 1"),
+        (np.array([4, True], dtype=object), r"item_ids must be integers, got True at index 1"),
+        (np.array([4, 1.0], dtype=object), r"item_ids must be integers, got 1\.0 at index 1"),
+        (
+            [5, 2**70, -1],
+            r"item_ids hold integers outside int64, got 1180591620717411303424 at index 1",
+        ),
+        (np.array([5, -3], dtype=object), r"item_ids must be >= 0, got -3 at index 1"),
+    ],
+    ids=[
+        "negative-list",
+        "negative-int64",
+        "negative-int8",
+        "negative-float",
+        "beyond-int64-uint64",
+        "fraction",
+        "float-at-2-pow-53",
+        "inf",
+        "none",
+        "bool-in-object-array",
+        "float-in-object-array",
+        "huge-python-int",
+        "negative-in-object-array",
+    ],
+)
+def test_check_items_names_the_index_of_the_first_bad_element(items: object, message: str) -> None:
+    with pytest.raises(FetchArgumentError, match=message):
+        _check_items(items, CAP)  # type: ignore[arg-type]
+
+
+def test_check_items_refuses_ragged_nesting_as_an_argument_error() -> None:
+    with pytest.raises(FetchArgumentError, match="item_ids must be a sequence of numbers"):
+        _check_items([[1, 2], [3]], CAP)  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda: _check_user(-1),
+        lambda: _check_items([1, -1], CAP),
+        lambda: _check_now(1e20),
+        lambda: _check_request_id(True),
+        lambda: _check_scores([0.5, float("nan")], 2),
+    ],
+    ids=["user", "items", "now", "request-id", "scores"],
+)
+def test_every_argument_check_raises_a_solaris_error_that_is_a_value_error(check) -> None:
+    with pytest.raises(FetchArgumentError) as caught:
+        check()
+    assert isinstance(caught.value, SolarisError) and isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("scores", "message"),
+    [
+        ([0.5, 0.1, float("nan")], r"scores contain NaN or inf \(as float32\), got nan at index 2"),
+        ([0.5, 1e39, 0.1], r"scores contain NaN or inf \(as float32\), got 1e\+39 at index 1"),
+        ([[0.5], [0.1, 0.2], [0.3]], r"scores must be a sequence of numbers"),
+    ],
+    ids=["nan", "beyond-float32", "ragged"],
+)
+def test_check_scores_names_the_index_of_the_first_non_finite_score(
+    scores: object, message: str
+) -> None:
+    with pytest.raises(FetchArgumentError, match=message):
+        _check_scores(scores, 3)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------

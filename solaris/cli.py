@@ -1,15 +1,50 @@
-"""The ``solaris`` command. Each command builds the config once and calls into the library."""
+"""The ``solaris`` command. Each command builds the config once and calls into the library.
+
+Bad arguments are usage errors (exit 2) that name the option; any other error SOLARIS raises
+on purpose (:class:`~solaris.errors.SolarisError`: a bad setting, a missing input) is one
+``Error: ...`` line on stderr and exit 1, never a traceback. Arguments are checked before
+anything is read or written.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from solaris.config import SolarisConfig
+from solaris.errors import SolarisError
+from solaris.namespace import NAME_PATTERN
+
+__all__ = [
+    "cycle_command",
+    "data_fetch",
+    "data_synth",
+    "demo",
+    "fit_autoencoder_command",
+    "namespace_reset",
+    "replay_command",
+    "report_command",
+]
+
+
+class _SolarisGroup(TyperGroup):
+    """The top-level command group: a :class:`SolarisError` from any command becomes its
+    message on stderr and exit status 1."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SolarisError as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(1) from None
+
 
 app = typer.Typer(
+    cls=_SolarisGroup,
     help="SOLARIS: FM embeddings precomputed for a vertical recommender.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -20,12 +55,26 @@ namespace_app = typer.Typer(help="The namespaces the cycle runs in.", no_args_is
 app.add_typer(namespace_app, name="namespace")
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config (else $SOLARIS_CONFIG)")
+    Path | None,
+    typer.Option(
+        "--config", "-c", exists=True, dir_okay=False, help="YAML config (else $SOLARIS_CONFIG)"
+    ),
 ]
 
 
 def _config(path: Path | None, **overrides: object):
     return SolarisConfig.load(path, **overrides)
+
+
+def _namespace_arg(value: str, hint: str) -> str:
+    """``value`` when it is a namespace name; a usage error naming ``hint`` otherwise."""
+    if not re.match(NAME_PATTERN, value):
+        raise typer.BadParameter(
+            f"{value!r} is not a namespace name: lower-case letters, digits and '_', "
+            "starting with a letter, at most 40",
+            param_hint=hint,
+        )
+    return value
 
 
 @data_app.command("fetch")
@@ -49,9 +98,15 @@ def data_synth(
     seed: int = 0,
 ) -> None:
     """Write a seeded synthetic candidate log (Zipf items, heavy-tailed users) for scale tests."""
+    for value, hint in ((pairs, "--pairs"), (users, "--users"), (items, "--items")):
+        if value < 1:
+            raise typer.BadParameter(f"must be a positive integer, got {value}", param_hint=hint)
     from solaris.data.synthetic import SyntheticSpec, write_synthetic
 
-    spec = SyntheticSpec(n_pairs=pairs, n_users=users, n_items=items, seed=seed)
+    try:
+        spec = SyntheticSpec(n_pairs=pairs, n_users=users, n_items=items, seed=seed)
+    except ValueError as exc:  # the spec's own limits (e.g. n_items within int32)
+        raise typer.BadParameter(str(exc)) from None
     rows = write_synthetic(spec, out)
     typer.echo(f"wrote {rows:,} candidate rows to {out}")
 
@@ -67,6 +122,7 @@ def demo(
     ] = "demo",
 ) -> None:
     """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures."""
+    _namespace_arg(namespace, "--namespace")
     from solaris.examples.movielens.demo import run_demo
 
     run_demo(_config(config, namespace=namespace), airflow=airflow, echo=typer.echo)
@@ -89,16 +145,19 @@ def cycle_command(
     (dag.test), as `make demo` does: cycle.demo_days from --start at
     cycle.demo_cadence_minutes, in a replay namespace whose earlier state is reset; prints
     the figures. Refuses the live namespace."""
+    eval_from = _epoch_option(start, "--start")
+    if namespace is not None:
+        _namespace_arg(namespace, "--namespace")
+    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
+    _refuse_live(cfg.namespace, "replay into")
     from solaris.local.demo import run_airflow_stage
     from solaris.namespace import Namespace
     from solaris.pipeline.codes import read_manifest
 
-    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
-    _refuse_live(cfg.namespace, "replay into")
     manifest = read_manifest(Namespace.of(cfg).models_dir)
     run_airflow_stage(
         cfg,
-        eval_from=_epoch_option(start, "--start"),
+        eval_from=eval_from,
         fm_version=manifest.fm_version,
         echo=typer.echo,
     )
@@ -112,9 +171,7 @@ def namespace_reset(
 ) -> None:
     """Delete one namespace's state: its Redis keys and streams (<name>:*), its cycle folder
     and its offline parquet. Other namespaces are not touched."""
-    from solaris.namespace import Namespace
-    from solaris.orchestration.resources import cycle_redis, reset_namespace
-
+    _namespace_arg(name, "NAME")
     if name == "live" and not force:
         raise typer.BadParameter(
             "the live namespace holds the live cycle's state and serving's undrained request "
@@ -122,6 +179,9 @@ def namespace_reset(
             param_hint="NAME",
         )
     cfg = _config(config, namespace=name)
+    from solaris.namespace import Namespace
+    from solaris.orchestration.resources import cycle_redis, reset_namespace
+
     reset_namespace(cfg, cycle_redis(cfg))
     typer.echo(f"reset {Namespace.of(cfg).describe()}")
 
@@ -137,11 +197,14 @@ def fit_autoencoder_command(
 ) -> None:
     """Train the autoencoder h -> z on your FM (model.foundation), from the pairs of your
     traffic (requests.source) in [start, end); writes it and codes.json to the models folder."""
+    first, last = _epoch_option(start, "--start"), _epoch_option(end, "--end")
+    if last <= first:
+        raise typer.BadParameter(f"{end!r} is not after --start {start!r}", param_hint="--end")
+    if max_pairs < 1:
+        raise typer.BadParameter(f"must be >= 1, got {max_pairs}", param_hint="--max-pairs")
     from solaris.pipeline.codes import fit_autoencoder_from_traffic
 
-    manifest, mse = fit_autoencoder_from_traffic(
-        _config(config), _epoch_option(start, "--start"), _epoch_option(end, "--end"), max_pairs
-    )
+    manifest, mse = fit_autoencoder_from_traffic(_config(config), first, last, max_pairs)
     typer.echo(
         f"autoencoder for FM {manifest.fm}: fm_version {manifest.fm_version} "
         f"(h {manifest.shared_dim} -> z {manifest.z_dim}, reconstruction MSE {mse:.4f})"
@@ -169,6 +232,9 @@ def _epoch_option(value: str, name: str) -> int:
     return int(moment.timestamp())
 
 
+_SELECTORS = ("verifier", "random", "oracle")
+
+
 @app.command("replay")
 def replay_command(
     config: ConfigOption = None,
@@ -181,13 +247,27 @@ def replay_command(
 
     Needs the artifacts of a previous `solaris demo` (request log and models).
     """
-    from solaris.examples.movielens.replay import replay_from_artifacts
+    from pydantic import ValidationError
 
+    if selector not in _SELECTORS:
+        raise typer.BadParameter(
+            f"{selector!r} is not one of {', '.join(_SELECTORS)}", param_hint="--selector"
+        )
     cfg = _config(config)
     overrides = {"share": share, "ttl_hours": ttl_hours, "cadence_minutes": cadence_minutes}
     given = {k: v for k, v in overrides.items() if v is not None}
     # Validated like the config file would be, before any data is loaded.
-    selection = type(cfg.selection).model_validate({**cfg.selection.model_dump(), **given})
+    try:
+        selection = type(cfg.selection).model_validate({**cfg.selection.model_dump(), **given})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = str(error["loc"][0]) if error["loc"] else "share"
+        raise typer.BadParameter(
+            f"{error['msg']} (got {error.get('input')!r})",
+            param_hint="--" + name.replace("_", "-"),
+        ) from None
+    from solaris.examples.movielens.replay import replay_from_artifacts
+
     result = replay_from_artifacts(cfg, selection, selector)
     typer.echo(
         f"{selector}: native pair coverage {result.coverage:.1%} "
@@ -207,10 +287,16 @@ def report_command(
     out: Annotated[Path, typer.Option(help="folder of the report and its plots")] = Path("reports"),
 ) -> None:
     """Reproduce the paper's tables on the MovieLens-100K replay -> reports/solaris_report.md."""
+    try:
+        parsed = tuple(int(s) for s in seeds.split(",") if s.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{seeds!r} is not a comma-separated list of integers", param_hint="--seeds"
+        ) from None
     from solaris.examples.movielens.report.run import run_report
     from solaris.examples.movielens.report.settings import ReportSettings
 
-    settings = ReportSettings(seeds=tuple(int(s) for s in seeds.split(",") if s.strip()))
+    settings = ReportSettings(seeds=parsed)
     run_report(_config(config), settings, out_dir=out, echo=typer.echo)
 
 

@@ -6,14 +6,22 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
 
     SolarisError
     ├── ConfigError            (ValueError)    solaris.config: a bad setting, file or variable
+    ├── ConnectionStringError  (ValueError)    solaris.store.connection: a bad Redis string
     ├── SchemaError            (ValueError)    solaris.data.schemas: a table breaks its contract
+    ├── SelectionError         (ValueError)    solaris.pipeline.select: bad selection input
+    ├── NeighborsError         (ValueError)    solaris.pipeline.neighbors: bad neighbour input
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
     ├── CodesError             (RuntimeError)  solaris.pipeline.codes: autoencoder artifacts
+    ├── CheckpointError        (ValueError)    solaris.models.training: a checkpoint refused
+    ├── ArtifactPathError      (ValueError)    solaris.files: a path leaving the artifacts root
     ├── AdapterError           (RuntimeError)  solaris.adapters: a user's model or traffic
     ├── InvalidWriteError      (ValueError)    solaris.store.contract: a bad online write
     ├── ViewDefinitionError    (ValueError)    solaris.store.online: a view the store rejects
+    ├── FeatureRequestError    (ValueError)    solaris.store.online: a bad online read
+    ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments
     ├── FeatureStoreError      (RuntimeError)  solaris.store.feast_store: Feast/Redis failures
-    └── AirflowRunError        (RuntimeError)  solaris.local.airflow: a local DAG run failed
+    ├── AirflowRunError        (RuntimeError)  solaris.local.airflow: a local DAG run failed
+    └── MovieLensFormatError, DataFetchError   solaris.examples.movielens: the example's data
 
 Each class is defined beside the code that raises it; this module holds only the root and
 the configuration error (raised by :meth:`solaris.config.SolarisConfig.load`).

@@ -4,11 +4,12 @@ Times in ``requests`` and ``candidates`` are epoch seconds (int64, UTC); ``compu
 ``pair_embeddings`` is a UTC timestamp because it becomes the Feast event timestamp.
 
 Besides the schemas, this module enforces them: ``validate_*`` / :func:`validate` check a
-``pyarrow.Table`` (columns, types, nulls, id signs, embedding shape and finiteness, ``ts``
-order, no rows after ``as_of``) and return it with exactly the schema's columns and types;
-:func:`read_table` and :func:`write_table` do the same around parquet files. Every broken rule
-raises :class:`SchemaError` naming the source, the column and the problem. All checks are
-vectorised ``pyarrow.compute`` calls because these tables reach 10^7 rows.
+``pyarrow.Table`` (columns, types, nulls, id signs, embedding shape and finiteness, times in
+``[0, MAX_EPOCH_S)`` epoch seconds, ``ts`` order, no rows after ``as_of``) and return it
+with exactly the schema's columns and types; :func:`read_table` and :func:`write_table` do
+the same around parquet files. Every broken rule raises :class:`SchemaError` naming the
+source, the column and the problem. All checks are vectorised ``pyarrow.compute`` calls
+because these tables reach 10^7 rows.
 """
 
 from __future__ import annotations
@@ -26,9 +27,27 @@ import pyarrow.parquet as pq
 
 from solaris.errors import SolarisError
 from solaris.files import atomic_write
+from solaris.store.contract import MAX_EPOCH_S
 
 if TYPE_CHECKING:
     import pandas as pd
+
+__all__ = [
+    "CANDIDATES_SCHEMA",
+    "REQUESTS_SCHEMA",
+    "REQUEST_LOG_SCHEMA",
+    "SchemaError",
+    "pair_codes",
+    "pair_embeddings_schema",
+    "read_table",
+    "request_log_frame",
+    "validate",
+    "validate_candidates",
+    "validate_pair_embeddings",
+    "validate_request_log",
+    "validate_requests",
+    "write_table",
+]
 
 REQUESTS_SCHEMA = pa.schema(
     [
@@ -170,6 +189,22 @@ def _check_non_negative(col: pa.ChunkedArray, name: str, source: str) -> None:
         )
 
 
+def _check_epoch_range(col: pa.ChunkedArray, name: str, source: str, per_second: int = 1) -> None:
+    """Times (``per_second`` ticks a second) must be epoch seconds in ``[0, MAX_EPOCH_S)``:
+    a negative value is a sentinel or an overflow, a larger one milliseconds, not seconds."""
+    ticks = col if pa.types.is_integer(col.type) else col.cast(pa.int64())
+    outside = pc.or_(pc.less(ticks, 0), pc.greater_equal(ticks, MAX_EPOCH_S * per_second))
+    n_out = _count_true(outside)
+    if n_out:
+        first = _first_true(outside)
+        raise SchemaError(
+            source,
+            name,
+            f"{n_out} times outside [0, {MAX_EPOCH_S:.0e}) epoch seconds, i.e. before 1970 or "
+            f"in milliseconds (first at row {first}: {col[first].as_py()})",
+        )
+
+
 def _check_sorted(col: pa.ChunkedArray, name: str, source: str) -> None:
     # Compare each row with its predecessor; nulls were rejected before so the mask has none.
     n = len(col)
@@ -276,6 +311,7 @@ def _validate_label(col: pa.ChunkedArray, field: pa.Field, source: str) -> pa.Ch
 
 
 def _check_time_column(col: pa.ChunkedArray, name: str, source: str, as_of: int | None) -> None:
+    _check_epoch_range(col, name, source)
     _check_sorted(col, name, source)
     if as_of is not None:
         _check_not_after(col, pa.scalar(as_of, pa.int64()), as_of, name, source)
@@ -434,6 +470,7 @@ def _validate_computed_at(col: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
                 source, name, f"values out of range for {_COMPUTED_AT_TYPE}: {exc}"
             ) from None
     _check_no_nulls(col, name, source)
+    _check_epoch_range(col, name, source, per_second=1_000_000)
     return col
 
 

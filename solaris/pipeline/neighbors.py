@@ -12,6 +12,8 @@ Two steps of the enrichment pipeline (DESIGN §1, §4):
 
 Like :mod:`solaris.pipeline.aggregate`, every code is used float16-rounded (the values the
 ``pair`` view serves), and everything is vectorised: merges, sorts and segment reductions.
+Bad input raises :class:`NeighborsError` naming the argument and the first bad id or row; the
+checks are vectorised too, and the row is looked up only once a check has failed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import pandas as pd
 from sklearn.neighbors import NearestNeighbors
 
+from solaris.errors import SolarisError
 from solaris.pipeline.aggregate import (
     _as_int,
     _check_version,
@@ -43,7 +46,23 @@ from solaris.store.contract import (
     Z_TOP1,
 )
 
-__all__ = ["nearest_users", "neighbour_fill", "user_embeddings"]
+__all__ = ["NeighborsError", "nearest_users", "neighbour_fill", "user_embeddings"]
+
+
+class NeighborsError(SolarisError, ValueError):
+    """Input the neighbour tier cannot use: the message names the argument (``user_ids``,
+    ``emb``, ``neighbors``, ``targets``) and the first bad id or row."""
+
+
+def _first_repeat(values: np.ndarray | pd.Series) -> tuple[int, int] | None:
+    """``(row, first_row)``: the first row of ``values`` that repeats an earlier one, and that
+    earlier row; ``None`` when all differ. A hash pass, no Python loop over the rows."""
+    dup = pd.Series(values, copy=False).duplicated().to_numpy()
+    if not dup.any():
+        return None
+    arr = np.asarray(values)
+    row = int(np.argmax(dup))
+    return row, int(np.argmax(arr == arr[row]))
 
 
 def user_embeddings(
@@ -105,22 +124,30 @@ def nearest_users(user_ids: np.ndarray, emb: np.ndarray, k: int) -> pd.DataFrame
     ids = np.asarray(user_ids)
     x = np.asarray(emb)
     if ids.ndim != 1:
-        raise ValueError(f"user_ids must be 1-D, got ndim={ids.ndim}")
+        raise NeighborsError(f"user_ids must be 1-D, got ndim={ids.ndim}")
     if not np.issubdtype(ids.dtype, np.integer) and len(ids):
-        raise ValueError(f"user_ids must be integers, got dtype {ids.dtype}")
+        raise NeighborsError(f"user_ids must be integers, got dtype {ids.dtype}")
     if x.ndim != 2:
-        raise ValueError(f"emb must be a 2-D array [U, d], got ndim={x.ndim}")
+        raise NeighborsError(f"emb must be a 2-D array [U, d], got ndim={x.ndim}")
     if x.shape[0] != len(ids):
-        raise ValueError(f"emb has {x.shape[0]} rows but user_ids has {len(ids)}")
+        raise NeighborsError(f"emb has {x.shape[0]} rows but user_ids has {len(ids)}")
     if not np.issubdtype(x.dtype, np.floating):
-        raise ValueError(f"emb must be a floating array, got dtype {x.dtype}")
-    if not np.isfinite(x).all():
-        raise ValueError("emb contains NaN or ±inf")
+        raise NeighborsError(f"emb must be a floating array, got dtype {x.dtype}")
+    finite = np.isfinite(x).all(axis=1)
+    if not finite.all():
+        row = int(np.argmin(finite))
+        raise NeighborsError(
+            f"emb contains NaN or ±inf at row {row} (user_id {int(ids[row])}): {x[row].tolist()}"
+        )
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise NeighborsError(f"k must be a positive integer, got {k!r}")
     ids = ids.astype(np.int64)
-    if len(np.unique(ids)) != len(ids):
-        raise ValueError("user_ids contains duplicates")
+    repeat = _first_repeat(ids)
+    if repeat is not None:
+        row, first = repeat
+        raise NeighborsError(
+            f"user_ids contains duplicates: {int(ids[row])} at row {row} repeats row {first}"
+        )
 
     n = len(ids)
     nbr_ids = _cells(np.zeros((n, 0), dtype=np.int64))
@@ -154,19 +181,28 @@ def nearest_users(user_ids: np.ndarray, emb: np.ndarray, k: int) -> pd.DataFrame
 def _explode_neighbors(neighbors: pd.DataFrame, users: np.ndarray) -> pd.DataFrame:
     """Edges ``(user_id, nbr_user, similarity)`` of the users in ``users``, self-edges removed."""
     if not isinstance(neighbors, pd.DataFrame):
-        raise ValueError(f"neighbors must be a DataFrame, got {type(neighbors).__name__}")
+        raise NeighborsError(f"neighbors must be a DataFrame, got {type(neighbors).__name__}")
     missing = [c for c in ("user_id", "nbr_ids", "nbr_sims") if c not in neighbors.columns]
     if missing:
-        raise ValueError(f"neighbors is missing columns {missing}")
-    if neighbors["user_id"].duplicated().any():
-        raise ValueError("neighbors has several rows for one user_id")
+        raise NeighborsError(f"neighbors is missing columns {missing}")
+    repeat = _first_repeat(neighbors["user_id"])
+    if repeat is not None:
+        row, first = repeat
+        user = neighbors["user_id"].iat[row]
+        raise NeighborsError(
+            f"neighbors has several rows for user_id {user}: row {row} repeats row {first}"
+        )
     nb = neighbors[neighbors["user_id"].isin(users)]
     ids_col = nb["nbr_ids"].to_list()
     sims_col = nb["nbr_sims"].to_list()
     lens = np.fromiter((len(v) for v in ids_col), dtype=np.int64, count=len(ids_col))
     slens = np.fromiter((len(v) for v in sims_col), dtype=np.int64, count=len(sims_col))
     if not np.array_equal(lens, slens):
-        raise ValueError("neighbors.nbr_ids and nbr_sims differ in length for some users")
+        at = int(np.argmax(lens != slens))
+        raise NeighborsError(
+            f"neighbors.nbr_ids and nbr_sims differ in length for user_id "
+            f"{nb['user_id'].iat[at]} ({lens[at]} ids, {slens[at]} similarities)"
+        )
     if lens.sum() == 0:
         return pd.DataFrame(
             {
@@ -177,8 +213,10 @@ def _explode_neighbors(neighbors: pd.DataFrame, users: np.ndarray) -> pd.DataFra
         )
     flat_ids = np.concatenate([np.asarray(v, dtype=np.int64) for v in ids_col])
     flat_sims = np.concatenate([np.asarray(v, dtype=np.float32) for v in sims_col])
-    if np.isnan(flat_sims).any():
-        raise ValueError("neighbors.nbr_sims contains NaN")
+    nan = np.isnan(flat_sims)
+    if nan.any():
+        at = int(np.searchsorted(np.cumsum(lens), int(np.argmax(nan)), side="right"))
+        raise NeighborsError(f"neighbors.nbr_sims contains NaN for user_id {nb['user_id'].iat[at]}")
     edges = pd.DataFrame(
         {
             "user_id": np.repeat(nb["user_id"].to_numpy(np.int64), lens),
@@ -222,13 +260,13 @@ def neighbour_fill(
     ``fm_version``, ``event_ts`` (UTC ``as_of``); sorted by (user_id, item_id).
     """
     if not isinstance(targets, pd.DataFrame):
-        raise ValueError(f"targets must be a DataFrame, got {type(targets).__name__}")
+        raise NeighborsError(f"targets must be a DataFrame, got {type(targets).__name__}")
     missing = [c for c in ("user_id", "item_id") if c not in targets.columns]
     if missing:
-        raise ValueError(f"targets is missing columns {missing}")
+        raise NeighborsError(f"targets is missing columns {missing}")
     for c in ("user_id", "item_id"):
         if not pd.api.types.is_integer_dtype(targets[c]):
-            raise ValueError(f"targets.{c} must be an integer column, got {targets[c].dtype}")
+            raise NeighborsError(f"targets.{c} must be an integer column, got {targets[c].dtype}")
     ttl_seconds = _as_int("ttl_seconds", ttl_seconds, positive=True)
     as_of = _as_int("as_of", as_of)
     fm_version = _check_version(fm_version)

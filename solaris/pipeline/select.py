@@ -8,30 +8,57 @@ selector spend its budget on new pairs instead of re-picking the same ones every
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import pandas as pd
 
+from solaris.errors import SolarisError
+
+__all__ = [
+    "PAIR_KEY_SHIFT",
+    "SelectionError",
+    "pair_keys",
+    "request_budget",
+    "select_candidates",
+    "select_mask",
+]
+
 PAIR_KEY_SHIFT = 32  # pair key = user_id << 32 | item_id
+_CANDIDATE_COLUMNS = ("request_id", "user_id", "item_id", "ts")
+_CACHE_COLUMNS = ("user_id", "item_id", "expires_at")
 
 
-def pair_keys(user_id: np.ndarray, item_id: np.ndarray) -> np.ndarray:
-    """One int64 per (user, item); ids must be in [0, 2**31) (a ``ValueError`` names the
-    first one that is not: larger ids would collide)."""
+class SelectionError(SolarisError, ValueError):
+    """Candidates, scores, cache rows or a share that selection cannot use. The message
+    names the input, its column and the first offending row; nothing was selected."""
+
+
+def pair_keys(user_id: np.ndarray, item_id: np.ndarray, *, source: str = "") -> np.ndarray:
+    """One int64 per (user, item); ids must be in [0, 2**31) (a :class:`SelectionError`
+    names the first one that is not, and its row: larger ids would collide). ``source``
+    (e.g. ``"candidates"``) prefixes the message."""
     users, items = np.asarray(user_id, np.int64), np.asarray(item_id, np.int64)
     for name, ids in (("user_id", users), ("item_id", items)):
         bad = (ids < 0) | (ids >= 1 << 31)
         if bad.any():
-            raise ValueError(
-                f"{name} {int(ids[np.argmax(bad)])} is outside [0, 2**31): selection keys a "
-                "pair by both ids in 64 bits (map larger ids into 31 bits)"
+            row = int(np.argmax(bad))
+            raise SelectionError(
+                f"{source + ': ' if source else ''}{name} {int(ids[row])} is outside "
+                f"[0, 2**31) (first at row {row}): selection keys a pair by both ids in "
+                "64 bits (map larger ids into 31 bits)"
             )
     return (users << PAIR_KEY_SHIFT) | items
 
 
 def request_budget(n_candidates: np.ndarray, share: float) -> np.ndarray:
     """Pairs each request may select: ``ceil(share * n)``, so every request gets at least one."""
-    if not 0 < share <= 1:
-        raise ValueError(f"selection share must be in (0, 1], got {share}")
+    if (
+        isinstance(share, bool)
+        or not isinstance(share, numbers.Real)
+        or not 0 < share <= 1  # NaN fails too
+    ):
+        raise SelectionError(f"selection share must be in (0, 1], got {share!r}")
     return np.ceil(np.asarray(n_candidates) * share - 1e-9).astype(np.int64)
 
 
@@ -103,6 +130,67 @@ def _epoch_seconds(column: pd.Series) -> np.ndarray:
     )
 
 
+def _check_columns(frame: object, columns: tuple[str, ...], source: str) -> pd.DataFrame:
+    if not isinstance(frame, pd.DataFrame):
+        raise SelectionError(f"{source}: expected a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise SelectionError(
+            f"{source}: missing columns {missing}; columns present: {list(frame.columns)}"
+        )
+    return frame
+
+
+def _check_integers(frame: pd.DataFrame, columns: tuple[str, ...], source: str) -> None:
+    """Integer columns without nulls (ids and epoch seconds)."""
+    for name in columns:
+        column = frame[name]
+        if pd.api.types.is_bool_dtype(column) or not pd.api.types.is_integer_dtype(column):
+            raise SelectionError(f"{source}: column '{name}' must be integers, got {column.dtype}")
+        if column.hasnans:  # a nullable Int64 column with <NA>
+            row = int(np.flatnonzero(column.isna().to_numpy())[0])
+            raise SelectionError(f"{source}: column '{name}' is null at row {row}")
+
+
+def _check_requests(candidates: pd.DataFrame, source: str) -> None:
+    """Each ``request_id`` is one request: one user at one time. A reused id would merge
+    two requests' budgets and rank one of them at the other's time."""
+    rid = candidates["request_id"].to_numpy(np.int64)
+    order = np.argsort(rid, kind="stable")
+    same = rid[order][1:] == rid[order][:-1]
+    for name in ("user_id", "ts"):
+        values = candidates[name].to_numpy(np.int64)[order]
+        clash = same & (values[1:] != values[:-1])
+        if clash.any():
+            k = int(np.argmax(clash))
+            row, first = int(order[k + 1]), int(order[k])
+            raise SelectionError(
+                f"{source}: request_id {int(rid[row])} has rows of different {name} "
+                f"(row {first}: {values[k]}, row {row}: {values[k + 1]}); a request is one "
+                "user at one time"
+            )
+
+
+def _check_scores(scores: object, n: int) -> np.ndarray:
+    scores = np.asarray(scores)
+    if scores.ndim != 1 or len(scores) != n:
+        raise SelectionError(
+            f"scores: {scores.size} values (shape {scores.shape}) for {n} candidates; "
+            "one score per candidate row"
+        )
+    if scores.dtype == np.bool_ or not (
+        np.issubdtype(scores.dtype, np.floating) or np.issubdtype(scores.dtype, np.integer)
+    ):
+        raise SelectionError(f"scores: must be numbers, got dtype {scores.dtype}")
+    nan = np.isnan(scores.astype(np.float64, copy=False))
+    if nan.any():
+        raise SelectionError(
+            f"scores: {int(nan.sum())} NaN (first at row {int(np.argmax(nan))}); a verifier "
+            "without a score for a row gives it -inf"
+        )
+    return scores
+
+
 def select_candidates(
     candidates: pd.DataFrame,
     scores: np.ndarray,
@@ -123,16 +211,31 @@ def select_candidates(
 
     Returns:
         The selected rows of ``candidates`` (original columns plus ``score``), in input order.
+
+    Raises:
+        SelectionError: a missing or non-integer column, an id outside ``[0, 2**31)``, a
+            ``request_id`` with rows of several users or times, scores that are not one
+            number per row or are NaN, a share outside ``(0, 1]``; the message names the
+            input, the column and the first offending row.
     """
-    scores = np.asarray(scores)
-    if len(scores) != len(candidates):
-        raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
+    _check_columns(candidates, _CANDIDATE_COLUMNS, "candidates")
+    _check_integers(candidates, _CANDIDATE_COLUMNS, "candidates")
+    scores = _check_scores(scores, len(candidates))
+    request_budget(np.zeros(0), share)  # the share is checked before any work
+    keys = pair_keys(
+        candidates["user_id"].to_numpy(), candidates["item_id"].to_numpy(), source="candidates"
+    )
+    _check_requests(candidates, "candidates")
     skip = np.zeros(len(candidates), dtype=bool)
+    if cache is not None:
+        _check_columns(cache, _CACHE_COLUMNS, "cache")
     if cache is not None and len(cache):
-        keys = pair_keys(candidates["user_id"].to_numpy(), candidates["item_id"].to_numpy())
+        _check_integers(cache, _CACHE_COLUMNS[:2], "cache")
         expiry = pd.Series(
             _epoch_seconds(cache["expires_at"]),
-            index=pair_keys(cache["user_id"].to_numpy(), cache["item_id"].to_numpy()),
+            index=pair_keys(
+                cache["user_id"].to_numpy(), cache["item_id"].to_numpy(), source="cache"
+            ),
         )
         expiry = expiry.groupby(level=0).max()
         expires_at = expiry.reindex(keys).to_numpy(dtype=np.float64, na_value=-np.inf)

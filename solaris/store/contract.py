@@ -184,18 +184,47 @@ class ViewParams:
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str], retention_s: int, view: str) -> ViewParams:
-        """Back from :meth:`tags` (and ``FeatureView.ttl`` for the retention)."""
+        """Back from :meth:`tags` (and ``FeatureView.ttl`` for the retention).
+
+        :class:`InvalidWriteError` names the view and the tag when a tag is missing or is
+        not a positive integer, or when the retention (the view's ttl) is not positive or
+        shorter than the read TTL (keys would expire while their rows are still served).
+        """
         if tags.get("solaris.layout") != str(LAYOUT_VERSION):
             raise InvalidWriteError(
                 f"view {view!r} was not defined for SOLARIS layout {LAYOUT_VERSION} "
                 f"(tag solaris.layout={tags.get('solaris.layout')!r}): build it with "
                 "feature_repo/solaris_features.py and run feast apply"
             )
-        return cls(
-            z_dim=int(tags["solaris.z_dim"]),
-            read_ttl_s=int(tags["solaris.read_ttl_s"]),
-            retention_s=int(retention_s),
-        )
+        z_dim, read_ttl_s = (_positive_tag(tags, name, view) for name in _INT_TAGS)
+        if isinstance(retention_s, bool) or not isinstance(retention_s, numbers.Integral):
+            raise InvalidWriteError(
+                f"view {view!r}: ttl must be whole seconds, got {retention_s!r}"
+            )
+        if retention_s <= 0:
+            raise InvalidWriteError(
+                f"view {view!r}: ttl (its retention) must be > 0, got {retention_s} s"
+            )
+        if read_ttl_s > retention_s:
+            raise InvalidWriteError(
+                f"view {view!r}: tag solaris.read_ttl_s={read_ttl_s} exceeds the view's ttl "
+                f"(retention) {retention_s} s: keys would expire while their rows are served"
+            )
+        return cls(z_dim=z_dim, read_ttl_s=read_ttl_s, retention_s=int(retention_s))
+
+
+_INT_TAGS = ("solaris.z_dim", "solaris.read_ttl_s")
+
+
+def _positive_tag(tags: Mapping[str, str], name: str, view: str) -> int:
+    raw = tags.get(name)
+    try:
+        value = int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value <= 0:
+        raise InvalidWriteError(f"view {view!r}: tag {name}={raw!r} must be a positive integer")
+    return value
 
 
 def _hours(value: float) -> int:

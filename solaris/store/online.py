@@ -48,6 +48,7 @@ import pandas as pd
 import pyarrow as pa
 import redis as redis_py
 from feast import Entity, FeatureService, FeatureView, utils
+from feast.errors import FeastObjectNotFoundException
 from feast.infra.online_stores.online_store import OnlineStore
 from feast.online_response import OnlineResponse
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey as EntityKeyProto
@@ -79,7 +80,12 @@ from solaris.store.contract import (
 )
 from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, row_status
 
-__all__ = ["SolarisOnlineStore", "SolarisOnlineStoreConfig", "ViewDefinitionError"]
+__all__ = [
+    "FeatureRequestError",
+    "SolarisOnlineStore",
+    "SolarisOnlineStoreConfig",
+    "ViewDefinitionError",
+]
 
 
 _US = 1_000_000
@@ -131,6 +137,12 @@ _GENERIC_NOW: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 class ViewDefinitionError(SolarisError, ValueError):
     """A feature view that this store cannot hold (not a SOLARIS view, or not as declared)."""
+
+
+class FeatureRequestError(SolarisError, ValueError):
+    """A read this store cannot answer: an unknown feature reference, or entity rows that
+    lack a join key, differ in length or hold ids or request times that are not valid. The
+    message names the reference or the entity column (and the first bad row)."""
 
 
 class SolarisOnlineStoreConfig(FeastConfigBaseModel):
@@ -196,47 +208,73 @@ def view_params(table: FeatureView) -> tuple[ViewSpec, ViewParams]:
     retention = int(table.ttl.total_seconds()) if table.ttl else 0
     try:
         params = ViewParams.from_tags(table.tags, retention, table.name)
-    except (InvalidWriteError, KeyError, ValueError) as exc:
+    except InvalidWriteError as exc:  # names the view and the tag or ttl
         raise ViewDefinitionError(f"SolarisOnlineStore: {exc}") from None
-    if retention <= 0:
-        raise ViewDefinitionError(f"SolarisOnlineStore: view {table.name!r} needs a ttl > 0")
     return spec, params
 
 
 def _int64_ids(name: str, values: Any) -> np.ndarray:
-    """Entity ids as int64; ``ValueError`` for non-integers and anything outside int64."""
+    """Entity ids as int64; :class:`FeatureRequestError` for non-integers and anything
+    outside ``[0, 2**63)`` (writes refuse negative ids, so reading one is always a bug)."""
     if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
-        return values
-    arr = np.asarray(values)
-    if arr.dtype == object:
-        try:
-            items = [v.int64_val if isinstance(v, ValueProto) else v for v in arr.tolist()]
-            arr = np.asarray(items)
-        except Exception:  # reported below as a bad type
-            pass
-    if arr.ndim != 1:
-        raise ValueError(f"entity column {name!r} must be one-dimensional, got shape {arr.shape}")
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"entity column {name!r} must hold integers, got {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > _INT64_MAX:
-        raise ValueError(f"entity column {name!r} holds ids outside int64")
-    return arr.astype(np.int64)
+        arr = values
+    else:
+        arr = np.asarray(values)
+        if arr.dtype == object:
+            try:
+                items = [v.int64_val if isinstance(v, ValueProto) else v for v in arr.tolist()]
+                arr = np.asarray(items)
+            except Exception:  # reported below as a bad type
+                pass
+        if arr.ndim != 1:
+            raise FeatureRequestError(
+                f"entity column {name!r} must be one-dimensional, got shape {arr.shape}"
+            )
+        if arr.size == 0:
+            return arr.astype(np.int64)
+        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+            raise FeatureRequestError(f"entity column {name!r} must hold integers, got {arr.dtype}")
+        if np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > _INT64_MAX:
+            row = int(np.argmax(arr > _INT64_MAX))
+            raise FeatureRequestError(
+                f"entity column {name!r} holds ids outside int64 (first at row {row})"
+            )
+        arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        row = int(np.argmax(arr < 0))
+        raise FeatureRequestError(
+            f"entity column {name!r}: ids must be >= 0, got {int(arr[row])} at row {row}"
+        )
+    return arr
 
 
 def _request_time(values: Any, n: int) -> np.ndarray:
     if values is None:
         return np.full(n, float(int(time.time())))
     if isinstance(values, int | float) and not isinstance(values, bool):
-        return np.full(n, float(epoch_seconds(values, REQUEST_TS)))
-    arr = np.asarray(values, dtype=np.float64)
+        try:
+            return np.full(n, float(epoch_seconds(values, REQUEST_TS)))
+        except ValueError as exc:
+            raise FeatureRequestError(str(exc)) from None
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise FeatureRequestError(
+            f"{REQUEST_TS!r} must be epoch seconds (numbers), got {values!r}"
+        ) from None
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
     if arr.shape != (n,):
-        raise ValueError(f"{REQUEST_TS!r} must have one value per entity row ({n})")
-    if not (np.isfinite(arr).all() and (arr >= 0).all() and (arr < MAX_EPOCH_S).all()):
-        raise ValueError(f"{REQUEST_TS!r} must be epoch seconds in [0, {MAX_EPOCH_S})")
+        raise FeatureRequestError(
+            f"{REQUEST_TS!r} must be one time or one per entity row ({n}), got shape {arr.shape}"
+        )
+    bad = ~(np.isfinite(arr) & (arr >= 0) & (arr < MAX_EPOCH_S))
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise FeatureRequestError(
+            f"{REQUEST_TS!r} must be epoch seconds in [0, {MAX_EPOCH_S:.0e}) (not "
+            f"milliseconds), got {float(arr[row])!r} at row {row}"
+        )
     return arr
 
 
@@ -411,10 +449,16 @@ class SolarisOnlineStore(OnlineStore):
         for f in spec.fields:
             columns[f.name] = []
         columns[EVENT_TS] = []
-        for entity_key, values, event_ts, _created in data:
+        for row, (entity_key, values, event_ts, _created) in enumerate(data):
+            if len(entity_key.join_keys) != len(entity_key.entity_values):
+                raise InvalidWriteError(
+                    f"view {spec.name!r}, row {row}: the entity key names "
+                    f"{len(entity_key.join_keys)} join keys {list(entity_key.join_keys)} but "
+                    f"holds {len(entity_key.entity_values)} values"
+                )
             ids = dict(zip(entity_key.join_keys, entity_key.entity_values, strict=True))
             for k in spec.join_keys:
-                columns[k].append(ids[k].int64_val if k in ids else None)
+                columns[k].append(_entity_id(spec, k, ids.get(k), row))
             for f in spec.fields:
                 proto = values.get(f.name)
                 columns[f.name].append(
@@ -490,7 +534,16 @@ class SolarisOnlineStore(OnlineStore):
             and registry.is_cache_valid()
         ):
             return cached[2]
-        context = utils._get_cached_request_context(registry, project, features, full_feature_names)
+        try:
+            context = utils._get_cached_request_context(
+                registry, project, features, full_feature_names
+            )
+        except (KeyError, FeastObjectNotFoundException) as exc:  # an unknown feature or view
+            shown = features.name if isinstance(features, FeatureService) else list(features)
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            raise FeatureRequestError(
+                f"unknown feature reference in {shown!r} (project {project!r}): {message}"
+            ) from exc
         (
             _refs,
             on_demand,
@@ -544,6 +597,8 @@ class SolarisOnlineStore(OnlineStore):
         """
         plan = self._plan(registry, project, features, full_feature_names)
         if isinstance(entity_rows, list):
+            if not entity_rows:
+                raise FeatureRequestError("entity_rows is empty: pass at least one entity row")
             entity_rows = {k: [row.get(k) for row in entity_rows] for k in entity_rows[0]}
         if plan is None or include_feature_view_version_metadata:
             return self._generic(
@@ -562,11 +617,14 @@ class SolarisOnlineStore(OnlineStore):
                 entities[key] = _int64_ids(name, values)
         missing = sorted(plan.join_keys - entities.keys())
         if missing:
-            raise ValueError(f"entity_rows lacks the join keys {missing}")
-        lengths = {len(v) for v in entities.values()}
-        if len(lengths) > 1:
-            raise ValueError(f"entity_rows columns have different lengths {sorted(lengths)}")
-        n = lengths.pop()
+            raise FeatureRequestError(
+                f"entity_rows lacks the join keys {missing} (given: {sorted(entity_rows)})"
+            )
+        lengths = {k: len(v) for k, v in entities.items()}
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{k} has {m}" for k, m in sorted(lengths.items()))
+            raise FeatureRequestError(f"entity_rows columns differ in length: {shown}")
+        n = next(iter(lengths.values()))
         now_s = _request_time(entity_rows.get(REQUEST_TS), n)
         rows = self.read(config, [(v.spec, v.params) for v in plan.views], entities, n)
         answers = [
@@ -587,7 +645,7 @@ class SolarisOnlineStore(OnlineStore):
         if given is not None:
             times = np.unique(_request_time(given, len(next(iter(rows.values()), []))))
             if len(times) > 1:
-                raise ValueError(
+                raise FeatureRequestError(
                     f"{REQUEST_TS!r} varies by row; requests that go through Feast's generic "
                     "path (on-demand views, version metadata, renamed join keys) take one "
                     "request time per call"
@@ -672,6 +730,20 @@ class SolarisOnlineStore(OnlineStore):
         return sum(
             unlink_matching(client, pattern) for pattern in keys.view_patterns(config.project, spec)
         )
+
+
+def _entity_id(spec: ViewSpec, key: str, value: ValueProto | None, row: int) -> int | None:
+    """The int64 id of one entity value of a Feast write (``None`` when absent: the null
+    check names it); any other value type is refused, never read as 0."""
+    if value is None:
+        return None
+    kind = value.WhichOneof("val")
+    if kind not in ("int64_val", "int32_val"):
+        raise InvalidWriteError(
+            f"view {spec.name!r}, column {key!r}, row {row}: entity ids must be int64, "
+            f"got {kind or 'no value'}"
+        )
+    return getattr(value, kind)
 
 
 def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, n: int):

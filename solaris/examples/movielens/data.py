@@ -1,6 +1,9 @@
 """Typed loaders for the MovieLens-100K atomic files shipped in the ``recbole`` wheel.
 
-Each loader checks the header it expects and names the file when it finds something else.
+Each loader checks the header it expects and names the file when it finds something else;
+a value that is missing, not a number or out of range is named by file, column and data row
+(0-based, header excluded). The checks are vectorised; a file is re-read as text only once
+the numeric parse has failed, to find the value that broke it.
 """
 
 from __future__ import annotations
@@ -11,12 +14,59 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING  # noqa: F401 (re-exported)
+from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING  # re-exported
 from solaris.errors import SolarisError
+
+__all__ = [
+    "LIKE_THRESHOLD",
+    "LOVE_RATING",
+    "MovieLens",
+    "MovieLensFormatError",
+    "load_items",
+    "load_kg",
+    "load_kg_links",
+    "load_ratings",
+    "load_users",
+]
+
+# "int" columns are parsed as float64: whole numbers beyond this would not be exact.
+_EXACT_FLOAT = 2**53
+# MovieLens-100K's star ratings.
+_RATINGS = (1, 5)
 
 
 class MovieLensFormatError(SolarisError, ValueError):
-    """A MovieLens file does not look like the recbole atomic format."""
+    """A MovieLens file does not look like the recbole atomic format, or holds a value that
+    is missing, not a number or out of range (the message names file, column and row)."""
+
+
+def _refuse(path: Path, frame: pd.DataFrame, column: str, bad: np.ndarray, what: str) -> None:
+    """:class:`MovieLensFormatError` naming the first row of ``column`` flagged in ``bad``
+    (a boolean mask, computed vectorised by the caller); nothing when none is flagged."""
+    if bad.any():
+        row = int(np.argmax(bad))
+        value = frame[column].iat[row]
+        shown = repr(value) if isinstance(value, str) else f"{value:g}"
+        raise MovieLensFormatError(f"{path}: column '{column}': {shown} {what} at row {row}")
+
+
+def _first_unparsable(path: Path, names: list[str], numeric: list[str]) -> None:
+    """After the numeric parse of ``path`` failed: re-read it as text and raise naming the
+    first value of the ``numeric`` columns that is not a number."""
+    text = pd.read_csv(
+        path,
+        sep="\t",
+        header=0,
+        names=names,
+        usecols=numeric,
+        dtype="string",
+        quoting=3,
+        encoding="utf-8",
+        encoding_errors="replace",
+    )
+    for column in numeric:
+        unparsable = text[column].notna() & pd.to_numeric(text[column], errors="coerce").isna()
+        _refuse(path, text, column, unparsable.to_numpy(), "is not a number")
 
 
 def _read_atomic(path: Path, expected: dict[str, str]) -> pd.DataFrame:
@@ -29,6 +79,7 @@ def _read_atomic(path: Path, expected: dict[str, str]) -> pd.DataFrame:
     missing = [c for c in expected if c not in names]
     if missing:
         raise MovieLensFormatError(f"{path}: missing columns {missing}; header is {header}")
+    numeric = [c for c, t in expected.items() if t != "str"]
     try:
         frame = pd.read_csv(
             path,
@@ -42,20 +93,35 @@ def _read_atomic(path: Path, expected: dict[str, str]) -> pd.DataFrame:
             encoding_errors="replace",
         )
     except ValueError as exc:
+        try:
+            _first_unparsable(path, names, numeric)
+        except MovieLensFormatError as named:
+            raise named from exc
         raise MovieLensFormatError(f"{path}: {exc}") from exc
     for column, kind in expected.items():
-        if kind == "int" and frame[column].isna().any():
-            row = int(np.flatnonzero(frame[column].isna().to_numpy())[0])
+        if kind != "int":
+            continue
+        values = frame[column].to_numpy()
+        missing = np.isnan(values)
+        if missing.any():
+            row = int(np.argmax(missing))
             raise MovieLensFormatError(f"{path}: column '{column}': missing value at row {row}")
+        whole = (values == np.floor(values)) & (np.abs(values) < _EXACT_FLOAT)
+        _refuse(path, frame, column, ~whole, "is not a whole number below 2**53")
     return frame
 
 
 def load_ratings(folder: Path) -> pd.DataFrame:
     """``user_id, item_id, rating, ts`` (int64, int64, int8, int64 epoch s), sorted by time."""
+    path = folder / "ml-100k.inter"
     frame = _read_atomic(
-        folder / "ml-100k.inter",
-        {"user_id": "int", "item_id": "int", "rating": "int", "timestamp": "int"},
+        path, {"user_id": "int", "item_id": "int", "rating": "int", "timestamp": "int"}
     )
+    for column in ("user_id", "item_id"):
+        _refuse(path, frame, column, frame[column].to_numpy() < 0, "is not an id (ids are >= 0)")
+    low, high = _RATINGS
+    rating = frame["rating"].to_numpy()
+    _refuse(path, frame, "rating", (rating < low) | (rating > high), f"is not in {low}..{high}")
     ratings = pd.DataFrame(
         {
             "user_id": frame["user_id"].astype("int64"),

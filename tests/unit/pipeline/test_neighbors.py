@@ -7,7 +7,13 @@ import pandas as pd
 import pytest
 
 from solaris.config import ModelConfig, SolarisConfig
-from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
+from solaris.errors import SolarisError
+from solaris.pipeline.neighbors import (
+    NeighborsError,
+    nearest_users,
+    neighbour_fill,
+    user_embeddings,
+)
 from solaris.store import codec
 from solaris.store.contract import NBR
 
@@ -322,3 +328,36 @@ def test_neighbour_fill_rejects_bad_inputs() -> None:
         neighbour_fill(tg, bad, pairs, z, **kw)
     with pytest.raises(ValueError, match="neighbors is missing"):
         neighbour_fill(tg, NEIGHBORS.drop(columns="nbr_sims"), pairs, z, **kw)
+
+
+def test_nearest_users_names_the_first_repeated_id_and_both_rows() -> None:
+    ids = np.array([10, 20, 30, 20, 10])  # 10 repeats later, but row 3 is the first repeat
+    with pytest.raises(NeighborsError, match=r"duplicates: 20 at row 3 repeats row 1"):
+        nearest_users(ids, _f32(np.ones((5, 2))), k=1)
+
+
+def test_nearest_users_names_the_row_and_user_of_an_infinite_embedding() -> None:
+    emb = EMB.copy()
+    emb[2, 1] = np.inf
+    with pytest.raises(NeighborsError, match=r"emb contains NaN or ±inf at row 2 \(user_id 30\)"):
+        nearest_users(IDS, emb, k=1)
+
+
+def test_neighbors_errors_are_solaris_errors_that_stay_value_errors() -> None:
+    assert issubclass(NeighborsError, SolarisError)
+    assert issubclass(NeighborsError, ValueError)
+    with pytest.raises(NeighborsError, match="k must be"):
+        nearest_users(IDS, EMB, k=0)
+
+
+def test_neighbour_fill_names_the_user_whose_neighbour_lists_are_bad() -> None:
+    pairs = _pairs([(2, 100, AS_OF, V)])
+    tg = pd.DataFrame({"user_id": [1, 6], "item_id": [100, 100]})
+    kw = {"as_of": AS_OF, "ttl_seconds": TTL, "fm_version": V}
+    sims = NEIGHBORS["nbr_sims"].to_list()
+    short = NEIGHBORS.assign(nbr_sims=[sims[0], sims[1][:1], sims[2]])
+    with pytest.raises(NeighborsError, match=r"differ in length for user_id 6 \(2 ids, 1 sim"):
+        neighbour_fill(tg, short, pairs, _f32([[1, 0]]), **kw)
+    nan = NEIGHBORS.assign(nbr_sims=[sims[0], np.array([0.5, np.nan], np.float32), sims[2]])
+    with pytest.raises(NeighborsError, match=r"nbr_sims contains NaN for user_id 6"):
+        neighbour_fill(tg, nan, pairs, _f32([[1, 0]]), **kw)

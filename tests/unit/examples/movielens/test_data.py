@@ -179,9 +179,45 @@ def test_non_numeric_value_is_a_format_error(tiny_movielens):
     lines = path.read_text(encoding="utf-8").split("\n")
     lines[1] = "\t".join(["abc", *lines[1].split("\t")[1:]])
     path.write_text("\n".join(lines), encoding="utf-8")
-    with pytest.raises(MovieLensFormatError) as info:
+    with pytest.raises(
+        MovieLensFormatError, match=r"column 'user_id': 'abc' is not a number at row 0"
+    ) as info:
         load_ratings(tiny_movielens)
-    assert str(path) in str(info.value)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def _set_value(path: Path, row: int, column: int, value: str) -> None:
+    """Replace field ``column`` of data row ``row`` (0-based, after the header)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    fields = lines[row + 1].split("\t")
+    fields[column] = value
+    lines[row + 1] = "\t".join(fields)
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        (1, "-3", r"column 'item_id': -3 is not an id \(ids are >= 0\) at row 4"),
+        (2, "0", r"column 'rating': 0 is not in 1\.\.5 at row 4"),
+        (2, "3.5", r"column 'rating': 3\.5 is not a whole number below 2\*\*53 at row 4"),
+        (0, "1e20", r"column 'user_id': 1e\+20 is not a whole number below 2\*\*53 at row 4"),
+        (3, "inf", r"column 'timestamp': inf is not a whole number below 2\*\*53 at row 4"),
+    ],
+    ids=["negative-item", "rating-0", "rating-fraction", "id-beyond-2-pow-53", "ts-inf"],
+)
+def test_a_rating_value_out_of_range_names_its_column_and_row(
+    tiny_movielens, column, value, message
+):
+    _set_value(tiny_movielens / "ml-100k.inter", 4, column, value)
+    with pytest.raises(MovieLensFormatError, match=message):
+        load_ratings(tiny_movielens)
+
+
+def test_a_users_age_that_is_not_a_whole_number_names_its_column_and_row(tiny_movielens):
+    _set_value(tiny_movielens / "ml-100k.user", 2, 1, "31.5")
+    with pytest.raises(MovieLensFormatError, match=r"column 'age': 31\.5 is not a whole .* row 2"):
+        load_users(tiny_movielens)
 
 
 # --- item_entities -----------------------------------------------------------------------

@@ -1,0 +1,181 @@
+"""Bad arguments to the ``solaris`` command: an unknown command or option, bad namespace
+names, a missing or bad config file, ``namespace reset`` of the live namespace without
+``--force``, times that are not ISO 8601 with a zone, values out of range.
+
+The installed ``solaris`` script runs as a subprocess (as a user runs it) in a working
+directory of its own, with settings pointing its artifacts, feature repo and Redis database
+there. Each case checks a non-zero exit status, a message on stderr that names the argument
+(or setting), no traceback, and that no file under the working directory and no Redis key of
+the namespaces involved changed (the namespaces hold state beforehand, so a reset that
+slipped through would show).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as redis_py
+
+from .conftest import REDIS
+
+pytestmark = pytest.mark.integration
+
+NAMESPACES = ("live", "demo", "r1998")
+_BOX = re.compile(r"[│╭╮╰╯─]")
+
+
+def _solaris() -> list[str]:
+    script = Path(sys.executable).with_name("solaris")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "solaris.cli"]
+
+
+@pytest.fixture
+def world(tmp_path: Path, redis_client: redis_py.Redis, snapshot_files, snapshot_redis) -> Any:
+    """A working directory and Redis database where every namespace of :data:`NAMESPACES`
+    holds a key, a cycle-state file and an offline file; cleaned up after."""
+    for name in NAMESPACES:
+        redis_client.hset(f"{name}:pair:{{u:1}}", b"item", b"record")
+        state = tmp_path / "artifacts" / "namespaces" / name
+        state.mkdir(parents=True)
+        (state / "ledger.parquet").write_bytes(b"state")
+        offline = tmp_path / "feature_repo" / "data" / "offline" / name / "pair"
+        offline.mkdir(parents=True)
+        (offline / "batch-1.parquet").write_bytes(b"rows")
+    (tmp_path / "solaris.yaml").write_text("selection:\n  shar: 0.1\n")
+    (tmp_path / "broken.yaml").write_text("selection: [unclosed\n  share: :\n")
+    (tmp_path / "a_folder.yaml").mkdir()
+    files = snapshot_files(tmp_path)
+    keys = [snapshot_redis(redis_client, f"{name}:*") for name in NAMESPACES]
+    world = {
+        "dir": tmp_path,
+        "state": lambda: (files(), [k() for k in keys]),
+    }
+    yield world
+    for name in NAMESPACES:
+        for key in redis_client.scan_iter(match=f"{name}:*"):
+            redis_client.unlink(key)
+
+
+def _run(world: dict, args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``solaris args`` in the world; its exit status and stderr (box drawing removed,
+    whitespace collapsed, so that wrapped messages read as one line)."""
+    base = {k: v for k, v in os.environ.items() if not k.upper().startswith("SOLARIS_")}
+    folder = world["dir"]
+    base.update(
+        SOLARIS_ARTIFACTS_DIR=str(folder / "artifacts"),
+        SOLARIS_STORE__REPO_PATH=str(folder / "feature_repo"),
+        SOLARIS_STORE__REDIS=REDIS,
+        SOLARIS_DATA__CACHE_DIR=str(folder / "cache"),
+        COLUMNS="200",
+        NO_COLOR="1",
+        **(env or {}),
+    )
+    done = subprocess.run(
+        [*_solaris(), *args],
+        cwd=folder,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, " ".join(_BOX.sub(" ", done.stderr).split())
+
+
+ISO = "2023-11-15T00:00:00+00:00"
+
+CASES = [
+    pytest.param(["frobnicate"], {}, 2, r"No such command 'frobnicate'", id="unknown-command"),
+    pytest.param(["demo", "--frobnicate"], {}, 2, r"No such option: --frobnicate",
+                 id="unknown-option"),
+    pytest.param(["cycle"], {}, 2, r"Missing option '--start'", id="missing-option"),
+    pytest.param(["namespace", "reset", "Bad-Name"], {}, 2,
+                 r"Invalid value for NAME: 'Bad-Name' is not a namespace name",
+                 id="reset-bad-namespace-name"),
+    pytest.param(["namespace", "reset", "live"], {}, 2,
+                 r"Invalid value for NAME: the live namespace .* pass --force",
+                 id="reset-live-without-force"),
+    pytest.param(["namespace", "reset", "demo", "--config", "missing.yaml"], {}, 2,
+                 r"Invalid value for '--config' / '-c': [Ff]ile 'missing\.yaml' does not exist",
+                 id="config-file-missing"),
+    pytest.param(["namespace", "reset", "demo", "--config", "a_folder.yaml"], {}, 2,
+                 r"Invalid value for '--config' / '-c': [Ff]ile 'a_folder\.yaml' is a directory",
+                 id="config-file-a-folder"),
+    pytest.param(["namespace", "reset", "demo", "--config", "solaris.yaml"], {}, 1,
+                 r"^Error: invalid SOLARIS configuration .*selection\.shar: Extra inputs are "
+                 r"not permitted .*solaris\.yaml", id="config-file-unknown-key"),
+    pytest.param(["namespace", "reset", "demo", "--config", "broken.yaml"], {}, 1,
+                 r"^Error: .*broken\.yaml is not valid YAML \(line 2, column 8\)",
+                 id="config-file-not-yaml"),
+    pytest.param(["namespace", "reset", "demo"], {"SOLARIS_SELECTION__SHAR": "0.1"}, 1,
+                 r"^Error: .*unknown setting SOLARIS_SELECTION__SHAR .*did you mean "
+                 r"SOLARIS_SELECTION__SHARE", id="typo-d-variable-before-a-reset"),
+    pytest.param(["cycle", "--start", "yesterday", "--namespace", "r1998"], {}, 2,
+                 r"Invalid value for --start: 'yesterday' is not ISO 8601", id="start-not-iso"),
+    pytest.param(["cycle", "--start", "2023-11-15T00:00:00", "--namespace", "r1998"], {}, 2,
+                 r"Invalid value for --start: .* has no time zone", id="start-without-a-zone"),
+    pytest.param(["cycle", "--start", ISO, "--namespace", "Replay-1998"], {}, 2,
+                 r"Invalid value for --namespace: 'Replay-1998' is not a namespace name",
+                 id="cycle-bad-namespace-name"),
+    pytest.param(["cycle", "--start", ISO], {}, 2,
+                 r"Invalid value for --namespace: will not replay into the live namespace",
+                 id="cycle-into-live"),
+    pytest.param(["cycle", "--start", ISO, "--namespace", "r1998"], {}, 1,
+                 r"^Error: no codes\.json in .*: train the autoencoder", id="cycle-no-models"),
+    pytest.param(["fit-autoencoder", "--start", ISO, "--end", "2023-11-14T00:00:00+00:00"], {}, 2,
+                 r"Invalid value for --end: .* is not after --start", id="end-before-start"),
+    pytest.param(["fit-autoencoder", "--start", ISO, "--end", "tomorrow"], {}, 2,
+                 r"Invalid value for --end: 'tomorrow' is not ISO 8601", id="end-not-iso"),
+    pytest.param(["replay", "--share", "1.5"], {}, 2,
+                 r"Invalid value for --share: Input should be less than or equal to 1 "
+                 r"\(got 1\.5\)", id="share-above-one"),
+    pytest.param(["replay", "--cadence-minutes", "0"], {}, 2,
+                 r"Invalid value for --cadence-minutes: Input should be greater than or equal",
+                 id="cadence-zero"),
+    pytest.param(["replay", "--selector", "verfier"], {}, 2,
+                 r"Invalid value for --selector: 'verfier' is not one of verifier, random, "
+                 r"oracle", id="unknown-selector"),
+    pytest.param(["report", "--seeds", "1,two"], {}, 2,
+                 r"Invalid value for --seeds: '1,two' is not a comma-separated list of integers",
+                 id="seeds-not-integers"),
+    pytest.param(["data", "synth", "--out", "synth.parquet", "--pairs", "-5"], {}, 2,
+                 r"Invalid value for --pairs: must be a positive integer, got -5",
+                 id="synth-negative-pairs"),
+    pytest.param(["data", "synth", "--out", "synth.parquet", "--users", "many"], {}, 2,
+                 r"Invalid value for '--users': .*valid integer",
+                 id="synth-users-not-a-number"),
+    pytest.param(["demo", "--namespace", "Bad-Name", "--no-airflow"], {}, 2,
+                 r"Invalid value for --namespace: 'Bad-Name' is not a namespace name",
+                 id="demo-bad-namespace-name"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "env", "status", "message"), CASES)
+def test_bad_arguments_exit_non_zero_naming_them_without_a_traceback_or_a_write(
+    args: list[str], env: dict[str, str], status: int, message: str, world: dict
+) -> None:
+    before = world["state"]()
+
+    code, stderr = _run(world, args, env)
+
+    assert code == status, stderr
+    assert re.search(message, stderr), stderr
+    assert "Traceback" not in stderr
+    assert world["state"]() == before
+
+
+def test_a_namespace_reset_that_is_allowed_does_delete_so_the_snapshot_would_catch_one(
+    world: dict,
+) -> None:
+    before = world["state"]()
+    code, stderr = _run(world, ["namespace", "reset", "demo"])
+    assert code == 0, stderr
+    after = world["state"]()
+    assert after != before
+    assert after[1][NAMESPACES.index("demo")] == {}  # demo's keys are gone
+    assert after[1][NAMESPACES.index("live")] == before[1][NAMESPACES.index("live")]

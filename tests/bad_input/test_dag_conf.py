@@ -1,0 +1,175 @@
+"""Bad DAG run confs and asset events: an end before its start, naive ISO times, NaN, inf,
+``"nan"``, booleans as times, malformed ``intervals`` lists, intervals off the cadence grid,
+a namespace of the wrong type, a replay flag that is not a boolean, events of several
+namespaces.
+
+Through :func:`~solaris.orchestration.runs.task_run` and
+:func:`~solaris.orchestration.runs.task_runs`, the edge of every task. The error is a
+:class:`~solaris.orchestration.resources.CycleInputError` (a ``SolarisError``) whose message
+names the field as the run's conf spells it (``conf intervals[1].interval_end``) or the asset
+event it came from; nothing is written (the run's artifacts folder and feature repo are
+compared before and after).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from solaris.errors import SolarisError
+from solaris.orchestration.runs import CANDIDATES, CycleInputError, task_run, task_runs
+
+H = 3600
+T = 1_000_000_800  # on the hour (2001-09-09 02:00 UTC), hence on the 15-minute grid
+
+
+def _interval(start: Any = T, end: Any = T + H) -> dict[str, Any]:
+    return {"interval_start": start, "interval_end": end}
+
+
+def _events(*extras: dict[str, Any]) -> dict[str, list[SimpleNamespace]]:
+    """Triggering asset events of the candidates asset, as Airflow hands them to a task."""
+    return {CANDIDATES: [SimpleNamespace(extra=extra) for extra in extras]}
+
+
+@pytest.fixture
+def run_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshot_files) -> Any:
+    """The settings a task builds point into ``tmp_path`` (its working directory too); the
+    result snapshots that folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("SOLARIS_STORE__REPO_PATH", str(tmp_path / "feature_repo"))
+    (tmp_path / "artifacts" / "namespaces" / "live").mkdir(parents=True)
+    (tmp_path / "artifacts" / "namespaces" / "live" / "ledger.parquet").write_bytes(b"old")
+    return snapshot_files(tmp_path)
+
+
+CONF_CASES = [
+    pytest.param(_interval(T + H, T), r"^conf\b.*interval_end \d+ is not after interval_start",
+                 id="end-before-start"),
+    pytest.param(_interval(T, T), r"^conf\b.*interval_end \d+ is not after interval_start",
+                 id="end-equal-to-start"),
+    pytest.param(_interval("2001-09-09T02:00:00", "2001-09-09T03:00:00+00:00"),
+                 r"^conf[ .]interval_start: .*has no time zone", id="naive-iso-start"),
+    pytest.param(_interval(float("nan")), r"^conf[ .]interval_start: nan is not a time",
+                 id="nan-start"),
+    pytest.param(_interval(T, float("inf")), r"^conf[ .]interval_end: inf is not a time",
+                 id="inf-end"),
+    pytest.param(_interval("nan"), r"^conf[ .]interval_start: .*got 'nan'", id="nan-string-start"),
+    pytest.param(_interval(True), r"^conf[ .]interval_start: .*got True", id="bool-start"),
+    pytest.param(_interval(T, False), r"^conf[ .]interval_end: .*got False", id="bool-end"),
+    pytest.param(_interval(T * 1000, (T + H) * 1000),
+                 r"^conf[ .]interval_start: .*outside \[0, 1e\+10\)", id="milliseconds"),
+    pytest.param(_interval(-H, 0), r"^conf[ .]interval_start: .*outside \[0, 1e\+10\)",
+                 id="before-1970"),
+    pytest.param(_interval(T + 0.5), r"^conf[ .]interval_start: .*not whole", id="fractional"),
+    pytest.param({"interval_end": T}, r"^conf\b.*interval_end without interval_start",
+                 id="end-without-start"),
+    pytest.param({"intervals": _interval()}, r"^conf intervals: expected a non-empty list",
+                 id="intervals-not-a-list"),
+    pytest.param({"intervals": "[]"}, r"^conf intervals: expected a non-empty list",
+                 id="intervals-a-string"),
+    pytest.param({"intervals": []}, r"^conf intervals: expected a non-empty list",
+                 id="intervals-empty"),
+    pytest.param({"intervals": ["a", "b"]}, r"^conf intervals\[0\]: expected an object",
+                 id="intervals-of-strings"),
+    pytest.param({"intervals": [_interval(), {"interval_start": T + H}]},
+                 r"^conf intervals\[1\]: interval_end missing", id="interval-end-missing"),
+    pytest.param({"intervals": [_interval(), _interval(T + 2 * H, T + H)]},
+                 r"^conf intervals\[1\]: interval_end \d+ is not after", id="entry-ends-first"),
+    pytest.param({"intervals": [_interval(), _interval(T + H, float("nan"))]},
+                 r"^conf intervals\[1\]\.interval_end: nan is not a time", id="entry-nan-end"),
+    pytest.param({"intervals": [_interval(), _interval(True, T + 2 * H)]},
+                 r"^conf intervals\[1\]\.interval_start: .*True", id="entry-bool-start"),
+    pytest.param(_interval(T + 7, T + H), r"^conf\b.*not on the 900 s cadence grid", id="off-grid"),
+    pytest.param({"intervals": [_interval(), _interval(T + H, T + H + 7)]},
+                 r"^conf intervals\[1\].*not on the 900 s cadence grid",
+                 id="entry-off-grid"),
+    pytest.param({"namespace": 5, **_interval()}, r"^conf namespace: .*\b5\b",
+                 id="namespace-an-int"),
+    pytest.param({"namespace": ["replay"], **_interval()}, r"^conf namespace: .*\['replay'\]",
+                 id="namespace-a-list"),
+    pytest.param({"namespace": "Replay-1998", **_interval()}, r"^conf namespace: .*Replay-1998",
+                 id="namespace-with-capitals"),
+    pytest.param({"namespace": "r1998", "replay": "yes", **_interval()},
+                 r"^conf replay: expected true or false, got 'yes'", id="replay-a-string"),
+    pytest.param({"namespace": "r1998", "replay": 1, **_interval()},
+                 r"^conf replay: expected true or false, got 1", id="replay-an-int"),
+    pytest.param({"interval_ned": T}, r"^unknown conf keys \['interval_ned'\]", id="unknown-key"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("conf", "message"), CONF_CASES)
+def test_a_bad_conf_is_refused_naming_the_field_and_nothing_is_written(
+    conf: dict[str, Any], message: str, run_folders
+) -> None:
+    before = run_folders()
+
+    with pytest.raises(CycleInputError, match=message) as caught:
+        task_run(conf, grid=True)
+
+    assert isinstance(caught.value, SolarisError)
+    assert run_folders() == before
+
+
+@pytest.mark.parametrize("conf", [[1, 2], "interval_start=1", 42], ids=["list", "str", "int"])
+def test_a_conf_that_is_not_a_mapping_is_refused_naming_the_conf(conf: Any, run_folders) -> None:
+    before = run_folders()
+    with pytest.raises(CycleInputError, match=r"^conf\b"):
+        task_run(conf)  # type: ignore[arg-type]
+    assert run_folders() == before
+
+
+def test_the_valid_conf_of_these_cases_is_accepted(run_folders) -> None:
+    run = task_run({"namespace": "r1998", "replay": True, **_interval()}, grid=True)
+    assert (run.cfg.namespace, run.cfg.replay) == ("r1998", True)
+    assert [(i.start, i.end) for i in run.intervals] == [(T, T + H)]
+
+
+# --------------------------------------------------------------------------------------------
+# Triggering asset events
+# --------------------------------------------------------------------------------------------
+
+
+EVENT_CASES = [
+    pytest.param([{"namespace": "a", **_interval()}, {"namespace": "b", **_interval()}],
+                 r"events of several namespaces \['a', 'b'\]", id="several-namespaces"),
+    pytest.param([{"namespace": "a", "replay": True, **_interval()},
+                  {"namespace": "a", "replay": False, **_interval(T + H, T + 2 * H)}],
+                 r"events of namespace a disagree on its replay flag", id="replay-flags-disagree"),
+    pytest.param([{"namespace": "a", **_interval(T, float("nan"))}],
+                 r"^asset event\b.*interval_end: nan is not a time", id="nan-end"),
+    pytest.param([{"namespace": "a", **_interval(T + H, T)}],
+                 r"^asset event\b.*interval_end \d+ is not after", id="end-before-start"),
+    pytest.param([{"namespace": "a", "intervals": ["x"]}],
+                 r"^asset event\b.*expected an object", id="intervals-of-strings"),
+    pytest.param([{"namespace": "a", "replay": "no", **_interval()}],
+                 r"^asset event\b.*replay.*'no'", id="replay-a-string"),
+    pytest.param([{"namespace": "Bad-Name", **_interval()}],
+                 r"^asset event\b.*namespace.*Bad-Name",
+                 id="namespace-with-capitals"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("extras", "message"), EVENT_CASES)
+def test_bad_triggering_events_are_refused_naming_the_event_field(
+    extras: list[dict[str, Any]], message: str, run_folders
+) -> None:
+    before = run_folders()
+
+    with pytest.raises(CycleInputError, match=message) as caught:
+        task_run(None, events=_events(*extras), asset=CANDIDATES)
+
+    assert isinstance(caught.value, SolarisError)
+    assert run_folders() == before
+
+
+def test_task_runs_splits_several_namespaces_but_still_refuses_a_bad_event(run_folders) -> None:
+    before = run_folders()
+    extras = [{"namespace": "a", **_interval()}, {"namespace": "b", **_interval(T, True)}]
+    with pytest.raises(CycleInputError, match=r"^asset event\b.*interval_end: .*True"):
+        task_runs(None, events=_events(*extras), asset=CANDIDATES)
+    assert run_folders() == before

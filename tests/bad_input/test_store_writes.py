@@ -1,0 +1,317 @@
+"""Bad online writes: a wrong view name, vectors of the wrong length or with NaN, bad TTLs,
+entity keys and values that do not match, entity ids of the wrong type.
+
+Through every way rows reach the store: the pipeline's
+:func:`~solaris.pipeline.materialize.materialize` (offline parquet, then Redis), the online
+store's bulk path (:meth:`~solaris.store.online.SolarisOnlineStore.write_table`) and Feast's
+own write path (``online_write_batch``, as ``write_to_online_store``, ``feast materialize``
+and pushes use it). Each case checks that the error names the view, the column and the first
+bad row, and that no Redis key of the project and no offline file changed: a batch with
+one bad row writes nothing at all.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from feast.protos.feast.types.EntityKey_pb2 import EntityKey
+from feast.protos.feast.types.Value_pb2 import Value
+
+from solaris.errors import SolarisError
+from solaris.pipeline.materialize import materialize
+from solaris.store.contract import InvalidWriteError
+from solaris.store.feast_store import online_store_of
+from solaris.store.online import ViewDefinitionError
+
+from .conftest import FM_VERSION, NOW, Z_DIM, FeastWorld, event_ts, pair_frame, vectors
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def unchanged(feast_world: FeastWorld, snapshot_files, snapshot_redis) -> Callable[[], None]:
+    """Snapshots the project's Redis keys and offline files now; calling the result asserts
+    that neither changed."""
+    files = snapshot_files(feast_world.data_dir / "offline")
+    keys = snapshot_redis(feast_world.client, feast_world.key_pattern)
+    before = files(), keys()
+    assert before[0] and before[1]  # the seeded rows: there is something to spoil
+
+    def check() -> None:
+        assert files() == before[0], "an offline file changed"
+        assert keys() == before[1], "a Redis key changed"
+
+    return check
+
+
+def _arrow_pairs(z: list[list[float]], **over: object) -> pa.Table:
+    """``pair`` rows as Arrow (NaN stays NaN; pandas would turn it into a null)."""
+    n = len(z)
+    columns = {
+        "user_id": pa.array([2] * n, pa.int64()),
+        "item_id": pa.array(range(20, 20 + n), pa.int64()),
+        "z": pa.array(z, pa.list_(pa.float32())),
+        "fm_version": [FM_VERSION] * n,
+        "event_ts": pa.array([NOW * 1_000_000] * n, pa.timestamp("us", tz="UTC")),
+    }
+    return pa.table({**columns, **over})
+
+
+GOOD = [[0.5] * Z_DIM]
+
+
+def _nbr(**over: object) -> pd.DataFrame:
+    row = {
+        "user_id": [2],
+        "item_id": [20],
+        "z_top1": vectors(1),
+        "z_mean": vectors(1, 2.0),
+        "src_user": [3],
+        "similarity": [0.9],
+        "n_nbrs": [2],
+        "fm_version": [FM_VERSION],
+        "event_ts": event_ts(1),
+    }
+    return pd.DataFrame({**row, **over})
+
+
+def _unn(**over: object) -> pd.DataFrame:
+    row = {"user_id": [2], "nbr_ids": [[3, 4]], "nbr_sims": [[0.9, 0.8]], "event_ts": event_ts(1)}
+    return pd.DataFrame({**row, **over})
+
+
+def _uagg(**over: object) -> pd.DataFrame:
+    row = {
+        "user_id": [2],
+        "z_sum": vectors(1),
+        "count": [2],
+        "window_start": [NOW - 86_400],
+        "fm_version": [FM_VERSION],
+        "event_ts": event_ts(1),
+    }
+    return pd.DataFrame({**row, **over})
+
+
+def _many_good_then_one_bad() -> pd.DataFrame:
+    good = pd.concat([pair_frame(1, user=u, first_item=20) for u in range(100, 400)])
+    bad = pair_frame(1, user=400, first_item=20).assign(z=[np.ones(Z_DIM - 1, np.float32)])
+    return pd.concat([good, bad], ignore_index=True)
+
+
+MATERIALIZE_CASES: list[tuple[str, str, Callable[[], object], str]] = [
+    ("unknown-view", "pairs", lambda: pair_frame(),
+     r"unknown view 'pairs': the SOLARIS views are iagg, nbr, pair, uagg, unn"),
+    ("view-name-not-a-string", None, lambda: pair_frame(), r"unknown view None"),
+    ("vector-too-short", "pair", lambda: pair_frame(2).assign(z=[vectors(1)[0], np.ones(7)]),
+     r"view 'pair', column 'z', row 1: expected 8 values, got 7"),
+    ("vector-with-nan", "pair", lambda: _arrow_pairs([*GOOD, [0.5] * 7 + [float("nan")]]),
+     r"view 'pair', column 'z', row 1: holds NaN or inf"),
+    ("vector-with-nan-from-pandas", "pair",
+     lambda: pair_frame(2).assign(z=[vectors(1)[0], np.full(Z_DIM, np.nan)]),
+     r"view 'pair', column 'z'"),
+    ("vector-with-inf", "pair", lambda: _arrow_pairs([[float("inf")] * Z_DIM, *GOOD]),
+     r"view 'pair', column 'z', row 0: holds NaN or inf"),
+    ("vector-beyond-float16", "pair", lambda: _arrow_pairs([*GOOD, [1e6] * Z_DIM]),
+     r"view 'pair', column 'z', row 1: holds values outside the float16 range"),
+    ("vector-of-strings", "pair", lambda: _arrow_pairs(GOOD).set_column(
+        2, "z", pa.array([["a"] * Z_DIM], pa.list_(pa.string()))),
+     r"view 'pair', column 'z': must hold numbers, got string"),
+    ("negative-user-id", "pair", lambda: pair_frame(2).assign(user_id=[2, -2]),
+     r"view 'pair', column 'user_id', row 1: ids must be >= 0, got -2"),
+    ("user-id-as-strings", "pair", lambda: pair_frame(2).assign(user_id=["2", "3"]),
+     r"view 'pair', column 'user_id': must be integers, got string"),
+    ("item-id-as-floats", "pair", lambda: pair_frame(2).assign(item_id=[20.0, 21.5]),
+     r"view 'pair', column 'item_id': must be integers, got double"),
+    ("user-id-as-bools", "pair", lambda: pair_frame(2).assign(user_id=[True, False]),
+     r"view 'pair', column 'user_id': must be integers, got bool"),
+    ("fm-version-column-missing", "pair", lambda: pair_frame().drop(columns="fm_version"),
+     r"view 'pair': missing columns \['fm_version'\]"),
+    ("fm-version-empty", "pair", lambda: pair_frame(2).assign(fm_version=[FM_VERSION, ""]),
+     r"view 'pair', column 'fm_version', row 1: is empty"),
+    ("event-time-not-a-whole-second", "pair",
+     lambda: pair_frame(2).assign(event_ts=event_ts(2) + pd.Timedelta(milliseconds=500)),
+     r"view 'pair', column 'event_ts', row 0: must be a whole second"),
+    ("event-time-as-ints", "pair", lambda: pair_frame(2).assign(event_ts=[NOW, NOW]),
+     r"view 'pair', column 'event_ts': must be a timestamp, got int64"),
+    ("event-time-after-2286", "pair",
+     lambda: _arrow_pairs([*GOOD, *GOOD], event_ts=pa.array(
+         [NOW * 10**6, 10**10 * 10**6], pa.timestamp("us", tz="UTC"))),
+     r"view 'pair', column 'event_ts', row 1: is outside 1970 \.\. 2286"),
+    ("computed-at-not-the-event-time", "pair", lambda: pair_frame(2).assign(computed_at=[NOW, 5]),
+     r"view 'pair', column 'computed_at', row 1: 5 is not the event time 1700000000"),
+    ("nbr-similarity-nan", "nbr", lambda: pa.Table.from_pandas(_nbr()).set_column(
+        5, "similarity", pa.array([float("nan")], pa.float32())),
+     r"view 'nbr', column 'similarity', row 0: is NaN or inf"),
+    ("nbr-negative-source-user", "nbr", lambda: _nbr(src_user=[-3]),
+     r"view 'nbr', column 'src_user', row 0: must be >= 0, got -3"),
+    ("unn-lists-of-different-lengths", "unn", lambda: _unn(nbr_sims=[[0.9]]),
+     r"view 'unn', column 'nbr_sims', row 0: must have as many values as nbr_ids"),
+    ("unn-negative-neighbour-id", "unn", lambda: _unn(nbr_ids=[[3, -4]]),
+     r"view 'unn', column 'nbr_ids': holds values below 0"),
+    ("uagg-negative-count", "uagg", lambda: _uagg(count=[-1]),
+     r"view 'uagg', column 'count', row 0: must be >= 0, got -1"),
+    ("uagg-vector-too-long", "uagg", lambda: _uagg(z_sum=[np.ones(Z_DIM + 1, np.float32)]),
+     r"view 'uagg', column 'z_sum', row 0: expected 8 values, got 9"),
+    ("rows-not-a-table", "pair", lambda: [1, 2, 3],
+     r"view 'pair': rows must be a pyarrow Table or a pandas DataFrame, got list"),
+    ("300-good-rows-then-one-bad", "pair", _many_good_then_one_bad,
+     r"view 'pair', column 'z', row 300: expected 8 values, got 7"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("view", "rows", "message"),
+    [c[1:] for c in MATERIALIZE_CASES],
+    ids=[c[0] for c in MATERIALIZE_CASES],
+)
+def test_materialize_refuses_a_bad_batch_naming_view_column_and_row_and_writes_nothing(
+    view: str, rows: Callable[[], object], message: str, feast_world: FeastWorld, unchanged
+) -> None:
+    with pytest.raises(InvalidWriteError, match=message) as caught:
+        materialize(feast_world.store, view, rows(), batch_id="bad-batch")
+
+    assert isinstance(caught.value, SolarisError) and isinstance(caught.value, ValueError)
+    unchanged()
+
+
+def test_materialize_refuses_a_batch_id_that_is_not_a_file_name(
+    feast_world: FeastWorld, unchanged
+) -> None:
+    with pytest.raises(InvalidWriteError, match=r"batch_id must match .* got '\.\./escape'"):
+        materialize(feast_world.store, "pair", pair_frame(), batch_id="../escape")
+    unchanged()
+
+
+# --------------------------------------------------------------------------------------------
+# Views the store cannot hold: TTLs and tags
+# --------------------------------------------------------------------------------------------
+
+
+def _pair_view(feast_world: FeastWorld, *, ttl: timedelta | None = None, **tags: str | None):
+    view = copy.deepcopy(feast_world.store.get_feature_view("pair"))
+    if ttl is not None:
+        view.ttl = ttl
+    for name, value in tags.items():
+        key = f"solaris.{name}"
+        if value is None:
+            view.tags.pop(key, None)
+        else:
+            view.tags[key] = value
+    return view
+
+
+VIEW_CASES = [
+    ("ttl-zero", {"ttl": timedelta(0)}, r"view 'pair': ttl \(its retention\) must be > 0, got 0 s"),
+    ("ttl-negative", {"ttl": timedelta(hours=-1)},
+     r"view 'pair': ttl \(its retention\) must be > 0, got -3600 s"),
+    ("ttl-shorter-than-the-read-ttl", {"ttl": timedelta(seconds=10)},
+     r"view 'pair': tag solaris\.read_ttl_s=21600 exceeds the view's ttl \(retention\) 10 s"),
+    ("read-ttl-negative", {"read_ttl_s": "-5"},
+     r"view 'pair': tag solaris\.read_ttl_s='-5' must be a positive integer"),
+    ("read-ttl-not-a-number", {"read_ttl_s": "6h"},
+     r"view 'pair': tag solaris\.read_ttl_s='6h' must be a positive integer"),
+    ("z-dim-tag-missing", {"z_dim": None},
+     r"view 'pair': tag solaris\.z_dim=None must be a positive integer"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), [c[1:] for c in VIEW_CASES], ids=[c[0] for c in VIEW_CASES]
+)
+def test_a_view_with_a_bad_ttl_or_tag_is_refused_naming_it_before_any_write(
+    change: dict, message: str, feast_world: FeastWorld, unchanged
+) -> None:
+    view = _pair_view(feast_world, **change)
+    online = online_store_of(feast_world.store)
+
+    with pytest.raises(ViewDefinitionError, match=message) as caught:
+        online.write_table(feast_world.store.config, view, pair_frame(2, user=2))
+
+    assert isinstance(caught.value, SolarisError)
+    unchanged()
+
+
+def test_a_view_that_is_not_a_solaris_view_is_refused_naming_it(
+    feast_world: FeastWorld, unchanged
+) -> None:
+    view = _pair_view(feast_world)
+    view.name = "pairs"
+    online = online_store_of(feast_world.store)
+    with pytest.raises(ViewDefinitionError, match=r"unknown view 'pairs'"):
+        online.write_table(feast_world.store.config, view, pair_frame(2, user=2))
+    unchanged()
+
+
+# --------------------------------------------------------------------------------------------
+# Feast's write path: entity keys as Feast hands them over
+# --------------------------------------------------------------------------------------------
+
+
+def _key(user: Value, item: Value | None = None) -> EntityKey:
+    values = [user] if item is None else [user, item]
+    return EntityKey(join_keys=["user_id", "item_id"], entity_values=values)
+
+
+def _features(z: list[float] | None = None) -> dict[str, Value]:
+    return {
+        "z": Value(float_list_val={"val": z if z is not None else [0.5] * Z_DIM}),
+        "computed_at": Value(int64_val=NOW),
+        "fm_version": Value(string_val=FM_VERSION),
+    }
+
+
+EVENT = datetime.fromtimestamp(NOW, UTC)
+GOOD_ROW = (_key(Value(int64_val=2), Value(int64_val=20)), _features(), EVENT, None)
+
+FEAST_CASES = [
+    ("user-id-as-a-string", [GOOD_ROW, (_key(Value(string_val="7"), Value(int64_val=20)),
+                                       _features(), EVENT, None)],
+     r"view 'pair', column 'user_id', row 1: entity ids must be int64, got string_val"),
+    ("item-id-as-a-float", [(_key(Value(int64_val=2), Value(double_val=20.0)), _features(),
+                             EVENT, None)],
+     r"view 'pair', column 'item_id', row 0: entity ids must be int64, got double_val"),
+    ("fewer-entity-values-than-join-keys", [GOOD_ROW, (_key(Value(int64_val=2)), _features(),
+                                                       EVENT, None)],
+     r"view 'pair', row 1: the entity key names 2 join keys \['user_id', 'item_id'\] but "
+     r"holds 1 values"),
+    ("vector-too-short", [GOOD_ROW, (GOOD_ROW[0], _features([0.5] * 3), EVENT, None)],
+     r"view 'pair', column 'z', row 1: expected 8 values, got 3"),
+    ("vector-with-nan", [(GOOD_ROW[0], _features([0.5] * 7 + [float("nan")]), EVENT, None)],
+     r"view 'pair', column 'z'"),
+    ("feature-missing", [(GOOD_ROW[0], {"z": _features()["z"], "computed_at": Value(int64_val=NOW)},
+                          EVENT, None)],
+     r"view 'pair', column 'fm_version', row 0: is null"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"), [c[1:] for c in FEAST_CASES], ids=[c[0] for c in FEAST_CASES]
+)
+def test_feasts_write_path_refuses_bad_entity_keys_and_values_naming_them(
+    rows: list, message: str, feast_world: FeastWorld, unchanged
+) -> None:
+    online = online_store_of(feast_world.store)
+    view = feast_world.store.get_feature_view("pair")
+
+    with pytest.raises(InvalidWriteError, match=message) as caught:
+        online.online_write_batch(feast_world.store.config, view, rows, None)
+
+    assert isinstance(caught.value, SolarisError)
+    unchanged()
+
+
+def test_feasts_write_to_online_store_refuses_a_vector_of_the_wrong_length(
+    feast_world: FeastWorld, unchanged
+) -> None:
+    rows = pair_frame(2, user=2).assign(
+        z=[vectors(1)[0], np.ones(Z_DIM + 2, np.float32)], computed_at=[NOW, NOW]
+    )
+    with pytest.raises(InvalidWriteError, match=r"view 'pair', column 'z', row 1: expected 8"):
+        feast_world.store.write_to_online_store("pair", rows)
+    unchanged()

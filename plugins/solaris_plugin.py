@@ -1,21 +1,33 @@
-"""The SOLARIS page of the Airflow UI: what each DAG run of the cycle did.
+"""The SOLARIS page of the Airflow UI: an operator's view of what the cycle's DAG runs did.
 
 An Airflow 3 plugin that mounts a small FastAPI app in the api-server under ``/solaris`` and
-adds a "SOLARIS" entry to the UI's navigation bar. The page lists, per DAG and per DAG run,
-the run records that the tasks write
-(``artifacts_dir/namespaces/<namespace>/runs/<dag_id>/<key>.json``, see
-:func:`solaris.orchestration.layout.write_run_record`): candidates selected, FM passes, rows
-written, coverage per serving tier, embedding freshness and run time.
+adds a "SOLARIS" entry to the UI's navigation bar. It reads the run records that the tasks
+write (``artifacts_dir/namespaces/<namespace>/runs/<dag_id>/<key>.json``, see
+:func:`solaris.orchestration.layout.write_run_record`) and shows, for one namespace at a time:
 
-* ``GET /solaris/``         the HTML page (plain HTML and inline CSS, no script);
-* ``GET /solaris/api/runs`` the same records as JSON.
+* plots over time, drawn here as inline SVG (no script, no network): coverage per serving
+  tier, embedding freshness, FM passes per 1,000 requests, selected vs candidates, rows
+  written per view, fetch latency p50/p99, serving failures and the miss-stream and
+  request-log backlogs (the serving figures come from the ``serving`` dict of the candidates
+  runs; a run without it has no point);
+* per DAG, a table with one row per run, every figure formatted (nested figures as
+  ``key: value`` lists, never a raw dict).
+
+Routes (both behind Airflow's auth manager, see :func:`dag_run_reader`):
+
+* ``GET /solaris/``          the HTML page (plain HTML and inline CSS, no script);
+* ``GET /solaris/api/runs``  the same records as JSON.
+
+Both take the query parameters ``namespace``, ``dag_id``, ``from`` and ``to`` (UTC, ISO 8601
+date or date and time, or epoch seconds; a run is in range when its interval *end* is). The
+live cycle and replays never share a view: the page shows one namespace, by default the live
+one (``$SOLARIS_NAMESPACE``, default ``live``) when it has runs, and its selector lists the
+others, replays labelled as such.
 
 ``artifacts_dir`` is read from ``SOLARIS_ARTIFACTS_DIR`` on every request (default
 ``artifacts``, relative to the api-server's working directory). This module runs inside the
 api-server, so it imports nothing heavy: no feast, torch, pandas or ``solaris.config``; the
-records are read only through :func:`solaris.orchestration.layout.read_run_records`.
-
-The app has no authentication of its own: whoever reaches the api-server can read the page.
+records are read only through :func:`solaris.orchestration.layout.read_all_run_records`.
 """
 
 from __future__ import annotations
@@ -23,38 +35,95 @@ from __future__ import annotations
 import html
 import math
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from solaris.errors import SolarisError
+from solaris.namespace import LIVE
 from solaris.orchestration.layout import read_all_run_records
 
+__all__ = [
+    "ARTIFACTS_ENV",
+    "MAX_MARKERS",
+    "MAX_TABLE_ROWS",
+    "MISSING",
+    "NAMESPACE_ENV",
+    "SERVING_FIGURES",
+    "TIERS",
+    "Chart",
+    "DagFilter",
+    "FilterError",
+    "Filters",
+    "NamespaceInfo",
+    "Selection",
+    "Series",
+    "SolarisPlugin",
+    "app",
+    "artifacts_dir",
+    "build_charts",
+    "create_app",
+    "dag_run_reader",
+    "figure_html",
+    "fmt_age",
+    "fmt_count",
+    "fmt_figure",
+    "fmt_interval",
+    "fmt_ms",
+    "fmt_share",
+    "fmt_time",
+    "live_namespace",
+    "load_runs",
+    "namespaces_of",
+    "nice_ticks",
+    "parse_filters",
+    "parse_time",
+    "record_time",
+    "render_page",
+    "select_runs",
+    "svg_chart",
+]
+
 ARTIFACTS_ENV = "SOLARIS_ARTIFACTS_DIR"
+# The live cycle's namespace: SolarisConfig.namespace, read from the same variable (the
+# plugin may not import solaris.config, which pulls pydantic-settings and the adapters).
+NAMESPACE_ENV = "SOLARIS_NAMESPACE"
+DEFAULT_LIVE_NAMESPACE = LIVE
 MISSING = "–"
 TIERS = ("pair", "nbr", "uagg", "iagg", "any")
-# Keys that have a column of their own; any other key goes to "details".
-_COLUMN_KEYS = frozenset(
-    {
-        "dag_id",
-        "namespace",
-        "key",
-        "interval_start",
-        "interval_end",
-        "seconds",
-        "candidates",
-        "selected",
-        "fm_passes",
-        "rows_written",
-        "coverage",
-        "freshness_s",
-        "error",
-    }
+# The figures of the candidates runs' ``serving`` dict, in the order they are shown.
+SERVING_FIGURES = (
+    ("requests", "serving requests"),
+    ("failures", "fetch failures"),
+    ("fetch_p50_ms", "fetch p50"),
+    ("fetch_p99_ms", "fetch p99"),
+    ("miss_backlog", "miss backlog"),
+    ("request_log_backlog", "request-log backlog"),
 )
+# A long time range stays a page: each table shows its newest runs, and a line with more
+# points than this is drawn without a marker (and tooltip) per point.
+MAX_TABLE_ROWS = 200
+MAX_MARKERS = 400
+# Keys the page shows elsewhere (the row's interval, the namespace and its badge).
+_IDENTITY_KEYS = frozenset(
+    {"dag_id", "key", "namespace", "replay", "interval_start", "interval_end"}
+)
+
+
+class FilterError(SolarisError, ValueError):
+    """A query parameter of the page or of the JSON route is not usable; the message names it."""
 
 
 def artifacts_dir() -> Path:
@@ -62,11 +131,17 @@ def artifacts_dir() -> Path:
     return Path(os.environ.get(ARTIFACTS_ENV) or "artifacts")
 
 
+def live_namespace() -> str:
+    """The namespace of the live cycle (``$SOLARIS_NAMESPACE``, default ``live``)."""
+    return os.environ.get(NAMESPACE_ENV) or DEFAULT_LIVE_NAMESPACE
+
+
 def load_runs(root: Path) -> dict[str, list[dict[str, Any]]]:
     """The run records under ``root`` (``artifacts_dir``) by DAG id, newest first.
 
     A record that is valid JSON but not an object is reported as an error record, like one
-    that does not parse, so that every record the page shows is a dict.
+    that does not parse, so that every record the page shows is a dict (its namespace is
+    then unknown: it is shown in every namespace's view rather than hidden).
     """
     runs = read_all_run_records(Path(root))
     out: dict[str, list[dict[str, Any]]] = {}
@@ -100,169 +175,861 @@ def _guard(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
         except (TypeError, ValueError, OverflowError, OSError, AttributeError):
             return str(value)
 
+    safe.__doc__ = fmt.__doc__
     return safe
 
 
 @_guard
 def fmt_time(value: Any) -> str:
-    """Epoch seconds as UTC ISO 8601, to the second."""
+    """Epoch seconds as UTC ``YYYY-MM-DD HH:MM`` (the page says it is UTC)."""
     seconds = _number(value)
     if seconds is None:
         return str(value)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 @_guard
 def fmt_count(value: Any) -> str:
+    """A number with thousands separators; fractions to three significant digits."""
     number = _number(value)
     if number is None:
         return str(value)
-    return f"{number:,.0f}" if number.is_integer() else f"{number:,.3g}"
+    if number.is_integer() or abs(number) >= 100:
+        return f"{number:,.0f}"
+    return f"{number:.3g}"
 
 
 @_guard
 def fmt_share(value: Any) -> str:
+    """A fraction as a percentage."""
     share = _number(value)
     return str(value) if share is None else f"{100 * share:.1f}%"
 
 
 @_guard
 def fmt_age(value: Any) -> str:
-    """An age in seconds, in the unit that reads best."""
+    """A duration or an age in seconds, in the unit that reads best."""
     seconds = _number(value)
     if seconds is None:
         return str(value)
     if abs(seconds) < 120:
-        return f"{seconds:.0f} s"
+        return f"{seconds:.0f} s" if seconds.is_integer() else f"{seconds:.1f} s"
     if abs(seconds) < 2 * 3600:
         return f"{seconds / 60:.1f} min"
     if abs(seconds) < 2 * 86_400:
         return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86_400:.1f} d"
+    return f"{seconds / 86_400:,.1f} d"
 
 
 @_guard
-def fmt_seconds(value: Any) -> str:
-    seconds = _number(value)
-    return str(value) if seconds is None else f"{seconds:.1f}"
+def fmt_ms(value: Any) -> str:
+    """Milliseconds."""
+    ms = _number(value)
+    if ms is None:
+        return str(value)
+    return f"{ms:.1f} ms" if abs(ms) < 100 else f"{ms:,.0f} ms"
 
 
-@_guard
-def fmt_rows(value: Any) -> str:
-    """An int, or a dict view -> int shown as ``view: n`` pairs with their total."""
-    if not isinstance(value, dict):
-        return fmt_count(value)
-    if not value:
+def _is_share_key(key: str) -> bool:
+    return "share" in key or "coverage" in key
+
+
+def _is_time_key(key: str) -> bool:
+    return key in ("interval_start", "interval_end", "as_of") or key.endswith("_at")
+
+
+def _is_duration_key(key: str) -> bool:
+    return key == "seconds" or key.endswith(("_seconds", "_s"))
+
+
+def fmt_figure(key: str, value: Any, *, share: bool = False) -> str:
+    """One scalar figure, formatted by what its key says it is (text, not HTML)."""
+    if value is None:
         return MISSING
-    parts = [f"{view}: {fmt_count(n)}" for view, n in sorted(value.items())]
-    counts = [_number(n) for n in value.values()]
-    if len(value) > 1 and all(n is not None for n in counts):
-        parts.append(f"total {fmt_count(sum(counts))}")
-    return ", ".join(parts)
-
-
-@_guard
-def fmt_value(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    number = _number(value)
+    if number is None:
+        return str(value)
+    if (share or _is_share_key(key)) and 0.0 <= number <= 1.0:
+        return fmt_share(number)
+    if _is_time_key(key):
+        return fmt_time(number)
+    if key.endswith("_ms"):
+        return fmt_ms(number)
+    if _is_duration_key(key):
+        return fmt_age(number)
+    return fmt_count(number)
 
 
-def fmt_interval(record: dict[str, Any]) -> str:
+def _label(key: str) -> str:
+    return key.replace("_", " ")
+
+
+def figure_html(
+    key: str, value: Any, *, share: bool = False, skip: Mapping[str, Any] | None = None
+) -> str:
+    """A figure as HTML: a nested dict as a ``key: value`` list, a list item by item.
+
+    ``skip`` holds key/value pairs a nested dict need not repeat (the record's own interval).
+    """
+    share = share or _is_share_key(key)
+    skip = skip or {}
+    if isinstance(value, Mapping):
+        items = [(k, v) for k, v in value.items() if not (k in skip and skip[k] == v)]
+        if not items:
+            return MISSING
+        lis = "".join(
+            f'<li><span class="k">{html.escape(_label(str(k)))}:</span> '
+            f"{figure_html(str(k), v, share=share, skip=skip)}</li>"
+            for k, v in items
+        )
+        return f'<ul class="kv">{lis}</ul>'
+    if isinstance(value, list | tuple):
+        if not value:
+            return MISSING
+        if all(isinstance(v, Mapping) and "interval_end" in v for v in value):
+            shown = [html.escape(fmt_interval(v)) for v in value[:6]]
+            more = f" … ({len(value)} in all)" if len(value) > 6 else ""
+            return "; ".join(shown) + more
+        shown = [figure_html(key, v, share=share, skip=skip) for v in value[:12]]
+        more = f", … ({len(value)} in all)" if len(value) > 12 else ""
+        return ", ".join(shown) + more
+    return html.escape(fmt_figure(key, value, share=share))
+
+
+def fmt_interval(record: Mapping[str, Any]) -> str:
+    """``start → end`` of a run (the end's date only when it differs), ``as of end``, or its
+    key when it names no interval."""
     start, end = record.get("interval_start"), record.get("interval_end")
     if start is None and end is None:
         return str(record.get("key", MISSING))
-    return f"{fmt_time(start)} → {fmt_time(end)}"
+    if start is None:
+        return f"as of {fmt_time(end)}"
+    first, last = fmt_time(start), fmt_time(end)
+    if first[:10] == last[:10] and len(last) == 16:
+        last = last[11:]
+    return f"{first} → {last}"
 
 
-def fmt_selected(record: dict[str, Any]) -> str:
-    selected, candidates = record.get("selected"), record.get("candidates")
-    if selected is not None and candidates is not None:
-        return f"{fmt_count(selected)} / {fmt_count(candidates)}"
-    if candidates is not None:
-        return f"{MISSING} / {fmt_count(candidates)}"
-    return fmt_count(selected)
+# -- which runs are shown: namespaces, filters, permissions -----------------------------------
+
+_KEY_END = re.compile(r"^\d+-(\d+)$")
+_KEY_START = re.compile(r"^(\d+)")
 
 
-def fmt_details(record: dict[str, Any]) -> str:
-    extra = sorted(k for k in record if k not in _COLUMN_KEYS)
-    return ", ".join(f"{k}={fmt_value(record[k])}" for k in extra) or MISSING
+def record_time(record: Mapping[str, Any]) -> int | None:
+    """When a run happened, for plots and the time filter: its interval end (every task
+    records one), else the time its key names."""
+    end = _number(record.get("interval_end"))
+    if end is not None:
+        return int(end)
+    key = str(record.get("key", ""))
+    match = _KEY_END.match(key) or _KEY_START.match(key)
+    return int(match[1]) if match else None
 
 
-def _coverage(record: dict[str, Any], tier: str) -> Any:
-    coverage = record.get("coverage")
-    return coverage.get(tier) if isinstance(coverage, dict) else None
+def _is_replay(namespace: str, records: Iterable[Mapping[str, Any]]) -> bool:
+    """A namespace is a replay when its records say so (``"replay": true``); when none says
+    either way, when it is not the live cycle's namespace (replays run in their own)."""
+    flags = {r["replay"] for r in records if isinstance(r.get("replay"), bool)}
+    if flags:
+        return True in flags
+    return namespace != live_namespace()
+
+
+@dataclass(frozen=True)
+class NamespaceInfo:
+    """One namespace as the selector lists it."""
+
+    name: str
+    replay: bool
+    runs: int
+    latest: int | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (replay)" if self.replay else f"{self.name} (live)"
+
+
+def namespaces_of(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[NamespaceInfo]:
+    """The namespaces that have run records: the live one first, then the newest first."""
+    by_name: dict[str, list[Mapping[str, Any]]] = {}
+    for records in runs.values():
+        for record in records:
+            if isinstance(record.get("namespace"), str):
+                by_name.setdefault(record["namespace"], []).append(record)
+    infos = []
+    for name, records in by_name.items():
+        times = [t for t in map(record_time, records) if t is not None]
+        infos.append(
+            NamespaceInfo(name, _is_replay(name, records), len(records), max(times, default=None))
+        )
+    return sorted(infos, key=lambda i: (i.replay, -(i.latest or 0), i.name))
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The query parameters of a request, parsed (times as epoch seconds, inclusive)."""
+
+    namespace: str | None = None
+    dag_id: str | None = None
+    start: int | None = None
+    end: int | None = None
+
+    def as_query(self) -> dict[str, str]:
+        query = {"namespace": self.namespace, "dag_id": self.dag_id}
+        query["from"] = None if self.start is None else fmt_time(self.start).replace(" ", "T")
+        query["to"] = None if self.end is None else fmt_time(self.end).replace(" ", "T")
+        return {k: v for k, v in query.items() if v}
+
+
+def parse_time(value: str | None, name: str, *, end_of_day: bool = False) -> int | None:
+    """Epoch seconds from a query parameter: epoch seconds, or an ISO 8601 date or date and
+    time (UTC unless it names a zone). A bare date as ``to`` means the end of that day."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise FilterError(
+            f"query parameter {name!r}: {value!r} is not a time; give an ISO 8601 date or date "
+            "and time in UTC (1998-03-30 or 1998-03-30T22:00) or epoch seconds"
+        ) from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = int(when.timestamp())
+    if end_of_day and len(text) == 10:  # a date only: the whole day
+        seconds += 86_400 - 1
+    return seconds
+
+
+def parse_filters(
+    namespace: str | None, dag_id: str | None, start: str | None, end: str | None
+) -> Filters:
+    """:class:`Filters` from the raw query parameters; :class:`FilterError` names a bad one."""
+    filters = Filters(
+        namespace=(namespace or "").strip() or None,
+        dag_id=(dag_id or "").strip() or None,
+        start=parse_time(start, "from"),
+        end=parse_time(end, "to", end_of_day=True),
+    )
+    if filters.start is not None and filters.end is not None and filters.end < filters.start:
+        raise FilterError(
+            f"query parameters 'from' and 'to': 'to' ({end}) is before 'from' ({start})"
+        )
+    return filters
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one request shows: the namespace, its filtered runs by DAG, and what is hidden."""
+
+    namespace: NamespaceInfo | None
+    namespaces: list[NamespaceInfo]
+    dag_ids: list[str]  # the namespace's DAGs (the DAG selector's options)
+    runs: dict[str, list[dict[str, Any]]]  # after every filter, newest first
+    hidden_dags: int  # DAGs the user may not read the runs of
+
+
+def select_runs(
+    runs: Mapping[str, Sequence[dict[str, Any]]],
+    filters: Filters,
+    may_read: Callable[[str], bool],
+) -> Selection:
+    """The runs one request shows: DAGs the user may read, one namespace (the one asked
+    for, else the live one when it has runs, else the newest), then DAG and time range."""
+    readable = {dag_id: list(records) for dag_id, records in runs.items() if may_read(dag_id)}
+    hidden = len(runs) - len(readable)
+    infos = namespaces_of(readable)
+    if filters.namespace is not None:
+        name = filters.namespace
+    else:
+        live = [i for i in infos if not i.replay]
+        name = (live or infos)[0].name if infos else None
+    info = next((i for i in infos if i.name == name), None)
+    if info is None and name is not None and filters.namespace is not None:
+        info = NamespaceInfo(name, _is_replay(name, []), 0, None)
+
+    def in_namespace(record: Mapping[str, Any]) -> bool:
+        return record.get("namespace") in (name, None)
+
+    def in_range(record: Mapping[str, Any]) -> bool:
+        if filters.start is None and filters.end is None:
+            return True
+        when = record_time(record)
+        if when is None:
+            return False
+        return (filters.start is None or when >= filters.start) and (
+            filters.end is None or when <= filters.end
+        )
+
+    dag_ids = sorted(d for d, records in readable.items() if any(map(in_namespace, records)))
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for dag_id in dag_ids:
+        if filters.dag_id is not None and dag_id != filters.dag_id:
+            continue
+        kept = [r for r in readable[dag_id] if in_namespace(r) and in_range(r)]
+        if kept:
+            shown[dag_id] = kept
+    return Selection(info, infos, dag_ids, shown, hidden)
+
+
+# -- plots: a small SVG line and bar chart ----------------------------------------------------
+
+_PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#6b6b6b")
+_TIME_STEPS = (
+    60,
+    300,
+    900,
+    1800,
+    3600,
+    3 * 3600,
+    6 * 3600,
+    12 * 3600,
+    86_400,
+    2 * 86_400,
+    7 * 86_400,
+    30 * 86_400,
+    91 * 86_400,
+    365 * 86_400,
+)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line (or set of bars) of a chart: ``(epoch seconds, value)`` points."""
+
+    name: str
+    points: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart over time: its title (also the SVG's ``<title>``), series and tick format."""
+
+    title: str
+    series: tuple[Series, ...]
+    fmt: Callable[[float], str]
+    kind: str = "line"  # or "bar"
+    y_max: float | None = None  # the axis reaches at least this far (100 for percentages)
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values (1, 2, 2.5 or 5 times a power of ten) covering ``[lo, hi]``."""
+    if hi <= lo:
+        hi = lo + (abs(lo) or 1.0)
+    raw = (hi - lo) / max(count - 1, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw * 0.999)
+    first = math.floor(lo / step) * step
+    ticks = [first]
+    while ticks[-1] < hi - step * 1e-9:
+        ticks.append(first + len(ticks) * step)
+    return ticks
+
+
+def _time_ticks(t0: float, t1: float) -> tuple[list[int], str]:
+    span = max(t1 - t0, 1.0)
+    step = next((s for s in _TIME_STEPS if span / s <= 6), _TIME_STEPS[-1])
+    first = math.ceil(t0 / step) * step
+    ticks = list(range(int(first), int(t1) + 1, step))
+    if step < 86_400:
+        return ticks, "%m-%d %H:%M"
+    return ticks, "%Y-%m-%d" if span > 300 * 86_400 else "%m-%d"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _fmt_tick(value: float) -> str:
+    return fmt_count(round(value, 6))
+
+
+def svg_chart(
+    chart: Chart, x_range: tuple[int, int], *, width: int = 460, height: int = 230
+) -> str:
+    """``chart`` as an inline ``<svg>`` over the time range ``x_range`` (epoch seconds).
+
+    Each point carries a ``<title>`` (the browser's tooltip) with its series, value and
+    time; a chart without points says so instead of drawing axes.
+    """
+    left, right, top, bottom = 62, 26, 46, 28
+    plot_w, plot_h = width - left - right, height - top - bottom
+    cid = f"chart-{_slug(chart.title)}"
+    esc = html.escape
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" id="{cid}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-labelledby="{cid}-title">',
+        f'<title id="{cid}-title">{esc(chart.title)}</title>',
+        f'<text class="chart-title" x="{left - 52}" y="17">{esc(chart.title)}</text>',
+    ]
+    x = left - 52
+    for i, series in enumerate(chart.series):
+        color = _PALETTE[i % len(_PALETTE)]
+        out.append(
+            f'<rect x="{x}" y="27" width="10" height="10" fill="{color}"/>'
+            f'<text class="legend" x="{x + 14}" y="36">{esc(series.name)}</text>'
+        )
+        x += 14 + 7 * len(series.name) + 14
+    values = [v for series in chart.series for _, v in series.points]
+    if not values:
+        out.append(
+            f'<text class="empty-chart" x="{left + plot_w / 2}" y="{top + plot_h / 2}" '
+            'text-anchor="middle">no data for this selection</text></svg>'
+        )
+        return "".join(out)
+
+    lo = min(0.0, min(values))
+    hi = max(max(values), chart.y_max if chart.y_max is not None else -math.inf)
+    ticks = nice_ticks(lo, hi)
+    y0, y1 = ticks[0], ticks[-1]
+    t0, t1 = float(x_range[0]), float(x_range[1])
+    if t1 <= t0:
+        t0, t1 = t0 - 1800, t1 + 1800
+    pad = (t1 - t0) * 0.03
+    t0, t1 = t0 - pad, t1 + pad
+
+    def px(t: float) -> float:
+        return left + (t - t0) / (t1 - t0) * plot_w
+
+    def py(v: float) -> float:
+        return top + plot_h - (v - y0) / (y1 - y0) * plot_h
+
+    for tick in ticks:
+        y = py(tick)
+        out.append(
+            f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{left - 5}" y="{y + 3.5:.1f}" text-anchor="end">'
+            f"{esc(chart.fmt(tick))}</text>"
+        )
+    time_ticks, pattern = _time_ticks(t0, t1)
+    for tick in time_ticks:
+        x_tick = px(tick)
+        label = datetime.fromtimestamp(tick, UTC).strftime(pattern)
+        if not 3.3 * len(label) <= x_tick <= width - 3.3 * len(label):
+            continue  # its label would be cut at the picture's edge
+        out.append(
+            f'<line class="axis" x1="{x_tick:.1f}" x2="{x_tick:.1f}" y1="{top + plot_h}" '
+            f'y2="{top + plot_h + 4}"/><text class="tick" x="{x_tick:.1f}" '
+            f'y="{top + plot_h + 16}" text-anchor="middle">{esc(label)}</text>'
+        )
+    out.append(
+        f'<line class="axis" x1="{left}" x2="{left + plot_w}" y1="{py(max(y0, 0.0)):.1f}" '
+        f'y2="{py(max(y0, 0.0)):.1f}"/>'
+    )
+
+    times = sorted({t for series in chart.series for t, _ in series.points})
+    gaps = [b - a for a, b in pairwise(times)]
+    slot = (min(gaps) if gaps else (t1 - t0) / 4) / (t1 - t0) * plot_w
+    bar_w = max(1.5, min(18.0, slot * 0.8 / max(len(chart.series), 1)))
+    for i, series in enumerate(chart.series):
+        color = _PALETTE[i % len(_PALETTE)]
+        points = sorted(series.points)
+        marks = []
+        for t, v in points:
+            tip = f"{series.name}: {chart.fmt(v)} at {fmt_time(t)} UTC"
+            if chart.kind == "bar":
+                x_bar = px(t) - bar_w * len(chart.series) / 2 + i * bar_w
+                top_y, base_y = sorted((py(v), py(max(y0, 0.0))))
+                marks.append(
+                    f'<rect x="{x_bar:.1f}" y="{top_y:.1f}" width="{bar_w:.1f}" '
+                    f'height="{max(base_y - top_y, 0.5):.1f}" fill="{color}">'
+                    f"<title>{esc(tip)}</title></rect>"
+                )
+            elif len(points) <= MAX_MARKERS:
+                marks.append(
+                    f'<circle cx="{px(t):.1f}" cy="{py(v):.1f}" r="2.6" fill="{color}">'
+                    f"<title>{esc(tip)}</title></circle>"
+                )
+        if chart.kind != "bar" and len(points) > 1:
+            path = " ".join(
+                f"{'M' if k == 0 else 'L'}{px(t):.1f},{py(v):.1f}"
+                for k, (t, v) in enumerate(points)
+            )
+            out.append(
+                f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.6" '
+                'stroke-linejoin="round"/>'
+            )
+        out.extend(marks)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _duration_unit(max_seconds: float) -> tuple[float, str]:
+    if max_seconds < 120:
+        return 1.0, "s"
+    if max_seconds < 2 * 3600:
+        return 60.0, "min"
+    if max_seconds < 2 * 86_400:
+        return 3600.0, "h"
+    return 86_400.0, "d"
+
+
+def _points(
+    records: Iterable[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], Any]
+) -> tuple[tuple[int, float], ...]:
+    """``(time, value)`` of each record where both are numbers (a figure it lacks: no point)."""
+    out = []
+    for record in records:
+        when = record_time(record)
+        try:
+            number = _number(value(record))
+        except (TypeError, KeyError, ZeroDivisionError, AttributeError):
+            number = None
+        if when is not None and number is not None:
+            out.append((when, number))
+    return tuple(sorted(out))
+
+
+def _sub(record: Mapping[str, Any], key: str, sub: str) -> Any:
+    inner = record.get(key)
+    return inner.get(sub) if isinstance(inner, Mapping) else None
+
+
+def _percent(value: Any) -> float | None:
+    share = _number(value)
+    return None if share is None else 100 * share
+
+
+def _per_1k_requests(record: Mapping[str, Any]) -> float | None:
+    passes, requests = _number(record.get("fm_passes")), _number(record.get("requests"))
+    if passes is None or not requests:
+        return None
+    return 1000 * passes / requests
+
+
+def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]:
+    """The page's plots from the shown runs (one namespace, filtered).
+
+    A figure goes to a plot wherever a record has it: coverage, freshness, selection and
+    serving figures come from the candidates runs, rows written from every run that wrote
+    rows (embeddings, enrichment, clustering).
+    """
+    records = [r for rs in runs.values() for r in rs if "error" not in r]
+
+    coverage = tuple(
+        Series(tier, _points(records, lambda r, t=tier: _percent(_sub(r, "coverage", t))))
+        for tier in TIERS
+    )
+    freshness = _points(records, lambda r: r.get("freshness_s"))
+    divisor, unit = _duration_unit(max((v for _, v in freshness), default=0.0))
+    views = sorted(
+        {
+            str(v)
+            for r in records
+            if isinstance(r.get("rows_written"), Mapping)
+            for v in r["rows_written"]
+        }
+    )
+    return [
+        Chart(
+            "Coverage per serving tier",
+            coverage,
+            lambda v: f"{v:.0f}%" if float(v).is_integer() else f"{v:.1f}%",
+            y_max=100.0,
+        ),
+        Chart(
+            "Embedding freshness",
+            (
+                Series(
+                    f"age of the newest codes ({unit})",
+                    tuple((t, v / divisor) for t, v in freshness),
+                ),
+            ),
+            lambda v: f"{_fmt_tick(v)} {unit}",
+        ),
+        Chart(
+            "FM passes per 1,000 requests",
+            (Series("FM passes / 1k requests", _points(records, _per_1k_requests)),),
+            _fmt_tick,
+        ),
+        Chart(
+            "Selected vs candidates",
+            (
+                Series("candidates", _points(records, lambda r: r.get("candidates"))),
+                Series("selected", _points(records, lambda r: r.get("selected"))),
+            ),
+            _fmt_tick,
+        ),
+        Chart(
+            "Rows written per view",
+            tuple(
+                Series(view, _points(records, lambda r, v=view: _sub(r, "rows_written", v)))
+                for view in views
+            ),
+            _fmt_tick,
+        ),
+        Chart(
+            "Fetch latency p50 / p99",
+            (
+                Series("p50", _points(records, lambda r: _sub(r, "serving", "fetch_p50_ms"))),
+                Series("p99", _points(records, lambda r: _sub(r, "serving", "fetch_p99_ms"))),
+            ),
+            lambda v: f"{_fmt_tick(v)} ms",
+        ),
+        Chart(
+            "Serving failures",
+            (Series("failed fetches", _points(records, lambda r: _sub(r, "serving", "failures"))),),
+            _fmt_tick,
+            kind="bar",
+        ),
+        Chart(
+            "Miss-stream and request-log backlog",
+            (
+                Series(
+                    "miss stream", _points(records, lambda r: _sub(r, "serving", "miss_backlog"))
+                ),
+                Series(
+                    "request log",
+                    _points(records, lambda r: _sub(r, "serving", "request_log_backlog")),
+                ),
+            ),
+            _fmt_tick,
+        ),
+    ]
+
+
+# -- the per-run tables -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    cell: Callable[[Mapping[str, Any]], str]  # HTML
+    text: bool = False  # left-aligned
+
+
+def _cell_number(key: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda r: html.escape(fmt_figure(key, r.get(key)))
+
+
+def _columns(records: Sequence[Mapping[str, Any]]) -> tuple[list[_Column], set[str]]:
+    """The columns of one DAG's table (the figures its records have) and the keys they use."""
+    has = {k for r in records for k in r}
+    cols = [_Column("run (interval, UTC)", lambda r: html.escape(fmt_interval(r)), text=True)]
+    used = set(_IDENTITY_KEYS)
+    for key, header in (
+        ("requests", "requests"),
+        ("candidates", "candidates"),
+        ("selected", "selected"),
+        ("fm_passes", "FM passes"),
+    ):
+        if key in has:
+            cols.append(_Column(header, _cell_number(key)))
+            used.add(key)
+    coverages = [r["coverage"] for r in records if isinstance(r.get("coverage"), Mapping)]
+    if coverages:
+        extra = sorted({str(k) for c in coverages for k in c} - set(TIERS))
+        for tier in (*TIERS, *extra):
+            cols.append(
+                _Column(
+                    f"coverage {tier}",
+                    lambda r, t=tier: html.escape(fmt_share(_sub(r, "coverage", t))),
+                )
+            )
+        used.add("coverage")
+    if "freshness_s" in has:
+        cols.append(_Column("embedding freshness", _cell_number("freshness_s")))
+        used.add("freshness_s")
+    if any(isinstance(r.get("serving"), Mapping) for r in records):
+        for key, header in SERVING_FIGURES:
+            cols.append(
+                _Column(header, lambda r, k=key: html.escape(fmt_figure(k, _sub(r, "serving", k))))
+            )
+        used.add("serving")
+    if "rows_written" in has:
+        cols.append(
+            _Column(
+                "rows written",
+                lambda r: figure_html("rows_written", r.get("rows_written")),
+                text=True,
+            )
+        )
+        used.add("rows_written")
+    if "seconds" in has:
+        cols.append(_Column("run time", _cell_number("seconds")))
+        used.add("seconds")
+    return cols, used
+
+
+def _other_figures(record: Mapping[str, Any], used: set[str]) -> str:
+    """The record's figures without a column of their own, as a ``key: value`` list."""
+    rest: dict[str, Any] = {k: v for k, v in record.items() if k not in used}
+    for key, shown in (("coverage", set(TIERS)), ("serving", {k for k, _ in SERVING_FIGURES})):
+        if key in used and key in record:
+            value = record[key]
+            if not isinstance(value, Mapping):
+                rest[key] = value
+            elif key == "serving" and set(value) - shown:
+                rest[key] = {k: v for k, v in value.items() if k not in shown}
+    skip = {k: record[k] for k in ("interval_start", "interval_end") if k in record}
+    return figure_html("", rest, skip=skip) if rest else MISSING
+
+
+def _dag_table(dag_id: str, records: Sequence[Mapping[str, Any]]) -> str:
+    good = [r for r in records if "error" not in r]
+    cols, used = _columns(good)
+    head = "".join(
+        f'<th class="text">{html.escape(c.header)}</th>'
+        if c.text
+        else f"<th>{html.escape(c.header)}</th>"
+        for c in cols
+    )
+    head += '<th class="text">other figures</th>'
+    rows = []
+    for record in records[:MAX_TABLE_ROWS]:
+        if "error" in record:
+            key = str(record.get("key", MISSING))
+            message = f"unreadable run record {key}: {record['error']}"
+            rows.append(
+                f'<tr class="error"><td class="text">{html.escape(fmt_interval(record))}</td>'
+                f'<td class="text" colspan="{len(cols)}">{html.escape(message)}</td></tr>'
+            )
+            continue
+        cells = "".join(
+            f'<td class="text">{c.cell(record)}</td>' if c.text else f"<td>{c.cell(record)}</td>"
+            for c in cols
+        )
+        cells += f'<td class="text other">{_other_figures(record, used)}</td>'
+        rows.append(f"<tr>{cells}</tr>")
+    times = [t for t in map(record_time, records) if t is not None]
+    latest = f", latest {fmt_time(max(times))} UTC" if times else ""
+    if len(records) > MAX_TABLE_ROWS:
+        latest += f"; the newest {MAX_TABLE_ROWS} shown: narrow the time range for older ones"
+    return (
+        f'<section class="dag" id="dag-{html.escape(dag_id)}"><h3>{html.escape(dag_id)}'
+        f' <span class="meta">{len(records)} run(s){latest}</span></h3>'
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
 
 
 # -- the page ---------------------------------------------------------------------------------
 
-HEADERS = (
-    "DAG",
-    "run (interval, UTC)",
-    "candidates selected",
-    "FM passes",
-    "rows written",
-    *(f"coverage {tier}" for tier in TIERS),
-    "embedding freshness",
-    "seconds",
-    "details",
-)
-
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1d2733; }
+body { font-family: system-ui, sans-serif; margin: 1.2rem 1.5rem; color: #1d2733; }
 h1 { font-size: 1.4rem; margin: 0 0 0.3rem; }
-p.meta { color: #5b6675; margin: 0 0 1rem; }
-table { border-collapse: collapse; font-size: 0.85rem; }
-th, td { border: 1px solid #d5dbe3; padding: 0.3rem 0.5rem; text-align: right; }
+h2 { font-size: 1.1rem; margin: 1.4rem 0 0.5rem; }
+h3 { font-size: 1rem; margin: 1.1rem 0 0.4rem; }
+.meta { color: #5b6675; font-weight: normal; font-size: 0.85rem; }
+p.meta { margin: 0 0 0.8rem; }
+.badge { display: inline-block; padding: 0 0.45rem; border-radius: 0.6rem; font-size: 0.8rem;
+  vertical-align: middle; }
+.badge.live { background: #dcf3e4; color: #145c2e; }
+.badge.replay { background: #fff0d1; color: #7a4d00; }
+form.filters { display: flex; flex-wrap: wrap; gap: 0.6rem 1rem; align-items: end;
+  background: #f5f7fa; border: 1px solid #d5dbe3; padding: 0.6rem 0.8rem; margin: 0 0 0.8rem; }
+form.filters label { display: flex; flex-direction: column; font-size: 0.8rem; color: #3d4856; }
+form.filters select, form.filters input { font: inherit; font-size: 0.9rem; padding: 0.15rem; }
+form.filters button { font: inherit; padding: 0.25rem 0.9rem; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(400px, 1fr));
+  gap: 0.6rem; }
+svg.chart { width: 100%; height: auto; background: #fff; border: 1px solid #e1e6ec; }
+svg .chart-title { font-size: 13px; font-weight: 600; fill: #1d2733; }
+svg .legend, svg .tick { font-size: 10.5px; fill: #3d4856; }
+svg .empty-chart { font-size: 12px; fill: #8a96a6; }
+svg .grid { stroke: #e8ecf1; } svg .axis { stroke: #8a96a6; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.82rem; }
+th, td { border: 1px solid #d5dbe3; padding: 0.25rem 0.45rem; text-align: right;
+  vertical-align: top; }
 th { background: #eef2f6; position: sticky; top: 0; }
 td.text, th.text { text-align: left; }
-tr.dag-start td { border-top: 2px solid #8a96a6; }
-tr.error td { background: #fdecec; color: #8a1c1c; }
-.empty { padding: 1rem; background: #f5f7fa; border: 1px dashed #b8c1cc; max-width: 50rem; }
+td { white-space: nowrap; }
+figure { margin: 0; }
+td.other { white-space: normal; min-width: 26rem; max-width: 40rem; }
+ul.kv { list-style: none; margin: 0; padding: 0; display: inline; }
+ul.kv li { display: inline; }
+ul.kv li + li::before { content: " · "; color: #8a96a6; }
+ul.kv ul.kv::before { content: "("; } ul.kv ul.kv::after { content: ")"; }
+ul.kv .k { color: #5b6675; }
+tr.error td { background: #fdecec; color: #8a1c1c; white-space: normal; }
+.empty, .notice { padding: 0.8rem 1rem; background: #f5f7fa; border: 1px dashed #b8c1cc;
+  max-width: 56rem; margin: 0.5rem 0; }
+.problem { padding: 0.6rem 1rem; background: #fdecec; border: 1px solid #e3a3a3;
+  color: #8a1c1c; max-width: 56rem; margin: 0.5rem 0; }
 code { background: #eef2f6; padding: 0 0.2rem; }
 """
 
 
-def _cell(text: str, *, left: bool = False) -> str:
-    css = ' class="text"' if left else ""
-    return f"<td{css}>{html.escape(text)}</td>"
+def _option(value: str, label: str, selected: bool) -> str:
+    mark = " selected" if selected else ""
+    return f'<option value="{html.escape(value)}"{mark}>{html.escape(label)}</option>'
 
 
-def _row(record: dict[str, Any], dag_id: str, *, first: bool) -> str:
-    dag = str(record.get("dag_id", dag_id))
-    classes = ["dag-start"] if first else []
-    if "error" in record:
-        classes.append("error")
-        key = str(record.get("key", MISSING))
-        message = f"unreadable run record {key}: {record['error']}"
-        cells = _cell(dag, left=True) + (
-            f'<td class="text" colspan="{len(HEADERS) - 1}">{html.escape(message)}</td>'
-        )
-    else:
-        cells = "".join(
-            [
-                _cell(dag, left=True),
-                _cell(fmt_interval(record), left=True),
-                _cell(fmt_selected(record)),
-                _cell(fmt_count(record.get("fm_passes"))),
-                _cell(fmt_rows(record.get("rows_written")), left=True),
-                *(_cell(fmt_share(_coverage(record, tier))) for tier in TIERS),
-                _cell(fmt_age(record.get("freshness_s"))),
-                _cell(fmt_seconds(record.get("seconds"))),
-                _cell(fmt_details(record), left=True),
-            ]
-        )
-    css = f' class="{" ".join(classes)}"' if classes else ""
-    return f"<tr{css}>{cells}</tr>"
+def _form(selection: Selection, filters: Filters, raw: Mapping[str, str | None]) -> str:
+    current = selection.namespace.name if selection.namespace else ""
+    names = list(selection.namespaces)
+    if selection.namespace is not None and selection.namespace not in names:
+        names.append(selection.namespace)
+    ns_options = "".join(_option(i.name, i.label, i.name == current) for i in names) or _option(
+        "", "no namespaces yet", True
+    )
+    dag_options = _option("", "all DAGs", filters.dag_id is None) + "".join(
+        _option(d, d, d == filters.dag_id) for d in selection.dag_ids
+    )
+    if filters.dag_id is not None and filters.dag_id not in selection.dag_ids:
+        dag_options += _option(filters.dag_id, filters.dag_id, True)
+
+    def when(value: int | None, raw_value: str | None) -> str:
+        if value is None:
+            return html.escape(raw_value or "")
+        return html.escape(fmt_time(value).replace(" ", "T"))
+
+    return (
+        '<form class="filters" method="get" action="">'
+        f'<label>namespace<select name="namespace">{ns_options}</select></label>'
+        f'<label>DAG<select name="dag_id">{dag_options}</select></label>'
+        '<label>from (UTC, interval end)<input type="datetime-local" name="from" '
+        f'value="{when(filters.start, raw.get("from"))}"></label>'
+        '<label>to (UTC)<input type="datetime-local" name="to" '
+        f'value="{when(filters.end, raw.get("to"))}"></label>'
+        '<button type="submit">Apply</button><a href="?">reset</a></form>'
+    )
 
 
-def render_page(runs: dict[str, list[dict[str, Any]]], root: Path) -> str:
-    """The HTML page of ``runs`` (as :func:`load_runs` returns them), read from ``root``."""
+def _page(title_line: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>SOLARIS runs</title><style>{_CSS}</style></head><body>"
+        f"<h1>SOLARIS cycle runs</h1>{title_line}{body}</body></html>"
+    )
+
+
+def render_page(
+    runs: Mapping[str, Sequence[dict[str, Any]]],
+    root: Path,
+    filters: Filters | None = None,
+    *,
+    may_read: Callable[[str], bool] = lambda dag_id: True,
+    problem: str | None = None,
+    raw: Mapping[str, str | None] | None = None,
+) -> str:
+    """The HTML page of ``runs`` (as :func:`load_runs` returns them), read from ``root``,
+    for ``filters`` and a user who may read the runs of the DAGs ``may_read`` accepts.
+    ``problem`` (a bad query parameter) is shown above the form instead of any run."""
+    filters = filters or Filters()
     where = html.escape(str(Path(root) / "namespaces"))
-    n_runs = sum(len(records) for records in runs.values())
-    if n_runs == 0:
+    selection = select_runs(runs, filters, may_read)
+    form = _form(selection, filters, raw or {})
+    if problem is not None:
+        return _page(
+            f'<p class="meta">read from {where}</p>',
+            f'<div class="problem">{html.escape(problem)}</div>{form}',
+        )
+    hidden = (
+        f'<div class="notice">The runs of {selection.hidden_dags} DAG(s) are hidden: your '
+        "Airflow role may not read their runs.</div>"
+        if selection.hidden_dags
+        else ""
+    )
+    if not selection.namespaces and selection.namespace is None:
         body = (
             '<div class="empty"><strong>No runs yet.</strong> '
             f"There are no run records under <code>{where}</code>. Each SOLARIS DAG task "
@@ -270,23 +1037,81 @@ def render_page(runs: dict[str, list[dict[str, Any]]], root: Path) -> str:
             "this page. The folder is "
             f"<code>${ARTIFACTS_ENV}/namespaces/&lt;namespace&gt;/runs</code>.</div>"
         )
-    else:
-        head = "".join(
-            f'<th class="text">{html.escape(h)}</th>' if i < 2 else f"<th>{html.escape(h)}</th>"
-            for i, h in enumerate(HEADERS)
-        )
-        rows = [
-            _row(record, dag_id, first=i == 0)
-            for dag_id, records in sorted(runs.items())
-            for i, record in enumerate(records)
-        ]
-        body = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    summary = f"{n_runs} run record(s) from {len(runs)} DAG(s), newest first, read from {where}"
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>SOLARIS runs</title><style>{_CSS}</style></head><body>"
-        f'<h1>SOLARIS cycle runs</h1><p class="meta">{summary}</p>{body}</body></html>'
+        return _page(f'<p class="meta">read from {where}</p>', form + hidden + body)
+
+    info = selection.namespace
+    assert info is not None  # there are namespaces, so one is chosen
+    kind = "replay" if info.replay else "live"
+    n_runs = sum(len(r) for r in selection.runs.values())
+    span = ""
+    if filters.start is not None or filters.end is not None:
+        span = f", interval ends {fmt_time(filters.start)} to {fmt_time(filters.end)} UTC"
+    title = (
+        f'<p class="meta">namespace <strong>{html.escape(info.name)}</strong> '
+        f'<span class="badge {kind}">{kind}</span> · {n_runs} run record(s) of '
+        f"{len(selection.runs)} DAG(s){html.escape(span)}, newest first · times in UTC · "
+        f"read from {where}</p>"
     )
+    if not selection.runs:
+        body = (
+            '<div class="empty"><strong>No runs match.</strong> Namespace '
+            f"<code>{html.escape(info.name)}</code> has no run records for these filters.</div>"
+        )
+        return _page(title, form + hidden + body)
+    times = [t for rs in selection.runs.values() for t in map(record_time, rs) if t is not None]
+    x_range = (min(times, default=0), max(times, default=0))
+    charts = "".join(
+        f"<figure>{svg_chart(chart, x_range)}</figure>" for chart in build_charts(selection.runs)
+    )
+    tables = "".join(
+        _dag_table(dag_id, records) for dag_id, records in sorted(selection.runs.items())
+    )
+    body = f'<h2>Over time</h2><div class="charts">{charts}</div><h2>Runs</h2>{tables}'
+    return _page(title, form + hidden + body)
+
+
+# -- the app ----------------------------------------------------------------------------------
+
+DagFilter = Callable[[str], bool]
+
+
+def dag_run_reader(user: GetUserDep) -> DagFilter:
+    """Airflow's auth manager on this app: who may see which runs.
+
+    ``GetUserDep`` is the dependency that guards Airflow's own ``/api/v2`` routes: the JWT
+    from the ``Authorization: Bearer`` header or the UI's ``_token`` cookie, else 401 (403
+    for a token that does not verify). The returned filter keeps the DAGs whose runs the
+    user may read (``GET`` on ``DagAccessEntity.RUN`` of that DAG), as the UI's DAG list
+    does.
+    """
+    manager = get_auth_manager()
+
+    def may_read(dag_id: str) -> bool:
+        return manager.is_authorized_dag(
+            method="GET",
+            access_entity=DagAccessEntity.RUN,
+            details=DagDetails(id=dag_id),
+            user=user,
+        )
+
+    return may_read
+
+
+def _login_url(request: Request) -> str | None:
+    """The auth manager's login page, coming back to this request; None when there is no
+    auth manager (the app outside an api-server)."""
+    try:
+        return get_auth_manager().get_url_login(next_url=str(request.url))
+    except RuntimeError:
+        return None
+
+
+# The routes' parameters (module level: FastAPI resolves the annotations in this module).
+Reader = Annotated[DagFilter, Depends(dag_run_reader)]
+NamespaceParam = Annotated[str | None, Query(description="the namespace shown")]
+DagIdParam = Annotated[str | None, Query(description="only this DAG's runs")]
+FromParam = Annotated[str | None, Query(alias="from", description="interval end at or after")]
+ToParam = Annotated[str | None, Query(alias="to", description="interval end at or before")]
 
 
 def create_app(root: Path | None = None) -> FastAPI:
@@ -298,14 +1123,65 @@ def create_app(root: Path | None = None) -> FastAPI:
         return Path(root) if root is not None else artifacts_dir()
 
     @api.get("/", response_class=HTMLResponse)
-    def page() -> HTMLResponse:
+    def page(
+        may_read: Reader,
+        namespace: NamespaceParam = None,
+        dag_id: DagIdParam = None,
+        start: FromParam = None,
+        end: ToParam = None,
+    ) -> HTMLResponse:
         where = current_root()
-        return HTMLResponse(render_page(load_runs(where), where))
+        raw = {"from": start, "to": end}
+        try:
+            filters = parse_filters(namespace, dag_id, start, end)
+        except FilterError as exc:
+            lenient = Filters(namespace=namespace or None, dag_id=dag_id or None)
+            page_html = render_page(
+                load_runs(where), where, lenient, may_read=may_read, problem=str(exc), raw=raw
+            )
+            return HTMLResponse(page_html, status_code=status.HTTP_400_BAD_REQUEST)
+        return HTMLResponse(render_page(load_runs(where), where, filters, may_read=may_read))
 
     @api.get("/api/runs")
-    def runs() -> dict[str, Any]:
+    def runs(
+        may_read: Reader,
+        namespace: NamespaceParam = None,
+        dag_id: DagIdParam = None,
+        start: FromParam = None,
+        end: ToParam = None,
+    ) -> dict[str, Any]:
         where = current_root()
-        return {"artifacts_dir": str(where), "dags": load_runs(where)}
+        try:
+            filters = parse_filters(namespace, dag_id, start, end)
+        except FilterError as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+        selection = select_runs(load_runs(where), filters, may_read)
+        info = selection.namespace
+        return {
+            "artifacts_dir": str(where),
+            "namespace": info.name if info else None,
+            "replay": info.replay if info else None,
+            "namespaces": [
+                {"name": i.name, "replay": i.replay, "runs": i.runs, "latest": i.latest}
+                for i in selection.namespaces
+            ],
+            "filters": filters.as_query(),
+            "hidden_dags": selection.hidden_dags,
+            "dags": selection.runs,
+        }
+
+    @api.exception_handler(HTTPException)
+    async def login_first(request: Request, exc: HTTPException) -> Response:
+        """A browser that opens the page without a session goes to Airflow's login page
+        and comes back; the JSON route answers 401 like ``/api/v2``."""
+        if (
+            exc.status_code == status.HTTP_401_UNAUTHORIZED
+            and request.scope.get("endpoint") is page
+        ):
+            url = _login_url(request)
+            if url is not None:
+                return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
+        return await http_exception_handler(request, exc)
 
     return api
 

@@ -20,6 +20,8 @@ from tqdm.auto import tqdm
 
 from solaris.pipeline.select import pair_keys, select_mask
 
+__all__ = ["ReplayResult", "interval_end", "oracle_scores", "random_scores", "replay"]
+
 _NEVER = np.iinfo(np.int64).min
 _TIME_SPAN = 1 << 33  # epoch seconds fit below this until the year 2242
 

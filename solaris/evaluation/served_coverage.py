@@ -17,6 +17,8 @@ from solaris.serving.tiers import TIERS
 if TYPE_CHECKING:
     from solaris.serving.tiers import TierFeatures
 
+__all__ = ["ServedCoverage"]
+
 
 @dataclass
 class ServedCoverage:

@@ -22,6 +22,8 @@ from typing import Any
 
 from solaris.errors import SolarisError
 
+__all__ = ["AirflowRunError", "LocalAirflow", "RunResult", "configure_airflow"]
+
 
 class AirflowRunError(SolarisError, RuntimeError):
     """A DAG did not import, or a DAG run did not succeed."""

@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+__all__ = ["FeatureBatch", "FeatureSpec"]
+
 
 @dataclass(frozen=True)
 class FeatureSpec:

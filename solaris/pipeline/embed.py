@@ -19,6 +19,8 @@ from solaris.adapters import FoundationModel
 from solaris.data.schemas import pair_embeddings_schema, read_table, write_table
 from solaris.models.autoencoder import Autoencoder
 
+__all__ = ["embed_pairs", "embed_shard", "encode_pairs"]
+
 
 @torch.inference_mode()
 def encode_pairs(

@@ -19,6 +19,8 @@ from solaris.data.schemas import pair_codes
 from solaris.pipeline.aggregate import item_aggregate, user_aggregate
 from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
 
+__all__ = ["PairHistory", "item_aggregates", "neighbour_rows", "user_aggregates", "user_neighbours"]
+
 
 @dataclass(frozen=True)
 class PairHistory:

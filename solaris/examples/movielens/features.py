@@ -19,6 +19,8 @@ from solaris.config import ModelConfig
 from solaris.examples.movielens.data import LIKE_THRESHOLD, MovieLens
 from solaris.models.batch import FeatureBatch, FeatureSpec
 
+__all__ = ["FM_DENSE", "VM_DENSE", "FeatureContext"]
+
 _KEY = 1 << 32  # composite key: id * _KEY + ts, ts < 2**32
 _AGE_EDGES = np.array([18, 25, 35, 45, 50, 56])
 VM_DENSE = ("user_count", "item_count", "item_mean", "item_like", "age", "year")

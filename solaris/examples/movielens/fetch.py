@@ -16,6 +16,8 @@ from pathlib import Path
 from solaris.config import DataConfig
 from solaris.errors import SolarisError
 
+__all__ = ["MOVIELENS_FILES", "DataFetchError", "fetch_movielens", "is_fetched", "movielens_dir"]
+
 MOVIELENS_FILES = (
     "ml-100k.inter",
     "ml-100k.user",

@@ -11,6 +11,8 @@ from solaris.data.schemas import read_table
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
 from solaris.examples.movielens.train import load_split
 
+__all__ = ["SELECTORS", "replay_from_artifacts"]
+
 SELECTORS = ("verifier", "random", "oracle")
 
 

@@ -20,6 +20,17 @@ from tqdm.auto import tqdm
 from solaris.config import RequestLogConfig
 from solaris.examples.movielens.data import LIKE_THRESHOLD
 
+__all__ = [
+    "DAY",
+    "RequestLog",
+    "RequestLogStats",
+    "bucket_requests",
+    "build_request_log",
+    "earlier_candidate_within",
+    "request_log_stats",
+    "retrieve",
+]
+
 DAY = 86_400
 
 

@@ -9,6 +9,18 @@ from solaris.evaluation.metrics import summarize
 from solaris.examples.movielens.report.coverage import equal_cost_coverage
 from solaris.examples.movielens.report.stats import estimate, transfer_ratios, user_bootstrap
 
+__all__ = [
+    "TR_VARIANTS",
+    "curve",
+    "dropout",
+    "kd_choices",
+    "summarise",
+    "sweeps",
+    "table1",
+    "tier_value",
+    "transfer",
+]
+
 TR_VARIANTS = ("VM+KD", "VM+z (100% offline)", "VM+SOLARIS tiers (replay)")
 
 

@@ -16,6 +16,15 @@ from tqdm.auto import tqdm
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
 from solaris.examples.movielens.requests import earlier_candidate_within
 
+__all__ = [
+    "HOUR",
+    "activity_ttl",
+    "equal_cost_coverage",
+    "retrieval_bound",
+    "selection_sweeps",
+    "selector_scores",
+]
+
 HOUR = 3600
 
 

@@ -40,6 +40,20 @@ from solaris.models.training import (
 )
 from solaris.pipeline.embed import encode_pairs
 
+__all__ = [
+    "PARTS",
+    "VMRows",
+    "VariantRunner",
+    "distillation_sweep",
+    "fm_probs",
+    "masked",
+    "offline_codes",
+    "scores",
+    "stack",
+    "train_task_fm",
+    "with_keep",
+]
+
 PARTS = ("train", "val", "test")
 
 

@@ -28,6 +28,8 @@ from solaris.examples.movielens.requests import RequestLog
 from solaris.examples.movielens.train import score_candidates, train_models
 from solaris.pipeline.embed import encode_pairs
 
+__all__ = ["OWN_TASKS", "TIER_SETS", "UNSEEN_TASK", "run_seed"]
+
 OWN_TASKS = ("like", "love")
 UNSEEN_TASK = "dislike"
 TIER_SETS = {

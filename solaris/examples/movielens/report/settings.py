@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+__all__ = ["ReportSettings"]
+
 
 class ReportSettings(BaseModel):
     """Grids and seeds of ``solaris report``; recorded in the report."""

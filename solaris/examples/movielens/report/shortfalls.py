@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["shortfalls"]
+
 
 def _cov(summary: dict, sweep: str, selector: str, value: float) -> float:
     return next(

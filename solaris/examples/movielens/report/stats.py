@@ -17,6 +17,16 @@ from scipy import stats as sps
 
 from solaris.evaluation.metrics import summarize
 
+__all__ = [
+    "Estimate",
+    "estimate",
+    "row_log_loss",
+    "seed_interval",
+    "transfer_ratios",
+    "user_bootstrap",
+    "user_weights",
+]
+
 
 @dataclass(frozen=True)
 class Estimate:

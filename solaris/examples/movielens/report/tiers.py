@@ -30,6 +30,17 @@ import numpy as np
 from solaris.pipeline.neighbors import nearest_users
 from solaris.pipeline.select import pair_keys
 
+__all__ = [
+    "DAY",
+    "CodeLog",
+    "Tier",
+    "aggregate_tiers",
+    "build_tiers",
+    "daily_neighbours",
+    "latest_pair_code",
+    "neighbour_tiers",
+]
+
 DAY = 86_400
 _SPAN = np.int64(1 << 33)  # epoch seconds fit below this
 

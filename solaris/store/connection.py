@@ -25,27 +25,28 @@ password.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import redis as redis_py
-from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.cluster import REDIS_ALLOWED_KEYS, ClusterNode, RedisCluster
-from redis.retry import Retry
-
 from solaris.errors import SolarisError
 
 if TYPE_CHECKING:
+    import redis as redis_py
+    from redis.cluster import RedisCluster
+
     from solaris.config import SolarisConfig
 
 __all__ = [
+    "COMMON_OPTIONS",
     "ConnectionStringError",
     "RedisTarget",
     "RedisType",
     "answers",
+    "client_options",
     "redacted",
     "redacted_settings",
     "redis_client",
@@ -81,11 +82,53 @@ def _parameters(cls: type) -> frozenset[str]:
     return frozenset(inspect.signature(cls.__init__).parameters) - _NOT_OPTIONS
 
 
-# What each client type accepts: redis.Redis its keyword arguments; RedisCluster its own
-# plus those it hands to every node's client (the others it drops without a word).
-_REDIS_OPTIONS = _parameters(redis_py.Redis)
-_CLUSTER_OPTIONS = (_parameters(RedisCluster) | frozenset(REDIS_ALLOWED_KEYS)) - _NOT_OPTIONS
-KNOWN_OPTIONS = _REDIS_OPTIONS | _CLUSTER_OPTIONS
+# Options both clients take (a test checks it against redis-py): a string that uses only
+# these is checked without importing redis, as settings are where DAG files are parsed.
+COMMON_OPTIONS = frozenset(
+    {
+        "username",
+        "password",
+        "ssl",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "ssl_cert_reqs",
+        "ssl_check_hostname",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "decode_responses",
+        "client_name",
+        "max_connections",
+        "retry_on_timeout",
+        "encoding",
+        "protocol",
+    }
+)
+
+
+@functools.cache
+def client_options() -> tuple[frozenset[str], frozenset[str]]:
+    """What each client type accepts: redis.Redis its keyword arguments; RedisCluster its
+    own plus those it hands to every node's client (the others it drops without a word).
+
+    Read from redis-py on first use, not at import (see :data:`COMMON_OPTIONS`).
+    """
+    import redis as redis_py
+    from redis.cluster import REDIS_ALLOWED_KEYS, RedisCluster
+
+    single = _parameters(redis_py.Redis)
+    cluster = (_parameters(RedisCluster) | frozenset(REDIS_ALLOWED_KEYS)) - _NOT_OPTIONS
+    return single, cluster
+
+
+def _known(key: str) -> bool:
+    if key in COMMON_OPTIONS or key == "db":
+        return True
+    single, cluster = client_options()
+    return key in single or key in cluster
 
 
 class ConnectionStringError(SolarisError, ValueError):
@@ -129,7 +172,7 @@ class RedisTarget:
                 continue
             key, eq, raw = part.partition("=")
             key = key.strip()
-            if last is not None and (not eq or (key not in KNOWN_OPTIONS and literal)):
+            if last is not None and (not eq or (not _known(key) and literal)):
                 # Options come after the nodes: this is the rest of the previous value (after
                 # a password, a piece of the password: never shown).
                 raise ConnectionStringError(
@@ -138,7 +181,7 @@ class RedisTarget:
                     "cannot carry ',' (the string is split on it)"
                 )
             if eq:
-                if key not in KNOWN_OPTIONS:
+                if not _known(key):
                     raise ConnectionStringError(
                         f"Redis connection string: unknown option {key!r} (the options are "
                         "redis-py's Redis/RedisCluster keyword arguments)"
@@ -171,8 +214,11 @@ class RedisTarget:
     def check(self, redis_type: RedisType = "redis") -> None:
         """Raise :class:`ConnectionStringError` for an option the ``redis_type`` client would
         not use: one it does not take, or a TLS option without ``ssl=true``."""
-        accepted = _CLUSTER_OPTIONS if redis_type == "redis_cluster" else _REDIS_OPTIONS
-        unused = sorted(set(self.options) - accepted - {"db"})
+        unused = sorted(set(self.options) - COMMON_OPTIONS - {"db"})
+        if unused:  # rare options: ask redis-py which client takes them
+            single, cluster = client_options()
+            accepted = cluster if redis_type == "redis_cluster" else single
+            unused = sorted(set(unused) - accepted)
         if unused:
             raise ConnectionStringError(
                 f"Redis connection string: {', '.join(unused)} is not used by a "
@@ -208,7 +254,7 @@ def redacted(connection: str | None) -> str | None:
     for part in str(connection).split(","):
         key, eq, _ = part.partition("=")
         key = key.strip()
-        if eq and key in KNOWN_OPTIONS and key not in SECRET_OPTIONS:
+        if eq and _known(key) and key not in SECRET_OPTIONS:
             hiding = False
             shown.append(part)
         elif eq and key in SECRET_OPTIONS:
@@ -256,6 +302,11 @@ def redis_client(
     Raises:
         ConnectionStringError: see :meth:`RedisTarget.parse` and :meth:`RedisTarget.check`.
     """
+    import redis as redis_py
+    from redis.backoff import ExponentialBackoff, NoBackoff
+    from redis.cluster import ClusterNode, RedisCluster
+    from redis.retry import Retry
+
     target = connection if isinstance(connection, RedisTarget) else RedisTarget.parse(connection)
     target.check(redis_type)
     kwargs = dict(target.options)
@@ -291,6 +342,8 @@ def unlink_matching(client, pattern: str, batch: int = 1000) -> int:
 
 def answers(connection: str, timeout_s: float = 0.5, redis_type: RedisType = "redis") -> bool:
     """Whether Redis at ``connection`` answers a PING within ``timeout_s``."""
+    import redis as redis_py
+
     try:
         client = redis_client(connection, redis_type=redis_type, timeout_s=timeout_s, retries=0)
         try:

@@ -393,11 +393,18 @@ def test_json_endpoint_takes_the_same_filters(client: TestClient) -> None:
 # -- permissions ------------------------------------------------------------------------------
 
 
-def test_requests_without_a_token_get_401(plugin: ModuleType, artifacts: Path) -> None:
+def test_requests_without_a_token_get_401(
+    plugin: ModuleType, artifacts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_auth_manager():
+        raise RuntimeError("no auth manager outside an api-server")
+
+    # Outside an api-server there is no login page to send a browser to (an earlier test of
+    # this process may have initialised one: the browser test covers the redirect).
+    monkeypatch.setattr(plugin, "get_auth_manager", no_auth_manager)
     client = TestClient(plugin.create_app(artifacts))  # Airflow's own auth dependency
     api = client.get("/api/runs")
     assert api.status_code == 401 and api.json() == {"detail": "Not authenticated"}
-    # Outside an api-server there is no login page to send a browser to: a plain 401.
     page = client.get("/", follow_redirects=False)
     assert page.status_code == 401
     assert "1,234" not in page.text

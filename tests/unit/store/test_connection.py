@@ -223,7 +223,7 @@ class _RecordingCluster(RedisCluster):
 def test_redis_client_for_a_cluster_builds_a_redis_cluster_over_every_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(connection, "RedisCluster", _RecordingCluster)
+    monkeypatch.setattr(redis.cluster, "RedisCluster", _RecordingCluster)  # imported on use
     client = redis_client(
         f"a:7000,b:7001,db=0,password={SECRET},ssl=true",
         redis_type="redis_cluster",
@@ -389,3 +389,8 @@ def test_redacted_settings_keep_every_setting_but_the_redis_password() -> None:
     assert {k: v for k, v in data.items() if k != "store"} == {
         k: v for k, v in json.loads(cfg.model_dump_json()).items() if k != "store"
     }
+
+
+def test_the_options_checked_without_redis_py_are_taken_by_both_clients() -> None:
+    single, cluster = connection.client_options()
+    assert single & cluster >= connection.COMMON_OPTIONS

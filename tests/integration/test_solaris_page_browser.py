@@ -1,10 +1,11 @@
 """The SOLARIS page in a real browser against a real ``airflow standalone``.
 
-Airflow runs as ``make airflow`` runs it (api-server, scheduler, dag-processor, triggerer)
-with its state in ``tmp_path`` (SQLite), the repository's ``plugins/``, an empty DAG folder
-(nothing to parse), the UI on a free loopback port, and the simple auth manager with one
-``viewer`` user whose password the test writes to the passwords file (never printed). The
-artifacts folder holds the synthetic run records of ``scripts/screenshot_solaris_page.py``.
+Airflow starts through ``scripts/airflow_standalone.sh``, as ``make airflow`` starts it
+(api-server, scheduler, dag-processor, triggerer; the repository's DAGs, paused, and
+``plugins/``) with its state in ``tmp_path`` (SQLite), the UI on a free loopback port, and the
+simple auth manager with one ``viewer`` user whose password the test writes to the passwords
+file (never printed). The artifacts folder holds the synthetic run records of
+``scripts/screenshot_solaris_page.py``.
 
 Headless Chromium is Debian's (``/usr/bin/chromium``, or ``$SOLARIS_CHROMIUM``) driven by
 Playwright; no browser is downloaded. Without Chromium or Playwright the test is skipped on a
@@ -17,7 +18,6 @@ import importlib.util
 import json
 import os
 import secrets
-import shlex
 import signal
 import socket
 import subprocess
@@ -36,7 +36,7 @@ from solaris.orchestration.layout import read_all_run_records
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-AIRFLOW = REPO / ".venv" / "bin" / "airflow"
+SCRIPT = REPO / "scripts" / "airflow_standalone.sh"
 SEEDER = REPO / "scripts" / "screenshot_solaris_page.py"
 CHROMIUM = Path(os.environ.get("SOLARIS_CHROMIUM") or "/usr/bin/chromium")
 USER = "operator"
@@ -115,52 +115,38 @@ def _wait_until_up(url: str, proc: subprocess.Popen, log: Path) -> None:
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     _require_browser()
     tmp = tmp_path_factory.mktemp("solaris-page")
-    home, dags, artifacts = tmp / "airflow-home", tmp / "dags", tmp / "artifacts"
-    for folder in (home, dags, artifacts):
+    home, artifacts = tmp / "airflow-home", tmp / "artifacts"
+    for folder in (home, artifacts):
         folder.mkdir()
     _seeder().seed_run_records(artifacts)
     password = secrets.token_urlsafe(16)
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({USER: password}))
     port = _free_port()
-    # `airflow standalone` starts its components as `airflow ...` from PATH; as in
-    # scripts/airflow_standalone.sh, this one starts the scheduler and the triggerer without
-    # their task-log servers (Airflow binds those to every interface).
-    shim = tmp / "bin"
-    shim.mkdir()
-    airflow_bin = shlex.quote(str(AIRFLOW))
-    (shim / "airflow").write_text(
-        "#!/usr/bin/env bash\n"
-        'case "${1:-}" in\n'
-        f'    scheduler | triggerer) exec {airflow_bin} "$1" --skip-serve-logs "${{@:2}}" ;;\n'
-        "esac\n"
-        f'exec {airflow_bin} "$@"\n'
-    )
-    (shim / "airflow").chmod(0o755)
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("AIRFLOW") and k not in {"SOLARIS_AIRFLOW_DB_URL", "SOLARIS_NAMESPACE"}
     }
+    # `make airflow` itself (scripts/airflow_standalone.sh): its DAGs and plugin, loopback.
     env.update(
-        PATH=os.pathsep.join([str(shim), str(AIRFLOW.parent), env.get("PATH", "")]),
         AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
-        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
-        AIRFLOW__API__HOST="127.0.0.1",
         AIRFLOW__API__PORT=str(port),
         AIRFLOW__API__WORKERS="1",
         AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{USER}:viewer",
         AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
+        # Nothing to run: the DAGs stay paused, and a task could not reach any Redis.
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="True",
+        SOLARIS_STORE__REDIS="127.0.0.1:1",
+        SOLARIS_AIRFLOW_CHECK="0",
         SOLARIS_ARTIFACTS_DIR=str(artifacts),
     )
     log = tmp / "airflow-standalone.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(AIRFLOW), "standalone"],
-            cwd=tmp,
+            ["bash", str(SCRIPT)],
+            cwd=REPO,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

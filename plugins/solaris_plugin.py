@@ -27,19 +27,19 @@ others, replays labelled as such.
 ``artifacts_dir`` is read from ``SOLARIS_ARTIFACTS_DIR`` on every request (default
 ``artifacts``, relative to the api-server's working directory). This module runs inside the
 api-server, so it imports nothing heavy: no feast, torch, pandas or ``solaris.config``; the
-records are read only through :func:`solaris.orchestration.layout.read_all_run_records`.
+records are read only through :func:`solaris.orchestration.layout.read_all_run_records`, and
+the figures are written and drawn by :mod:`solaris.dashboard.formatting` and
+:mod:`solaris.dashboard.charts` (pure functions, importable without Airflow).
 """
 
 from __future__ import annotations
 
 import html
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -51,6 +51,19 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from solaris.dashboard.charts import MAX_MARKERS, Chart, Series, fmt_tick, nice_ticks, svg_chart
+from solaris.dashboard.formatting import (
+    MISSING,
+    as_number,
+    figure_html,
+    fmt_age,
+    fmt_count,
+    fmt_figure,
+    fmt_interval,
+    fmt_ms,
+    fmt_share,
+    fmt_time,
+)
 from solaris.errors import SolarisError
 from solaris.namespace import LIVE
 from solaris.orchestration.layout import read_all_run_records
@@ -101,7 +114,6 @@ ARTIFACTS_ENV = "SOLARIS_ARTIFACTS_DIR"
 # plugin may not import solaris.config, which pulls pydantic-settings and the adapters).
 NAMESPACE_ENV = "SOLARIS_NAMESPACE"
 DEFAULT_LIVE_NAMESPACE = LIVE
-MISSING = "–"
 TIERS = ("pair", "nbr", "uagg", "iagg", "any")
 # The figures of the candidates runs' ``serving`` dict, in the order they are shown.
 SERVING_FIGURES = (
@@ -112,10 +124,9 @@ SERVING_FIGURES = (
     ("miss_backlog", "miss backlog"),
     ("request_log_backlog", "request-log backlog"),
 )
-# A long time range stays a page: each table shows its newest runs, and a line with more
-# points than this is drawn without a marker (and tooltip) per point.
+# A long time range stays a page: each table shows its newest runs (and a long line loses
+# its per-point markers: solaris.dashboard.charts.MAX_MARKERS).
 MAX_TABLE_ROWS = 200
-MAX_MARKERS = 400
 # Keys the page shows elsewhere (the row's interval, the namespace and its badge).
 _IDENTITY_KEYS = frozenset(
     {"dag_id", "key", "namespace", "replay", "interval_start", "interval_end"}
@@ -155,163 +166,6 @@ def load_runs(root: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-# -- formatting: every formatter takes any JSON value and never raises ----------------------
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _guard(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
-    """``fmt``, except that a missing value shows as "–" and an unexpected one as itself."""
-
-    def safe(value: Any) -> str:
-        if value is None:
-            return MISSING
-        try:
-            return fmt(value)
-        except (TypeError, ValueError, OverflowError, OSError, AttributeError):
-            return str(value)
-
-    safe.__doc__ = fmt.__doc__
-    return safe
-
-
-@_guard
-def fmt_time(value: Any) -> str:
-    """Epoch seconds as UTC ``YYYY-MM-DD HH:MM`` (the page says it is UTC)."""
-    seconds = _number(value)
-    if seconds is None:
-        return str(value)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M")
-
-
-@_guard
-def fmt_count(value: Any) -> str:
-    """A number with thousands separators; fractions to three significant digits."""
-    number = _number(value)
-    if number is None:
-        return str(value)
-    if number.is_integer() or abs(number) >= 100:
-        return f"{number:,.0f}"
-    return f"{number:.3g}"
-
-
-@_guard
-def fmt_share(value: Any) -> str:
-    """A fraction as a percentage."""
-    share = _number(value)
-    return str(value) if share is None else f"{100 * share:.1f}%"
-
-
-@_guard
-def fmt_age(value: Any) -> str:
-    """A duration or an age in seconds, in the unit that reads best."""
-    seconds = _number(value)
-    if seconds is None:
-        return str(value)
-    if abs(seconds) < 120:
-        return f"{seconds:.0f} s" if seconds.is_integer() else f"{seconds:.1f} s"
-    if abs(seconds) < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    if abs(seconds) < 2 * 86_400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86_400:,.1f} d"
-
-
-@_guard
-def fmt_ms(value: Any) -> str:
-    """Milliseconds."""
-    ms = _number(value)
-    if ms is None:
-        return str(value)
-    return f"{ms:.1f} ms" if abs(ms) < 100 else f"{ms:,.0f} ms"
-
-
-def _is_share_key(key: str) -> bool:
-    return "share" in key or "coverage" in key
-
-
-def _is_time_key(key: str) -> bool:
-    return key in ("interval_start", "interval_end", "as_of") or key.endswith("_at")
-
-
-def _is_duration_key(key: str) -> bool:
-    return key == "seconds" or key.endswith(("_seconds", "_s"))
-
-
-def fmt_figure(key: str, value: Any, *, share: bool = False) -> str:
-    """One scalar figure, formatted by what its key says it is (text, not HTML)."""
-    if value is None:
-        return MISSING
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    number = _number(value)
-    if number is None:
-        return str(value)
-    if (share or _is_share_key(key)) and 0.0 <= number <= 1.0:
-        return fmt_share(number)
-    if _is_time_key(key):
-        return fmt_time(number)
-    if key.endswith("_ms"):
-        return fmt_ms(number)
-    if _is_duration_key(key):
-        return fmt_age(number)
-    return fmt_count(number)
-
-
-def _label(key: str) -> str:
-    return key.replace("_", " ")
-
-
-def figure_html(
-    key: str, value: Any, *, share: bool = False, skip: Mapping[str, Any] | None = None
-) -> str:
-    """A figure as HTML: a nested dict as a ``key: value`` list, a list item by item.
-
-    ``skip`` holds key/value pairs a nested dict need not repeat (the record's own interval).
-    """
-    share = share or _is_share_key(key)
-    skip = skip or {}
-    if isinstance(value, Mapping):
-        items = [(k, v) for k, v in value.items() if not (k in skip and skip[k] == v)]
-        if not items:
-            return MISSING
-        lis = "".join(
-            f'<li><span class="k">{html.escape(_label(str(k)))}:</span> '
-            f"{figure_html(str(k), v, share=share, skip=skip)}</li>"
-            for k, v in items
-        )
-        return f'<ul class="kv">{lis}</ul>'
-    if isinstance(value, list | tuple):
-        if not value:
-            return MISSING
-        if all(isinstance(v, Mapping) and "interval_end" in v for v in value):
-            shown = [html.escape(fmt_interval(v)) for v in value[:6]]
-            more = f" … ({len(value)} in all)" if len(value) > 6 else ""
-            return "; ".join(shown) + more
-        shown = [figure_html(key, v, share=share, skip=skip) for v in value[:12]]
-        more = f", … ({len(value)} in all)" if len(value) > 12 else ""
-        return ", ".join(shown) + more
-    return html.escape(fmt_figure(key, value, share=share))
-
-
-def fmt_interval(record: Mapping[str, Any]) -> str:
-    """``start → end`` of a run (the end's date only when it differs), ``as of end``, or its
-    key when it names no interval."""
-    start, end = record.get("interval_start"), record.get("interval_end")
-    if start is None and end is None:
-        return str(record.get("key", MISSING))
-    if start is None:
-        return f"as of {fmt_time(end)}"
-    first, last = fmt_time(start), fmt_time(end)
-    if first[:10] == last[:10] and len(last) == 16:
-        last = last[11:]
-    return f"{first} → {last}"
-
-
 # -- which runs are shown: namespaces, filters, permissions -----------------------------------
 
 _KEY_END = re.compile(r"^\d+-(\d+)$")
@@ -321,7 +175,7 @@ _KEY_START = re.compile(r"^(\d+)")
 def record_time(record: Mapping[str, Any]) -> int | None:
     """When a run happened, for plots and the time filter: its interval end (every task
     records one), else the time its key names."""
-    end = _number(record.get("interval_end"))
+    end = as_number(record.get("interval_end"))
     if end is not None:
         return int(end)
     key = str(record.get("key", ""))
@@ -478,188 +332,6 @@ def select_runs(
     return Selection(info, infos, dag_ids, shown, hidden)
 
 
-# -- plots: a small SVG line and bar chart ----------------------------------------------------
-
-_PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#6b6b6b")
-_TIME_STEPS = (
-    60,
-    300,
-    900,
-    1800,
-    3600,
-    3 * 3600,
-    6 * 3600,
-    12 * 3600,
-    86_400,
-    2 * 86_400,
-    7 * 86_400,
-    30 * 86_400,
-    91 * 86_400,
-    365 * 86_400,
-)
-
-
-@dataclass(frozen=True)
-class Series:
-    """One line (or set of bars) of a chart: ``(epoch seconds, value)`` points."""
-
-    name: str
-    points: tuple[tuple[int, float], ...]
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A chart over time: its title (also the SVG's ``<title>``), series and tick format."""
-
-    title: str
-    series: tuple[Series, ...]
-    fmt: Callable[[float], str]
-    kind: str = "line"  # or "bar"
-    y_max: float | None = None  # the axis reaches at least this far (100 for percentages)
-
-
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values (1, 2, 2.5 or 5 times a power of ten) covering ``[lo, hi]``."""
-    if hi <= lo:
-        hi = lo + (abs(lo) or 1.0)
-    raw = (hi - lo) / max(count - 1, 1)
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw * 0.999)
-    first = math.floor(lo / step) * step
-    ticks = [first]
-    while ticks[-1] < hi - step * 1e-9:
-        ticks.append(first + len(ticks) * step)
-    return ticks
-
-
-def _time_ticks(t0: float, t1: float) -> tuple[list[int], str]:
-    span = max(t1 - t0, 1.0)
-    step = next((s for s in _TIME_STEPS if span / s <= 6), _TIME_STEPS[-1])
-    first = math.ceil(t0 / step) * step
-    ticks = list(range(int(first), int(t1) + 1, step))
-    if step < 86_400:
-        return ticks, "%m-%d %H:%M"
-    return ticks, "%Y-%m-%d" if span > 300 * 86_400 else "%m-%d"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def _fmt_tick(value: float) -> str:
-    return fmt_count(round(value, 6))
-
-
-def svg_chart(
-    chart: Chart, x_range: tuple[int, int], *, width: int = 460, height: int = 230
-) -> str:
-    """``chart`` as an inline ``<svg>`` over the time range ``x_range`` (epoch seconds).
-
-    Each point carries a ``<title>`` (the browser's tooltip) with its series, value and
-    time; a chart without points says so instead of drawing axes.
-    """
-    left, right, top, bottom = 62, 26, 46, 28
-    plot_w, plot_h = width - left - right, height - top - bottom
-    cid = f"chart-{_slug(chart.title)}"
-    esc = html.escape
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" id="{cid}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-labelledby="{cid}-title">',
-        f'<title id="{cid}-title">{esc(chart.title)}</title>',
-        f'<text class="chart-title" x="{left - 52}" y="17">{esc(chart.title)}</text>',
-    ]
-    x = left - 52
-    for i, series in enumerate(chart.series):
-        color = _PALETTE[i % len(_PALETTE)]
-        out.append(
-            f'<rect x="{x}" y="27" width="10" height="10" fill="{color}"/>'
-            f'<text class="legend" x="{x + 14}" y="36">{esc(series.name)}</text>'
-        )
-        x += 14 + 7 * len(series.name) + 14
-    values = [v for series in chart.series for _, v in series.points]
-    if not values:
-        out.append(
-            f'<text class="empty-chart" x="{left + plot_w / 2}" y="{top + plot_h / 2}" '
-            'text-anchor="middle">no data for this selection</text></svg>'
-        )
-        return "".join(out)
-
-    lo = min(0.0, min(values))
-    hi = max(max(values), chart.y_max if chart.y_max is not None else -math.inf)
-    ticks = nice_ticks(lo, hi)
-    y0, y1 = ticks[0], ticks[-1]
-    t0, t1 = float(x_range[0]), float(x_range[1])
-    if t1 <= t0:
-        t0, t1 = t0 - 1800, t1 + 1800
-    pad = (t1 - t0) * 0.03
-    t0, t1 = t0 - pad, t1 + pad
-
-    def px(t: float) -> float:
-        return left + (t - t0) / (t1 - t0) * plot_w
-
-    def py(v: float) -> float:
-        return top + plot_h - (v - y0) / (y1 - y0) * plot_h
-
-    for tick in ticks:
-        y = py(tick)
-        out.append(
-            f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>'
-            f'<text class="tick" x="{left - 5}" y="{y + 3.5:.1f}" text-anchor="end">'
-            f"{esc(chart.fmt(tick))}</text>"
-        )
-    time_ticks, pattern = _time_ticks(t0, t1)
-    for tick in time_ticks:
-        x_tick = px(tick)
-        label = datetime.fromtimestamp(tick, UTC).strftime(pattern)
-        if not 3.3 * len(label) <= x_tick <= width - 3.3 * len(label):
-            continue  # its label would be cut at the picture's edge
-        out.append(
-            f'<line class="axis" x1="{x_tick:.1f}" x2="{x_tick:.1f}" y1="{top + plot_h}" '
-            f'y2="{top + plot_h + 4}"/><text class="tick" x="{x_tick:.1f}" '
-            f'y="{top + plot_h + 16}" text-anchor="middle">{esc(label)}</text>'
-        )
-    out.append(
-        f'<line class="axis" x1="{left}" x2="{left + plot_w}" y1="{py(max(y0, 0.0)):.1f}" '
-        f'y2="{py(max(y0, 0.0)):.1f}"/>'
-    )
-
-    times = sorted({t for series in chart.series for t, _ in series.points})
-    gaps = [b - a for a, b in pairwise(times)]
-    slot = (min(gaps) if gaps else (t1 - t0) / 4) / (t1 - t0) * plot_w
-    bar_w = max(1.5, min(18.0, slot * 0.8 / max(len(chart.series), 1)))
-    for i, series in enumerate(chart.series):
-        color = _PALETTE[i % len(_PALETTE)]
-        points = sorted(series.points)
-        marks = []
-        for t, v in points:
-            tip = f"{series.name}: {chart.fmt(v)} at {fmt_time(t)} UTC"
-            if chart.kind == "bar":
-                x_bar = px(t) - bar_w * len(chart.series) / 2 + i * bar_w
-                top_y, base_y = sorted((py(v), py(max(y0, 0.0))))
-                marks.append(
-                    f'<rect x="{x_bar:.1f}" y="{top_y:.1f}" width="{bar_w:.1f}" '
-                    f'height="{max(base_y - top_y, 0.5):.1f}" fill="{color}">'
-                    f"<title>{esc(tip)}</title></rect>"
-                )
-            elif len(points) <= MAX_MARKERS:
-                marks.append(
-                    f'<circle cx="{px(t):.1f}" cy="{py(v):.1f}" r="2.6" fill="{color}">'
-                    f"<title>{esc(tip)}</title></circle>"
-                )
-        if chart.kind != "bar" and len(points) > 1:
-            path = " ".join(
-                f"{'M' if k == 0 else 'L'}{px(t):.1f},{py(v):.1f}"
-                for k, (t, v) in enumerate(points)
-            )
-            out.append(
-                f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.6" '
-                'stroke-linejoin="round"/>'
-            )
-        out.extend(marks)
-    out.append("</svg>")
-    return "".join(out)
-
-
 def _duration_unit(max_seconds: float) -> tuple[float, str]:
     if max_seconds < 120:
         return 1.0, "s"
@@ -678,7 +350,7 @@ def _points(
     for record in records:
         when = record_time(record)
         try:
-            number = _number(value(record))
+            number = as_number(value(record))
         except (TypeError, KeyError, ZeroDivisionError, AttributeError):
             number = None
         if when is not None and number is not None:
@@ -692,12 +364,12 @@ def _sub(record: Mapping[str, Any], key: str, sub: str) -> Any:
 
 
 def _percent(value: Any) -> float | None:
-    share = _number(value)
+    share = as_number(value)
     return None if share is None else 100 * share
 
 
 def _per_1k_requests(record: Mapping[str, Any]) -> float | None:
-    passes, requests = _number(record.get("fm_passes")), _number(record.get("requests"))
+    passes, requests = as_number(record.get("fm_passes")), as_number(record.get("requests"))
     if passes is None or not requests:
         return None
     return 1000 * passes / requests
@@ -741,12 +413,12 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
                     tuple((t, v / divisor) for t, v in freshness),
                 ),
             ),
-            lambda v: f"{_fmt_tick(v)} {unit}",
+            lambda v: f"{fmt_tick(v)} {unit}",
         ),
         Chart(
             "FM passes per 1,000 requests",
             (Series("FM passes / 1k requests", _points(records, _per_1k_requests)),),
-            _fmt_tick,
+            fmt_tick,
         ),
         Chart(
             "Selected vs candidates",
@@ -754,7 +426,7 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
                 Series("candidates", _points(records, lambda r: r.get("candidates"))),
                 Series("selected", _points(records, lambda r: r.get("selected"))),
             ),
-            _fmt_tick,
+            fmt_tick,
         ),
         Chart(
             "Rows written per view",
@@ -762,7 +434,7 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
                 Series(view, _points(records, lambda r, v=view: _sub(r, "rows_written", v)))
                 for view in views
             ),
-            _fmt_tick,
+            fmt_tick,
         ),
         Chart(
             "Fetch latency p50 / p99",
@@ -770,12 +442,12 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
                 Series("p50", _points(records, lambda r: _sub(r, "serving", "fetch_p50_ms"))),
                 Series("p99", _points(records, lambda r: _sub(r, "serving", "fetch_p99_ms"))),
             ),
-            lambda v: f"{_fmt_tick(v)} ms",
+            lambda v: f"{fmt_tick(v)} ms",
         ),
         Chart(
             "Serving failures",
             (Series("failed fetches", _points(records, lambda r: _sub(r, "serving", "failures"))),),
-            _fmt_tick,
+            fmt_tick,
             kind="bar",
         ),
         Chart(
@@ -789,7 +461,7 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
                     _points(records, lambda r: _sub(r, "serving", "request_log_backlog")),
                 ),
             ),
-            _fmt_tick,
+            fmt_tick,
         ),
     ]
 

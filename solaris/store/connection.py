@@ -343,6 +343,7 @@ def unlink_matching(client, pattern: str, batch: int = 1000) -> int:
 def answers(connection: str, timeout_s: float = 0.5, redis_type: RedisType = "redis") -> bool:
     """Whether Redis at ``connection`` answers a PING within ``timeout_s``."""
     import redis as redis_py
+    from redis.exceptions import RedisClusterException  # not a RedisError: no node answered
 
     try:
         client = redis_client(connection, redis_type=redis_type, timeout_s=timeout_s, retries=0)
@@ -350,5 +351,5 @@ def answers(connection: str, timeout_s: float = 0.5, redis_type: RedisType = "re
             return bool(client.ping())
         finally:
             client.close()
-    except (redis_py.RedisError, OSError, ValueError):
+    except (redis_py.RedisError, RedisClusterException, OSError, ValueError):
         return False

@@ -73,11 +73,88 @@ def repo_config_dict(
         **(online or {}),
     }
     registry = cfg.store.registry
-    if registry.startswith(("postgresql", "mysql", "sqlite:")):
-        raw["registry"] = {"registry_type": "sql", "path": registry, "cache_ttl_seconds": 60}
+    if _is_sql_registry(registry):
+        url = _sql_registry_url(registry)
+        raw["registry"] = {
+            "registry_type": "sql",
+            "path": url,
+            "cache_ttl_seconds": 60,
+            "sqlalchemy_config_kwargs": {"echo": False, **_sql_connect_args(url)},
+        }
     else:
         raw["registry"] = registry
     return raw
+
+
+# A SQL registry on PostgreSQL goes through psycopg2 (psycopg2-binary, already in the lock for
+# Airflow's metadata database). Feast rewrites a bare ``postgresql://`` to psycopg (v3), which
+# SOLARIS does not install, so a bare URL is given psycopg2 here first.
+_PG_DRIVER_URL = "postgresql+psycopg2://"
+_SQL_REGISTRY_PREFIXES = ("postgresql", "mysql", "sqlite:")
+_SQL_CONNECT_TIMEOUT_S = 10  # an unanswering host fails the open, it does not hang it
+# PostgreSQL advisory lock ("SOLARIS" in ASCII) held while a process creates the registry's
+# tables or applies definitions: Feast's SQL registry checks, then inserts, so two at once
+# fail on a unique constraint without it.
+_SQL_REGISTRY_LOCK_KEY = 0x534F4C41524953
+
+
+def _is_sql_registry(registry: str) -> bool:
+    return registry.startswith(_SQL_REGISTRY_PREFIXES)
+
+
+def _sql_registry_url(registry: str) -> str:
+    """``registry`` with a bare ``postgresql://`` given the psycopg2 driver."""
+    if registry.startswith("postgresql://"):
+        return _PG_DRIVER_URL + registry[len("postgresql://") :]
+    return registry
+
+
+def _sql_connect_args(url: str) -> dict[str, object]:
+    """SQLAlchemy engine options for the registry at ``url`` (a connect timeout on
+    PostgreSQL: libpq's default waits as long as the network does)."""
+    if url.startswith("postgresql"):
+        return {"connect_args": {"connect_timeout": _SQL_CONNECT_TIMEOUT_S}}
+    return {}
+
+
+def _registry_label(url: str) -> str:
+    """The registry URL for an error message, its password replaced by ``***``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:  # unparsable: show the scheme only, it may hold anything after
+        return f"{url.partition(':')[0]}:***"
+
+
+@contextlib.contextmanager
+def _sql_registry_errors(url: str) -> Iterator[None]:
+    """Turn a SQL registry's driver and database failures into a :class:`FeatureStoreError`
+    naming the registry, its password redacted (also out of the chained traceback)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+
+    label = _registry_label(url)
+    try:
+        yield
+    except ImportError as exc:
+        if not exc.name or exc.name.partition(".")[0] not in url.partition(":")[0]:
+            raise  # not the driver the URL names
+        raise FeatureStoreError(
+            f"SQL registry {label}: its driver module {exc.name!r} is not installed; "
+            f"for PostgreSQL use {_PG_DRIVER_URL}... (psycopg2 is installed)"
+        ) from None
+    except SQLAlchemyError as exc:
+        cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        reason = " ".join(str(cause).split()).replace(url, label)
+        try:
+            password = make_url(url).password
+        except ArgumentError:
+            password = None
+        if password:
+            reason = reason.replace(str(password), "***")
+        raise FeatureStoreError(f"SQL registry {label} cannot be used: {reason}") from None
 
 
 def _substitute(data: object, placeholder: str, value: str) -> Any:
@@ -110,7 +187,13 @@ def open_feature_store(
             f"(Redis {redacted(redis)})"
         ) from None
     config.repo_path = repo
-    return FeatureStore(repo_path=str(repo), config=config)
+    store = FeatureStore(repo_path=str(repo), config=config)
+    if _is_sql_registry(cfg.store.registry):
+        # Feast connects to a SQL registry (and creates its tables) on first use: do it here,
+        # under the lock, so a registry that cannot be used fails where the store is opened.
+        with _registry_lock(store):
+            store.registry  # noqa: B018 - the property builds the registry
+    return store
 
 
 def online_store_of(store: FeatureStore) -> SolarisOnlineStore:
@@ -152,10 +235,18 @@ def apply_definitions(store: FeatureStore, cfg: SolarisConfig) -> list[str]:
 
 @contextlib.contextmanager
 def _registry_lock(store: FeatureStore) -> Iterator[None]:
-    """An exclusive lock on a file registry (``<registry>.lock``) for one machine's
-    processes; a SQL registry is transactional and takes none."""
+    """An exclusive lock on the registry while it is set up or written.
+
+    A file registry: ``<registry>.lock``, for one machine's processes. A SQL registry on
+    PostgreSQL: a transaction-level advisory lock in that database, for every machine (other
+    SQL databases take none). Failures of a SQL registry become :class:`FeatureStoreError`.
+    """
     registry = store.config.registry
     path = registry if isinstance(registry, str) else getattr(registry, "path", "")
+    if getattr(registry, "registry_type", None) == "sql":
+        with _sql_registry_errors(path), _sql_advisory_lock(registry):
+            yield
+        return
     if not path or "://" in str(path):
         yield
         return
@@ -167,6 +258,27 @@ def _registry_lock(store: FeatureStore) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _sql_advisory_lock(registry) -> Iterator[None]:
+    """Hold :data:`_SQL_REGISTRY_LOCK_KEY` on a PostgreSQL registry (its own short-lived
+    connection; released when its transaction ends, whatever happens)."""
+    if not registry.path.startswith("postgresql"):
+        yield
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(registry.path, poolclass=NullPool, **registry.sqlalchemy_config_kwargs)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SQL_REGISTRY_LOCK_KEY}
+            )
+            yield
+    finally:
+        engine.dispose()
 
 
 def delete_project_keys(client, project: str, extra_keys: Sequence[str] = ()) -> int:

@@ -51,16 +51,13 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from solaris.dashboard.charts import MAX_MARKERS, Chart, Series, fmt_tick, nice_ticks, svg_chart
+from solaris.dashboard.charts import Chart, Series, fmt_tick, svg_chart
 from solaris.dashboard.formatting import (
     MISSING,
     as_number,
     figure_html,
-    fmt_age,
-    fmt_count,
     fmt_figure,
     fmt_interval,
-    fmt_ms,
     fmt_share,
     fmt_time,
 )
@@ -68,45 +65,33 @@ from solaris.errors import SolarisError
 from solaris.namespace import LIVE
 from solaris.orchestration.layout import read_all_run_records
 
+# The page's own surface; its formatters and charts are solaris.dashboard's.
+
 __all__ = [
     "ARTIFACTS_ENV",
-    "MAX_MARKERS",
     "MAX_TABLE_ROWS",
-    "MISSING",
     "NAMESPACE_ENV",
     "SERVING_FIGURES",
     "TIERS",
-    "Chart",
     "DagFilter",
     "FilterError",
     "Filters",
     "NamespaceInfo",
     "Selection",
-    "Series",
     "SolarisPlugin",
     "app",
     "artifacts_dir",
     "build_charts",
     "create_app",
     "dag_run_reader",
-    "figure_html",
-    "fmt_age",
-    "fmt_count",
-    "fmt_figure",
-    "fmt_interval",
-    "fmt_ms",
-    "fmt_share",
-    "fmt_time",
     "live_namespace",
     "load_runs",
     "namespaces_of",
-    "nice_ticks",
     "parse_filters",
     "parse_time",
     "record_time",
     "render_page",
     "select_runs",
-    "svg_chart",
 ]
 
 ARTIFACTS_ENV = "SOLARIS_ARTIFACTS_DIR"

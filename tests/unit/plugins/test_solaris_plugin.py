@@ -22,6 +22,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from solaris.dashboard import charts, formatting
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 
@@ -502,25 +503,25 @@ def test_the_module_app_reads_the_artifacts_dir_of_each_request(
 
 
 def test_nice_ticks_cover_the_range_with_round_steps(plugin: ModuleType) -> None:
-    assert plugin.nice_ticks(0, 100) == [0, 25, 50, 75, 100]
-    assert plugin.nice_ticks(0, 7) == [0, 2, 4, 6, 8]
-    assert plugin.nice_ticks(0, 0) == [0, 0.25, 0.5, 0.75, 1.0]
-    ticks = plugin.nice_ticks(-3, 1234)
+    assert charts.nice_ticks(0, 100) == [0, 25, 50, 75, 100]
+    assert charts.nice_ticks(0, 7) == [0, 2, 4, 6, 8]
+    assert charts.nice_ticks(0, 0) == [0, 0.25, 0.5, 0.75, 1.0]
+    ticks = charts.nice_ticks(-3, 1234)
     assert ticks[0] <= -3 and ticks[-1] >= 1234 and len(ticks) <= 7
 
 
 def test_svg_chart_draws_points_bars_and_escapes_names(plugin: ModuleType) -> None:
     points = ((T0, 1.0), (T0 + 3600, 3.0))
-    line = plugin.svg_chart(
-        plugin.Chart("A <b>", (plugin.Series("x&y", points),), str), (T0, T0 + 3600)
+    line = charts.svg_chart(
+        charts.Chart("A <b>", (charts.Series("x&y", points),), str), (T0, T0 + 3600)
     )
     assert '<title id="chart-a-b-title">A &lt;b&gt;</title>' in line
     assert line.count("<circle") == 2 and '<path d="M' in line and "x&amp;y: 3.0 at" in line
-    bars = plugin.svg_chart(
-        plugin.Chart("B", (plugin.Series("n", points),), str, kind="bar"), (T0, T0 + 3600)
+    bars = charts.svg_chart(
+        charts.Chart("B", (charts.Series("n", points),), str, kind="bar"), (T0, T0 + 3600)
     )
     assert bars.count("<rect") == 1 + 2 and "<circle" not in bars
-    empty = plugin.svg_chart(plugin.Chart("C", (plugin.Series("n", ()),), str), (0, 0))
+    empty = charts.svg_chart(charts.Chart("C", (charts.Series("n", ()),), str), (0, 0))
     assert "no data for this selection" in empty and '<title id="chart-c-title">C</title>' in empty
 
 
@@ -537,8 +538,8 @@ def test_a_long_range_keeps_the_page_bounded(plugin: ModuleType, tmp_path: Path)
     assert table.count("<tr>") == 1 + plugin.MAX_TABLE_ROWS  # the header and the newest runs
     assert f"{n} run(s)" in table and f"the newest {plugin.MAX_TABLE_ROWS} shown" in table
     assert _chart(page, "Selected vs candidates").count("<circle") == n  # the plot has all
-    many = tuple((T0 + k * 60, float(k)) for k in range(plugin.MAX_MARKERS + 1))
-    line = plugin.svg_chart(plugin.Chart("D", (plugin.Series("n", many),), str), (T0, T0 + 1))
+    many = tuple((T0 + k * 60, float(k)) for k in range(charts.MAX_MARKERS + 1))
+    line = charts.svg_chart(charts.Chart("D", (charts.Series("n", many),), str), (T0, T0 + 1))
     assert "<circle" not in line and '<path d="M' in line
 
 
@@ -560,7 +561,7 @@ def test_a_long_range_keeps_the_page_bounded(plugin: ModuleType, tmp_path: Path)
 def test_figures_are_formatted_by_what_their_key_says(
     plugin: ModuleType, key: str, value: Any, shown: str
 ) -> None:
-    assert plugin.fmt_figure(key, value) == shown
+    assert formatting.fmt_figure(key, value) == shown
 
 
 # -- the plugin -------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_parquet",
+    "atomic_write_private",
     "publish_file",
     "replace_dir",
     "temp_path",
@@ -192,6 +193,3 @@ def atomic_write_private(path: Path, data: bytes) -> Path:
         fh.write(data)
 
     return atomic_write(path, write)
-
-
-__all__ += ["atomic_write_private"]

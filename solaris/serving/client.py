@@ -577,10 +577,11 @@ class SolarisFeatures:
             self._slots.release()
         self.breaker.record(True)
         out = assemble_tiers(rows, now, fm_version=self.fm_version, **self._tier_settings)
+        # The fetch's latency: read and assembly, not the queueing of its misses.
+        self.metrics.observe_fetch(time.monotonic() - start, out.mask)
         missed = ~out.mask[:, 0]
         if missed.any():
             self._log_misses(user, items[missed], int(now))
-        self.metrics.observe_fetch(time.monotonic() - start, out.mask)
         return out
 
     def _metrics_state(self) -> ClientState:

@@ -117,25 +117,26 @@ def _sql_connect_args(url: str) -> dict[str, object]:
     return {}
 
 
-def _registry_label(url: str) -> str:
-    """The registry URL for an error message, its password replaced by ``***``."""
+def _registry_label(url: str) -> tuple[str, str | None]:
+    """The registry URL for an error message, its password replaced by ``***``, and the
+    password (to mask wherever else it appears)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:  # unparsable: show the scheme only, it may hold anything after
-        return f"{url.partition(':')[0]}:***"
+        return f"{url.partition(':')[0]}:***", None
+    return parsed.render_as_string(hide_password=True), parsed.password
 
 
 @contextlib.contextmanager
 def _sql_registry_errors(url: str) -> Iterator[None]:
     """Turn a SQL registry's driver and database failures into a :class:`FeatureStoreError`
     naming the registry, its password redacted (also out of the chained traceback)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-    label = _registry_label(url)
+    label, password = _registry_label(url)
     try:
         yield
     except ImportError as exc:
@@ -148,10 +149,6 @@ def _sql_registry_errors(url: str) -> Iterator[None]:
     except SQLAlchemyError as exc:
         cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         reason = " ".join(str(cause).split()).replace(url, label)
-        try:
-            password = make_url(url).password
-        except ArgumentError:
-            password = None
         if password:
             reason = reason.replace(str(password), "***")
         raise FeatureStoreError(f"SQL registry {label} cannot be used: {reason}") from None

@@ -1,9 +1,9 @@
 """The FM's last shared layer for the selected pairs, sharded over mapped tasks.
 
 Runs on every ``candidates`` asset event. Each shard of the interval's selection is one
-mapped task on the ``gpu`` pool: FM → autoencoder → ``z``, written to the offline history
-and to Redis through Feast, with ``computed_at`` = the interval's end. Failed shards retry
-with exponential back-off; a retry rewrites the same files.
+mapped task on the ``gpu`` pool and the ``gpu`` queue: FM → autoencoder → ``z``, written to
+the offline history and to Redis through Feast, with ``computed_at`` = the interval's end.
+Failed shards retry with exponential back-off; a retry rewrites the same files.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def solaris_embeddings():
 
     @task(
         pool=SETTINGS.cycle.gpu_pool,
+        queue=SETTINGS.cycle.gpu_queue,
         retries=SETTINGS.cycle.embed_retries,
         retry_delay=timedelta(seconds=SETTINGS.cycle.retry_delay_seconds),
         retry_exponential_backoff=2.0,

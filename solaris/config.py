@@ -292,6 +292,11 @@ class CycleConfig(Section):
     embed_retries: int = Field(3, ge=0)
     retry_delay_seconds: float = Field(30.0, gt=0, description="first retry delay (doubles)")
     gpu_pool: str = Field("gpu", description="Airflow pool of the embedding tasks")
+    gpu_queue: str = Field(
+        "gpu",
+        description="executor queue of the embedding tasks (the Celery workers started with "
+        "--queues gpu run them; LocalExecutor ignores queues)",
+    )
     clustering_cron: str = Field(
         "0 0 * * *", description="clustering DAG schedule (cron or an Airflow preset)"
     )

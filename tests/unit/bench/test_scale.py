@@ -1,0 +1,39 @@
+"""bench.scale's pure helpers: the exponent fit of cost ~ N^b and the --sizes parser."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from bench.scale import fit_exponent, parse_sizes
+
+
+@pytest.mark.parametrize("b", [0.5, 1.0, 1.37, 2.0])
+def test_fit_exponent_recovers_the_exponent_of_a_power_law(b: float) -> None:
+    sizes = [1e4, 1e5, 1e6, 1e7]
+    costs = [3.2 * n**b for n in sizes]
+    assert fit_exponent(sizes, costs) == pytest.approx(b, abs=1e-9)
+
+
+def test_fit_exponent_is_the_least_squares_slope_of_noisy_points() -> None:
+    # log10 sizes 0, 1, 2 with log10 costs 0, 1, 3: slope (3 - 0) / 2 = 1.5 by least squares
+    assert fit_exponent([1, 10, 100], [1, 10, 1000]) == pytest.approx(1.5)
+
+
+def test_fit_exponent_needs_two_sizes_with_positive_costs() -> None:
+    assert math.isnan(fit_exponent([1e5], [2.0]))
+    assert math.isnan(fit_exponent([1e5, 1e5], [2.0, 3.0]))
+    assert math.isnan(fit_exponent([1e5, 1e6], [2.0, 0.0]))
+    assert fit_exponent([1e5, 1e6, 1e7], [1.0, 0.0, 100.0]) == pytest.approx(1.0)
+
+
+def test_parse_sizes_accepts_exponents_and_underscores_sorted_and_distinct() -> None:
+    assert parse_sizes("1e7, 100_000,1e5") == (100_000, 10_000_000)
+
+
+@pytest.mark.parametrize("text", ["1.5", "0", "-10", "1e5,abc"])
+def test_parse_sizes_rejects_what_is_not_a_positive_integer(text: str) -> None:
+    with pytest.raises((argparse.ArgumentTypeError, ValueError)):
+        parse_sizes(text)

@@ -186,6 +186,29 @@ def namespace_reset(
     typer.echo(f"reset {Namespace.of(cfg).describe()}")
 
 
+@namespace_app.command("apply")
+def namespace_apply(
+    name: Annotated[
+        str | None, typer.Argument(help="the namespace; default: the config's (live)")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Register the namespace's Feast definitions (its project), as a deploy step: the
+    cycle's tasks then only check them. `make airflow` runs it for the configured namespace;
+    a namespace first used without it is applied by its first task."""
+    if name is not None:
+        _namespace_arg(name, "NAME")
+    cfg = _config(config, **({"namespace": name} if name else {}))
+    from solaris.namespace import Namespace
+    from solaris.orchestration.resources import cycle_redis
+    from solaris.store.feast_store import ensure_definitions, open_feature_store
+
+    store = open_feature_store(cfg, cycle_redis(cfg))
+    applied = ensure_definitions(store, cfg)
+    state = "applied" if applied else "already applied, unchanged"
+    typer.echo(f"Feast definitions of {Namespace.of(cfg).describe()}: {state}")
+
+
 @app.command("fit-autoencoder")
 def fit_autoencoder_command(
     start: Annotated[str, typer.Option(help="first request time of the sample (ISO 8601)")],

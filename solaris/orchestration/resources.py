@@ -59,15 +59,17 @@ def cycle_redis(cfg: SolarisConfig) -> str:
     return connection
 
 
-# dag.test() (the demo, the tests) runs many tasks in one process: the store, whose
-# definitions are applied once, is kept per (settings, Redis). Settings objects are frozen.
+# dag.test() (the demo, the tests) runs many tasks in one process: the store is kept per
+# (settings, Redis). Settings objects are frozen.
 @functools.lru_cache(maxsize=4)
 def feature_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
-    """The namespace's FeatureStore with its definitions applied (idempotent)."""
-    from solaris.store.feast_store import apply_definitions, open_feature_store
+    """The namespace's FeatureStore, its definitions applied if the registry does not hold
+    them yet (:func:`~solaris.store.feast_store.ensure_definitions`: one registry read when
+    it does)."""
+    from solaris.store.feast_store import ensure_definitions, open_feature_store
 
     store = open_feature_store(cfg, redis)
-    apply_definitions(store, cfg)
+    ensure_definitions(store, cfg)
     return store
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "FeatureStoreError",
     "apply_definitions",
     "delete_project_keys",
+    "ensure_definitions",
     "load_definitions",
     "online_store_of",
     "open_feature_store",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 DEFINITIONS_FILE = "solaris_features.py"
+# The tag of the registered FeatureService that holds the fingerprint of the definitions it
+# was applied with (:func:`ensure_definitions`).
+DEFINITIONS_TAG = "solaris.definitions"
 
 
 class FeatureStoreError(SolarisError, RuntimeError):
@@ -220,14 +224,76 @@ def load_definitions(repo_path: Path) -> ModuleType:
 
 def apply_definitions(store: FeatureStore, cfg: SolarisConfig) -> list[str]:
     """Register the repo's entities, views and service, built with ``cfg`` (as ``feast
-    apply`` would); returns their names."""
-    objects = load_definitions(cfg.store.repo_path).definitions(cfg)
+    apply`` would); returns their names. The service is tagged with the definitions'
+    fingerprint, for :func:`ensure_definitions`."""
+    objects = _tagged_definitions(cfg)
     with _registry_lock(store):
         # Feast's file registry writes its whole cached contents back: refreshed under the
         # lock, an apply of one namespace never drops another namespace's project.
         store.refresh_registry()
         store.apply(objects)
     return sorted(obj.name for obj in objects)
+
+
+def ensure_definitions(store: FeatureStore, cfg: SolarisConfig) -> bool:
+    """Apply the definitions built with ``cfg`` unless the registry already holds exactly
+    them (the fingerprint tag of its FeatureService matches); returns whether it applied.
+
+    What a cycle task calls: the deploy step (``solaris namespace apply``) or the first task
+    of a new namespace applies, every later task reads one registry entry instead of
+    rewriting the registry (which, on a file registry, serialises the tasks on its lock).
+    """
+    objects = _tagged_definitions(cfg)
+    [service] = [o for o in objects if type(o).__name__ == "FeatureService"]
+    try:
+        registered = store.get_feature_service(service.name, allow_cache=True)
+    except Exception:  # not registered yet (Feast raises its own FeatureServiceNotFound...)
+        registered = None
+    if (
+        registered is not None
+        and registered.tags.get(DEFINITIONS_TAG) == service.tags[DEFINITIONS_TAG]
+    ):
+        return False
+    with _registry_lock(store):
+        store.refresh_registry()
+        store.apply(objects)
+    return True
+
+
+def _tagged_definitions(cfg: SolarisConfig) -> list[Any]:
+    """The repo's definitions built with ``cfg``, the FeatureService tagged with their
+    fingerprint: a digest of every object's proto without its registry metadata."""
+    import hashlib
+
+    objects = load_definitions(cfg.store.repo_path).definitions(cfg)
+    digest = hashlib.sha256()
+    for obj in sorted(objects, key=lambda o: (type(o).__name__, o.name)):
+        spec = obj.to_proto().spec
+        _clear_meta(spec)
+        digest.update(type(obj).__name__.encode())
+        digest.update(spec.SerializeToString(deterministic=True))
+    for obj in objects:
+        if type(obj).__name__ == "FeatureService":
+            obj.tags[DEFINITIONS_TAG] = digest.hexdigest()[:16]
+    return objects
+
+
+def _clear_meta(message: Any) -> None:
+    """Clear every ``meta`` field (creation and update times) of a proto, recursively."""
+    for field, value in message.ListFields():
+        if field.name == "meta":
+            message.ClearField("meta")
+        elif field.type != field.TYPE_MESSAGE:
+            continue
+        elif field.message_type.GetOptions().map_entry:
+            for item in value.values():
+                if hasattr(item, "ListFields"):  # a map of scalars holds no message
+                    _clear_meta(item)
+        elif field.is_repeated:
+            for item in value:
+                _clear_meta(item)
+        else:
+            _clear_meta(value)
 
 
 @contextlib.contextmanager

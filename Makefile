@@ -7,7 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format data venv clean bench feast-plan feast-apply report airflow
+.PHONY: demo test lint format data venv clean bench bench-scale bench-scheduler feast-plan \
+	feast-apply report airflow airflow-celery
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +46,14 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.feature_store
 	$(BIN)/python -m bench.offline_join
 
+# How one interval's cost grows with its traffic, 10^5 to 10^7 candidates (about 6 minutes).
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale
+
+# One interval under the real scheduler against dag.test(), on MovieLens (after `make demo`).
+bench-scheduler: $(STAMP)
+	$(BIN)/python -m bench.scheduler
+
 # The Feast CLI on the repo (it expands ${SOLARIS_STORE__REDIS} from the environment). The
 # default is set for these two targets only: `make demo` must see "no Redis configured".
 feast-plan feast-apply: export SOLARIS_STORE__REDIS ?= localhost:6379
@@ -58,3 +67,8 @@ feast-apply: $(STAMP)
 # The UI is http://localhost:8080, the SOLARIS page http://localhost:8080/solaris/.
 airflow: $(STAMP)
 	bash scripts/airflow_standalone.sh
+
+# The same with CeleryExecutor: PostgreSQL metadata DB, the local RabbitMQ as broker and two
+# workers, `default` and `gpu` (the queue embed_shard is routed to).
+airflow-celery: $(STAMP)
+	bash scripts/airflow_celery.sh

@@ -42,3 +42,13 @@ elif [[ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then
     export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$AIRFLOW_HOME/airflow.db"
 fi
 
+
+# Task processes fork from workers that imported the cycle's libraries once
+# (solaris.orchestration.warm): without it every task spends seconds importing Feast and torch.
+# The Celery variant (scripts/airflow_celery.sh) sets CeleryExecutor and the warm Celery config.
+export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-solaris.orchestration.warm.WarmLocalExecutor}"
+# The LocalExecutor forks this many workers when it starts (Airflow's default is 32).
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+# A scheduler loop that found nothing to do sleeps this long (Airflow's default 1 s); every
+# hop of an interval's chain of short tasks (about six) waits for the next loop.
+export AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="${AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME:-0.2}"

@@ -391,5 +391,11 @@ def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
         ),
         seconds=round(time.perf_counter() - began, 3),
     )
-    write_run_record(layout, DAG_ID, interval.key, {**record, "request_log": drained})
+    write_run_record(
+        layout,
+        DAG_ID,
+        interval.key,
+        {**record, "request_log": drained},
+        wrote=(layout.selections(interval),),
+    )
     return {**record, "request_log": drained}

@@ -20,6 +20,7 @@ offline files of shards the new plan no longer has are removed at the swap.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 import uuid
@@ -54,6 +55,9 @@ __all__ = [
 ]
 
 DAG_ID = "solaris_embeddings"
+
+log = logging.getLogger(__name__)
+
 _CANDIDATE_COLUMNS = ["request_id", "user_id", "item_id", "ts", "label"]
 _PLAN = "_PLAN.json"  # in a staged codes folder: the run's generation and shard count
 
@@ -252,6 +256,15 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
         pair_rows(table, z_dim=cfg.model.z_dim, source=str(out)),
         batch_id=_batch_id(interval, index),
     )
+    log.info(
+        "shard %d of %s: %d pairs embedded in %.2f s to %s; the pair view written in %.2f s",
+        index,
+        interval.key,
+        rows,
+        embed_s,
+        out,
+        written.online_seconds,
+    )
     return {
         **shard,
         "rows": rows,
@@ -336,5 +349,6 @@ def summarize_embeddings(
         for interval in intervals:  # every shard is in: readers may take these codes now
             swap_in_embeddings(cfg, interval, generation)
     key = Interval(record["interval_start"], latest).key
-    write_run_record(layout, DAG_ID, key, record)
+    folders = tuple(layout.embeddings(i, 0).parent for i in intervals)
+    write_run_record(layout, DAG_ID, key, record, wrote=folders)
     return record

@@ -25,6 +25,8 @@ from solaris.orchestration.resources import (
 from solaris.orchestration.runs import PAIR_EMBEDDINGS, Params, combine_extras, task_runs
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pandas as pd
 
 
@@ -113,15 +115,25 @@ def _materialize(cfg: SolarisConfig, view: str, rows: pd.DataFrame, batch_id: st
 
 
 def _record(
-    dag_id: str, cfg: SolarisConfig, as_of: int, view: str, rows: int, began: float
+    dag_id: str,
+    cfg: SolarisConfig,
+    as_of: int,
+    view: str,
+    rows: int,
+    began: float,
+    *,
+    codes_read: int,
+    wrote: tuple[Path, ...] = (),
 ) -> dict[str, Any]:
     record = {
         "interval_end": as_of,
         "view": view,
+        "codes_read": codes_read,
         "rows_written": {view: rows},
         "seconds": round(time.perf_counter() - began, 3),
     }
-    write_run_record(CycleLayout(Namespace.of(cfg)), dag_id, f"{as_of:011d}-{view}", record)
+    layout = CycleLayout(Namespace.of(cfg))
+    write_run_record(layout, dag_id, f"{as_of:011d}-{view}", record, wrote=wrote)
     return record
 
 
@@ -132,7 +144,9 @@ def _refresh_aggregate(cfg: SolarisConfig, as_of: int, view: str, build) -> dict
     history = pair_history(cfg, as_of, window)
     rows = build(history, as_of, cfg, _fm_version(cfg))
     _materialize(cfg, view, rows, f"cycle-{as_of}")
-    return _record(ENRICHMENT_DAG_ID, cfg, as_of, view, len(rows), began)
+    return _record(
+        ENRICHMENT_DAG_ID, cfg, as_of, view, len(rows), began, codes_read=len(history.pairs)
+    )
 
 
 def refresh_user_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
@@ -161,16 +175,18 @@ def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     ttl = round(cfg.selection.ttl_hours * 3600)
     table = layout.latest_neighbours(as_of)
     rows = pd.DataFrame()
+    codes_read = 0
     if table is not None:
         neighbours = read_parquet(table)
         recent = recent_requests(cfg, as_of, ttl)
         if len(recent) and len(neighbours):
             history = pair_history(cfg, as_of, ttl)
+            codes_read = len(history.pairs)
             rows = neighbour_rows(
                 recent[["user_id", "item_id"]], neighbours, history, as_of, cfg, _fm_version(cfg)
             )
             _materialize(cfg, "nbr", rows, f"cycle-{as_of}")
-    return _record(ENRICHMENT_DAG_ID, cfg, as_of, "nbr", len(rows), began)
+    return _record(ENRICHMENT_DAG_ID, cfg, as_of, "nbr", len(rows), began, codes_read=codes_read)
 
 
 def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
@@ -185,5 +201,14 @@ def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     rows = user_neighbours(history, as_of, cfg, _fm_version(cfg))
     if len(rows):
         _materialize(cfg, "unn", rows, f"cycle-{as_of}")
-    write_parquet(rows.drop(columns=["event_ts"], errors="ignore"), layout.neighbours(as_of))
-    return _record(CLUSTERING_DAG_ID, cfg, as_of, "unn", len(rows), began)
+    kept = write_parquet(rows.drop(columns=["event_ts"], errors="ignore"), layout.neighbours(as_of))
+    return _record(
+        CLUSTERING_DAG_ID,
+        cfg,
+        as_of,
+        "unn",
+        len(rows),
+        began,
+        codes_read=len(history.pairs),
+        wrote=(kept,),
+    )

@@ -40,10 +40,12 @@ from solaris.files import atomic_write_json
 from solaris.namespace import Namespace
 
 __all__ = [
+    "RUN_INPUT_FIGURES",
     "RUN_METRIC_FIGURES",
     "RUN_METRIC_GROUPS",
     "CycleLayout",
     "Interval",
+    "describe_run",
     "read_all_run_records",
     "read_run_records",
     "run_metrics",
@@ -223,14 +225,49 @@ def _newest_at_or_before(folder: Path, suffix: str, as_of: int) -> Path | None:
     return folder / f"{max(times):011d}{suffix}" if times else None
 
 
-def write_run_record(layout: CycleLayout, dag_id: str, key: str, record: dict[str, Any]) -> Path:
+def write_run_record(
+    layout: CycleLayout,
+    dag_id: str,
+    key: str,
+    record: dict[str, Any],
+    wrote: tuple[Path, ...] = (),
+) -> Path:
     """The figures of one DAG run, for the SOLARIS page (written by the task, not the UI),
-    also sent to Airflow's metrics (:func:`run_metrics`) when this process runs Airflow."""
+    also sent to Airflow's metrics (:func:`run_metrics`) when this process runs Airflow and
+    to the task's log as one line (:func:`describe_run`, with the files in ``wrote``)."""
     path = atomic_write_json(
         layout.run_record(dag_id, key), {"dag_id": dag_id, "key": key, **record}
     )
     _emit_run_metrics(layout.namespace.name, dag_id, record)
+    log.info("%s", describe_run(layout.namespace.name, dag_id, key, record, (*wrote, path)))
     return path
+
+
+# The figures of a run record that count what the run read, in this order.
+RUN_INPUT_FIGURES = ("requests", "candidates", "misses_drained", "codes_read")
+
+
+def describe_run(
+    namespace: str, dag_id: str, key: str, record: Mapping[str, Any], wrote: tuple[Path, ...]
+) -> str:
+    """What a run did, for its task log: rows in, rows out, seconds, where it wrote."""
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    taken = [f"{name} {record[name]:,}" for name in RUN_INPUT_FIGURES if count(record.get(name))]
+    made = [f"selected {record['selected']:,}"] if count(record.get("selected")) else []
+    made += [
+        f"{view} {rows:,} rows (online store and offline files)"
+        for view, rows in (record.get("rows_written") or {}).items()
+        if count(rows)
+    ]
+    seconds = record.get("seconds")
+    took = f"{seconds:.2f} s" if isinstance(seconds, int | float) else "? s"
+    return (
+        f"{dag_id} {key} in namespace {namespace}: in {', '.join(taken) or 'nothing'}; "
+        f"out {', '.join(made) or 'nothing'}; {took}; wrote {', '.join(map(str, wrote))}"
+    )
 
 
 # The run-record figures sent as gauges ``solaris.<dag_id>.<figure>``; the nested ones as

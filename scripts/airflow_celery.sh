@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# `make airflow-celery`: the SOLARIS DAGs under Airflow's CeleryExecutor on this machine, the
+# layout of a cluster: api-server, scheduler, dag-processor, triggerer, and two Celery workers,
+# `default` (every task but the FM's) and `gpu` (the queue embed_shard is routed to,
+# cycle.gpu_queue; one task at a time). On a cluster each runs on its own machine.
+#
+# Needs PostgreSQL for the metadata DB (and the Celery result backend), and a broker:
+#   SOLARIS_AIRFLOW_DB_URL     default postgresql+psycopg2://postgres@127.0.0.1:5432/airflow
+#                              (the database must exist; `airflow db migrate` makes the tables)
+#   SOLARIS_CELERY_BROKER_URL  default amqp://guest:guest@127.0.0.1:5672// (RabbitMQ's own
+#                              default account, which it accepts from the loopback only);
+#                              redis://127.0.0.1:6379/15 uses Redis instead
+#   SOLARIS_CELERY_CONCURRENCY tasks at once on the default worker (default 2)
+#
+# Everything else is as `make airflow` (scripts/airflow_env.sh): AIRFLOW_HOME, the loopback UI
+# on 127.0.0.1:8080, the "gpu" pool. No component starts a task-log server: on one machine the
+# api-server reads task logs from AIRFLOW_HOME/logs. Each component's output is prefixed with
+# its name; Ctrl-C (or any component exiting) stops them all.
+#
+# Check mode, for CI: `scripts/airflow_celery.sh --check` does the set-up and lists the DAGs
+# instead of starting the components.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+check=0
+for arg in "$@"; do
+    case "$arg" in
+        --check) check=1 ;;
+        -h | --help)
+            sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *)
+            echo "airflow_celery.sh: unknown argument '$arg' (try --help)" >&2
+            exit 2
+            ;;
+    esac
+done
+
+AIRFLOW="${SOLARIS_AIRFLOW_BIN:-$ROOT/.venv/bin/airflow}"
+if [[ ! -x "$AIRFLOW" ]]; then
+    echo "airflow_celery.sh: no Airflow at $AIRFLOW; run 'make venv' first" >&2
+    exit 1
+fi
+
+export SOLARIS_AIRFLOW_DB_URL="${SOLARIS_AIRFLOW_DB_URL:-postgresql+psycopg2://postgres@127.0.0.1:5432/airflow}"
+source "$ROOT/scripts/airflow_env.sh"
+if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" != postgresql* ]]; then
+    echo "airflow_celery.sh: the CeleryExecutor needs a PostgreSQL metadata DB (SQLite cannot" \
+        "be shared by the scheduler and the workers); set SOLARIS_AIRFLOW_DB_URL" >&2
+    exit 1
+fi
+
+export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
+export AIRFLOW__CELERY__BROKER_URL="${SOLARIS_CELERY_BROKER_URL:-amqp://guest:guest@127.0.0.1:5672//}"
+# Task states also go to the metadata DB (Celery's database backend, through SQLAlchemy).
+export AIRFLOW__CELERY__RESULT_BACKEND="db+$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
+# Airflow's Celery settings plus the cycle's preload (solaris.orchestration.warm): the
+# workers import the task libraries once, before their pool processes fork.
+export AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=solaris.orchestration.warm.CELERY_CONFIG
+export AIRFLOW__OPERATORS__DEFAULT_QUEUE="${AIRFLOW__OPERATORS__DEFAULT_QUEUE:-default}"
+
+mkdir -p "$AIRFLOW_HOME" "$SOLARIS_ARTIFACTS_DIR"
+redact() { sed -E 's#(://[^:/@]*):[^@]*@#\1:***@#' <<<"$1"; }
+gpu_queue="${SOLARIS_CYCLE__GPU_QUEUE:-gpu}"
+echo "AIRFLOW_HOME  $AIRFLOW_HOME"
+echo "metadata DB   $(redact "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")"
+echo "broker        $(redact "$AIRFLOW__CELERY__BROKER_URL")"
+echo "queues        $AIRFLOW__OPERATORS__DEFAULT_QUEUE (worker default), $gpu_queue (worker gpu)"
+echo "artifacts     $SOLARIS_ARTIFACTS_DIR"
+
+"$AIRFLOW" db migrate
+"$AIRFLOW" pools set "${SOLARIS_CYCLE__GPU_POOL:-gpu}" 1 "SOLARIS FM embedding"
+# The Feast definitions of the configured namespace, once, as a deploy step (the tasks only
+# check them); without Redis yet, the namespace's first task applies them instead.
+"$ROOT/.venv/bin/solaris" namespace apply ||
+    echo "warning: Feast definitions not applied now; the namespace's first task will" >&2
+
+if [[ "$check" == 1 ]]; then
+    echo "check mode: not starting Airflow"
+    "$AIRFLOW" dags list
+    exit 0
+fi
+
+echo "Airflow UI    $airflow_url   (the SOLARIS page: $airflow_url/solaris/)"
+
+# Each component in the background, its output prefixed with its name.
+run() {
+    local name="$1"
+    shift
+    "$@" > >(sed -u "s/^/[$name] /") 2>&1 &
+}
+trap 'trap - EXIT INT TERM; kill 0 2>/dev/null || true' EXIT INT TERM
+run api-server "$AIRFLOW" api-server
+run scheduler "$AIRFLOW" scheduler --skip-serve-logs
+run dag-processor "$AIRFLOW" dag-processor
+run triggerer "$AIRFLOW" triggerer --skip-serve-logs
+run worker "$AIRFLOW" celery worker --skip-serve-logs --without-gossip --without-mingle \
+    --queues "$AIRFLOW__OPERATORS__DEFAULT_QUEUE" --celery-hostname "default@%h" \
+    --concurrency "${SOLARIS_CELERY_CONCURRENCY:-2}"
+run worker-gpu "$AIRFLOW" celery worker --skip-serve-logs --without-gossip --without-mingle \
+    --queues "$gpu_queue" --celery-hostname "gpu@%h" --concurrency 1
+# The first component to exit ends the others (the trap).
+wait -n

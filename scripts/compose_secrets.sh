@@ -6,10 +6,11 @@
 #
 # Writes AIRFLOW_JWT_SECRET (64 random bytes, hex: Airflow signs task tokens with HS512),
 # AIRFLOW_API_SECRET_KEY (32 bytes, hex), AIRFLOW_FERNET_KEY (32 bytes, url-safe base64: a
-# Fernet key, encrypting connection passwords in the metadata DB) and POSTGRES_PASSWORD
-# (24 bytes, hex: safe inside the SQLAlchemy URL). Refuses to overwrite an existing file
-# (exit 1): the PostgreSQL volume keeps the password it was created with, and the metadata
-# DB stays encrypted with the old Fernet key. Nothing here is printed.
+# Fernet key, encrypting connection passwords in the metadata DB), POSTGRES_PASSWORD and
+# RABBITMQ_PASSWORD (24 bytes each, hex: safe inside the SQLAlchemy and broker URLs). Refuses
+# to overwrite an existing file (exit 1): the PostgreSQL and RabbitMQ volumes keep the
+# passwords they were created with, and the metadata DB stays encrypted with the old Fernet
+# key. Nothing here is printed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +18,7 @@ target="${1:-$ROOT/docker/.env}"
 
 case "${target}" in
     -h | --help)
-        sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
 esac
@@ -27,7 +28,7 @@ if [[ $# -gt 1 ]]; then
 fi
 if [[ -e "$target" || -L "$target" ]]; then
     echo "compose_secrets.sh: $target exists; not overwriting it (delete it to start afresh," \
-        "together with the postgres-data volume)" >&2
+        "together with the postgres-data and rabbitmq-data volumes)" >&2
     exit 1
 fi
 
@@ -39,7 +40,8 @@ jwt="$(hex 64)"
 api="$(hex 32)"
 fernet="$(b64url 32)"
 postgres="$(hex 24)"
-for value in "$jwt" "$api" "$postgres"; do
+rabbitmq="$(hex 24)"
+for value in "$jwt" "$api" "$postgres" "$rabbitmq"; do
     [[ "$value" =~ ^[0-9a-f]+$ ]] || { echo "compose_secrets.sh: no random bytes" >&2; exit 1; }
 done
 
@@ -52,6 +54,7 @@ AIRFLOW_JWT_SECRET=$jwt
 AIRFLOW_API_SECRET_KEY=$api
 AIRFLOW_FERNET_KEY=$fernet
 POSTGRES_PASSWORD=$postgres
+RABBITMQ_PASSWORD=$rabbitmq
 ENV
 chmod 600 "$tmp"
 # A hard link fails if the target appeared meanwhile: an existing file is never replaced.

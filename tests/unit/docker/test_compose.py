@@ -1,7 +1,9 @@
 """docker/compose.yaml, read as data: Docker is not available in CI, so the file is checked
-for what the stack relies on (shared settings and volumes, start order, the GPU worker), for
-what it must not hold (a secret, a port open beyond the host's loopback), and against
-scripts/compose_secrets.sh, which writes the docker/.env the file reads its secrets from."""
+for what the stack relies on (the CeleryExecutor, its broker and result backend, a worker per
+queue, shared settings and volumes, start order, the GPU worker), for what it must not hold (a
+secret, a port open beyond the host's loopback), against scripts/compose_secrets.sh, which
+writes the docker/.env the file reads its secrets from, and against docker/Dockerfile, whose
+entrypoint turns the services' commands into Airflow commands."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import re
 import shlex
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +24,17 @@ from solaris.config import CycleConfig, SolarisConfig
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
+DOCKERFILE = REPO / "docker" / "Dockerfile"
 SECRETS_SCRIPT = REPO / "scripts" / "compose_secrets.sh"
 
+WORKERS = ("airflow-worker", "airflow-worker-gpu")
 AIRFLOW_SERVICES = (
     "airflow-init",
     "airflow-apiserver",
     "airflow-scheduler",
     "airflow-dag-processor",
     "airflow-triggerer",
-    "airflow-worker-gpu",
+    *WORKERS,
 )
 LONG_RUNNING = tuple(s for s in AIRFLOW_SERVICES if s != "airflow-init")
 COMMANDS = {
@@ -37,10 +42,10 @@ COMMANDS = {
     "airflow-scheduler": "scheduler",
     "airflow-dag-processor": "dag-processor",
     "airflow-triggerer": "triggerer",
-    "airflow-worker-gpu": "scheduler",
 }
 # Every service that runs task code talks to the api-server's Execution API.
-RUN_TASKS = ("airflow-scheduler", "airflow-worker-gpu", "airflow-triggerer")
+RUN_TASKS = (*WORKERS, "airflow-triggerer")
+CELERY_APP = "airflow.providers.celery.executors.celery_executor.app"
 SHARED_VOLUMES = {
     "solaris-artifacts": "/opt/airflow/artifacts",
     "feast-data": "/opt/airflow/feature_repo/data",
@@ -53,18 +58,25 @@ JOB_TYPES = {
     "airflow-scheduler": "SchedulerJob",
     "airflow-dag-processor": "DagProcessorJob",
     "airflow-triggerer": "TriggererJob",
-    "airflow-worker-gpu": "SchedulerJob",
 }
 SECRET_VARIABLES = {
     "AIRFLOW_JWT_SECRET",
     "AIRFLOW_API_SECRET_KEY",
     "AIRFLOW_FERNET_KEY",
     "POSTGRES_PASSWORD",
+    "RABBITMQ_PASSWORD",
 }
+# The one variable with a default: the queue of the FM embeddings (docker/README.md).
+QUEUE_VARIABLE = "SOLARIS_CYCLE__GPU_QUEUE"
 # Names of settings that hold a credential.
-_SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|FERNET|JWT|(^|_)KEY$", re.IGNORECASE)
-_VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:-|:\?|-|\?)(?P<arg>[^}]*))?\}")
+_SECRET_NAME = re.compile(
+    r"SECRET|PASSWORD|PASSWD|(^|_)PASS($|_)|TOKEN|FERNET|JWT|(^|_)KEY$", re.IGNORECASE
+)
+# `$$` is compose's escaped dollar, passed to the container as `$`.
+_VARIABLE = re.compile(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:-|:\?|-|\?)(?P<arg>[^}]*))?\}")
 _REQUIRED = re.compile(r"\$\{(?P<name>\w+):\?[^}]+\}")
+# The user-info password of a URL (scheme://user:password@host).
+_URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
 
 
 class MissingVariable(KeyError):
@@ -76,6 +88,8 @@ def _interpolate(value: str, env: dict[str, str] | None = None) -> str:
     env = env or {}
 
     def one(match: re.Match[str]) -> str:
+        if match["name"] is None:
+            return "$"
         given = env.get(match["name"])
         if given:
             return given
@@ -100,6 +114,21 @@ def _strings(node: Any, path: str = "") -> Any:
                 yield f"{path}[{k}]", "", value
             else:
                 yield from _strings(value, f"{path}[{k}]")
+
+
+def _variables(value: str) -> list[re.Match[str]]:
+    """The ``${...}`` references of a value (not the escaped ``$$``)."""
+    return [m for m in _VARIABLE.finditer(value) if m["name"]]
+
+
+def _queues(command: list[str]) -> list[str]:
+    """The queues of an ``airflow celery worker`` command line."""
+    args = command[command.index("--queues") + 1]
+    return args.split(",")
+
+
+def _option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
 
 
 def _env_file(path: Path) -> dict[str, str]:
@@ -146,14 +175,26 @@ def test_compose_file_follows_the_compose_spec_without_a_version_key(compose):
     assert set(compose) <= {"services", "volumes"} | {k for k in compose if k.startswith("x-")}
 
 
-def test_compose_file_defines_the_database_redis_and_every_airflow_service(services):
-    assert set(services) == {"postgres", "redis", *AIRFLOW_SERVICES}
+def test_compose_file_defines_the_stores_the_broker_and_every_airflow_service(services):
+    assert set(services) == {"postgres", "rabbitmq", "redis", *AIRFLOW_SERVICES}
 
 
 def test_each_airflow_service_runs_its_airflow_component(services):
     for name, command in COMMANDS.items():
         assert services[name]["command"] == command, name
-        assert "entrypoint" not in services[name], f"{name} must keep the image's `airflow`"
+    for name in (*COMMANDS, *WORKERS):
+        assert "entrypoint" not in services[name], f"{name} must keep the image's entrypoint"
+    for name in WORKERS:  # the image's entrypoint makes it `airflow celery worker ...`
+        assert services[name]["command"][:2] == ["celery", "worker"], name
+
+
+def test_only_the_scheduler_schedules_and_only_the_workers_run_celery(services):
+    """The LocalExecutor layout (a second scheduler as the GPU worker) is gone: one service
+    runs `scheduler`, and the Celery workers are the only ones to run tasks."""
+    commands = {name: services[name]["command"] for name in LONG_RUNNING}
+    assert [name for name, c in commands.items() if c == "scheduler"] == ["airflow-scheduler"]
+    celery = [name for name, c in commands.items() if isinstance(c, list) and "celery" in c]
+    assert sorted(celery) == sorted(WORKERS)
 
 
 def test_every_airflow_service_is_built_from_the_project_dockerfile(services):
@@ -166,7 +207,8 @@ def test_every_airflow_service_is_built_from_the_project_dockerfile(services):
 
 def test_dockerfile_copies_dags_plugins_and_feature_repo_into_airflow_home(services):
     build = services["airflow-scheduler"]["build"]
-    dockerfile = (COMPOSE_FILE.parent / build["context"] / build["dockerfile"]).read_text()
+    assert (COMPOSE_FILE.parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+    dockerfile = DOCKERFILE.read_text()
     copies = {
         tuple(line.split()[-2:])
         for line in dockerfile.splitlines()
@@ -175,7 +217,7 @@ def test_dockerfile_copies_dags_plugins_and_feature_repo_into_airflow_home(servi
     for folder in ("dags", "plugins", "feature_repo"):
         assert (folder, f"/opt/airflow/{folder}") in copies, folder
     assert "AIRFLOW_HOME=/opt/airflow" in dockerfile
-    assert 'ENTRYPOINT ["airflow"]' in dockerfile
+    assert 'ENTRYPOINT ["/entrypoint"]' in dockerfile
 
 
 def test_cpu_services_share_the_cpu_image_and_the_gpu_worker_builds_the_cuda_one(services):
@@ -201,7 +243,19 @@ def test_every_airflow_service_shares_the_same_environment(services, common_env)
     }
 
 
-def test_airflow_uses_postgres_with_the_local_executor_and_no_examples(services, common_env):
+def _airflow_options() -> dict[str, dict[str, Any]]:
+    """Airflow's options by section: the core's and the Celery provider's (``[celery]``)."""
+    spec = importlib.util.find_spec("airflow")
+    assert spec is not None and spec.submodule_search_locations
+    template = Path(next(iter(spec.submodule_search_locations))) / "config_templates/config.yml"
+    sections = yaml.safe_load(template.read_text())
+    from airflow.providers.celery.get_provider_info import get_provider_info
+
+    sections.update(get_provider_info()["config"])
+    return {name: section["options"] for name, section in sections.items()}
+
+
+def test_airflow_uses_postgres_with_the_celery_executor_and_no_examples(services, common_env):
     env = {"POSTGRES_PASSWORD": "from-env-file"}
     url = _interpolate(common_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], env)
     pg = {k: _interpolate(v, env) for k, v in services["postgres"]["environment"].items()}
@@ -210,9 +264,83 @@ def test_airflow_uses_postgres_with_the_local_executor_and_no_examples(services,
         f"postgresql+psycopg2://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}"
         f"@postgres:5432/{pg['POSTGRES_DB']}"
     )
-    assert common_env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert common_env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    # The workers import the cycle's libraries once, before their pools fork.
+    assert common_env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"] == (
+        "solaris.orchestration.warm.CELERY_CONFIG"
+    )
     assert common_env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     assert common_env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+
+
+def test_celery_results_go_to_the_metadata_db_through_an_installed_driver(common_env):
+    from sqlalchemy.engine import make_url
+
+    env = {"POSTGRES_PASSWORD": "from-env-file"}
+    backend = _interpolate(common_env["AIRFLOW__CELERY__RESULT_BACKEND"], env)
+    metadata = _interpolate(common_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], env)
+    assert backend.startswith("db+")  # Celery's SQLAlchemy result backend
+    assert make_url(backend.removeprefix("db+")) == make_url(metadata)
+    # A bare postgresql:// would pick SQLAlchemy's default DBAPI, which must then be installed.
+    make_url(backend.removeprefix("db+")).get_dialect().import_dbapi()
+
+
+def test_the_broker_is_the_rabbitmq_service_with_its_own_account(services, common_env):
+    from kombu.utils.url import url_to_parts
+
+    env = {"RABBITMQ_PASSWORD": "from-env-file"}
+    broker = url_to_parts(_interpolate(common_env["AIRFLOW__CELERY__BROKER_URL"], env))
+    rabbit = services["rabbitmq"]
+    rabbit_env = {k: _interpolate(v, env) for k, v in rabbit["environment"].items()}
+    assert (broker.scheme, broker.hostname, broker.port) == ("amqp", "rabbitmq", 5672)
+    assert broker.username == rabbit_env["RABBITMQ_DEFAULT_USER"] != "guest"
+    assert broker.password == rabbit_env["RABBITMQ_DEFAULT_PASS"] == "from-env-file"
+    assert broker.path == "/"  # RabbitMQ's default virtual host
+    # Not a database of the online store's Redis (docker/README.md says why).
+    assert broker.hostname != common_env["SOLARIS_STORE__REDIS"].split(":")[0]
+
+
+def test_rabbitmq_keeps_its_queues_in_a_named_volume_under_a_fixed_node_name(compose, services):
+    rabbit = services["rabbitmq"]
+    assert rabbit["image"].split(":")[0] == "rabbitmq"
+    # The node, and its directory in the volume, are named after the host name.
+    assert rabbit["hostname"] == "rabbitmq"
+    assert _volumes(rabbit) == {"rabbitmq-data": "/var/lib/rabbitmq"}
+    assert "rabbitmq-data" in compose["volumes"]
+    assert rabbit["healthcheck"]["test"][:2] == ["CMD", "rabbitmq-diagnostics"]
+
+
+def test_the_default_worker_consumes_airflows_default_queue(services, common_env):
+    default_queue = _airflow_options()["operators"]["default_queue"]["default"]
+    assert "AIRFLOW__OPERATORS__DEFAULT_QUEUE" not in common_env  # Airflow's default holds
+    assert _queues(services["airflow-worker"]["command"]) == [default_queue]
+
+
+def test_the_gpu_worker_consumes_exactly_the_embedding_queue_one_task_at_a_time(
+    services, common_env
+):
+    command = [_interpolate(arg) for arg in services["airflow-worker-gpu"]["command"]]
+    assert _queues(command) == [CycleConfig().gpu_queue]
+    assert _option(command, "--concurrency") == "1"
+    # The DAG files are parsed with the same queue, and a renamed queue moves both.
+    for env in ({}, {QUEUE_VARIABLE: "renamed"}):
+        routed = _interpolate(common_env[QUEUE_VARIABLE], env)
+        consumed = [_interpolate(arg, env) for arg in services["airflow-worker-gpu"]["command"]]
+        assert _queues(consumed) == [routed], env
+
+
+def test_each_queue_has_exactly_one_worker(services):
+    queues = [
+        q for name in WORKERS for q in _queues([_interpolate(a) for a in services[name]["command"]])
+    ]
+    assert sorted(queues) == sorted(set(queues)), queues
+    assert len(queues) == len(WORKERS)
+
+
+def test_workers_get_time_for_a_warm_shutdown(services):
+    for name in WORKERS:
+        grace = services[name]["stop_grace_period"]
+        assert grace.endswith("m") and int(grace[:-1]) >= 1, name
 
 
 def test_task_processes_reach_the_execution_api_of_the_apiserver_service(services, common_env):
@@ -233,19 +361,43 @@ def test_signing_keys_are_shared_required_variables_without_defaults(common_env)
             _interpolate(common_env[key])
 
 
+def test_broker_and_result_backend_credentials_are_required_variables(common_env):
+    for key, variable in (
+        ("AIRFLOW__CELERY__BROKER_URL", "RABBITMQ_PASSWORD"),
+        ("AIRFLOW__CELERY__RESULT_BACKEND", "POSTGRES_PASSWORD"),
+        ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "POSTGRES_PASSWORD"),
+    ):
+        marked = _interpolate(common_env[key], {variable: "MARK"})
+        assert _URL_PASSWORD.findall(marked) == ["MARK"], key
+        with pytest.raises(MissingVariable, match=variable):
+            _interpolate(common_env[key])
+
+
 def test_compose_holds_no_secret_literal_and_no_default_for_a_secret(compose):
     text = COMPOSE_FILE.read_text()
+    used = [m for _, _, value in _strings(compose) for m in _variables(value)]
+    # Every variable stands for itself: a URL's password must be nothing but one of them.
+    marks = {m["name"]: f"MARK{k}" for k, m in enumerate(used)}
     for where, key, value in _strings(compose):
         if _SECRET_NAME.search(key):
             assert _REQUIRED.fullmatch(value), f"{where}: {value!r} is not a required variable"
-        for url_password in re.findall(r"://[^:/@\s]+:([^@\s]+)@", value):
-            assert _REQUIRED.fullmatch(url_password), f"{where}: a password in a URL"
-    used = [m for _, _, value in _strings(compose) for m in _VARIABLE.finditer(value)]
+        for password in _URL_PASSWORD.findall(_interpolate(value, marks)):
+            assert password in marks.values(), f"{where}: a password in a URL"
     for match in used:
         if _SECRET_NAME.search(match["name"]):
             assert match["op"] == ":?", f"{match[0]} has a default or may be empty"
-    assert {m["name"] for m in used} == SECRET_VARIABLES
-    assert "change-me" not in text and "airflow:airflow@" not in text
+    assert {m["name"] for m in used} == SECRET_VARIABLES | {QUEUE_VARIABLE}
+    assert "change-me" not in text and "airflow:airflow@" not in text and "guest" not in text
+
+
+def test_the_only_variable_with_a_default_defaults_to_the_configured_queue(compose):
+    defaults = {
+        m["name"]: m["arg"]
+        for _, _, value in _strings(compose)
+        for m in _variables(value)
+        if m["op"] != ":?"
+    }
+    assert defaults == {QUEUE_VARIABLE: CycleConfig().gpu_queue}
 
 
 def test_every_published_port_is_bound_to_the_loopback(services):
@@ -263,7 +415,8 @@ def test_every_long_running_service_has_a_healthcheck(services):
             assert "healthcheck" not in service and service["restart"] == "no"
             continue
         check = service.get("healthcheck")
-        assert check and check["test"][0] == "CMD", name
+        assert check and check["test"][0] in ("CMD", "CMD-SHELL"), name
+        assert check.get("disable") is not True, name
 
 
 def test_airflow_components_are_checked_by_their_own_job_heartbeat(services):
@@ -283,6 +436,45 @@ def test_airflow_components_are_checked_by_their_own_job_heartbeat(services):
         assert int(check["start_period"].rstrip("s")) >= 30, name
 
 
+def test_celery_workers_are_checked_by_a_ping_to_their_own_node(services):
+    for name in WORKERS:
+        check = services[name]["healthcheck"]
+        kind, script = check["test"]
+        assert kind == "CMD-SHELL", name
+        # The container's shell sees `$HOSTNAME`: Celery's node is celery@<hostname>.
+        assert shlex.split(_interpolate(script)) == [
+            "celery",
+            "--app",
+            CELERY_APP,
+            "inspect",
+            "ping",
+            "-d",
+            "celery@${HOSTNAME}",
+        ], name
+        assert int(check["timeout"].rstrip("s")) >= 20, name
+
+
+def test_the_celery_app_of_the_worker_health_check_imports(tmp_path, common_env):
+    """What `celery --app ... inspect ping` and `airflow celery worker` load, in the locked
+    environment, with the compose file's settings (no broker is contacted)."""
+    module, attribute = CELERY_APP.rsplit(".", 1)
+    env = {name: "from-env-file" for name in SECRET_VARIABLES}
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module} as m; print(type(m.{attribute}).__name__)"],
+        env={
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path),
+            **{k: _interpolate(v, env) for k, v in common_env.items() if k.startswith("AIRFLOW")},
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "Celery"
+
+
 def test_the_health_checks_job_types_are_those_the_installed_airflow_knows(tmp_path):
     airflow = REPO / ".venv" / "bin" / "airflow"
     done = subprocess.run(
@@ -299,6 +491,57 @@ def test_the_health_checks_job_types_are_those_the_installed_airflow_knows(tmp_p
     assert "--local" in done.stdout
 
 
+# -- docker/Dockerfile: /entrypoint ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def entrypoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's /entrypoint (a heredoc of the Dockerfile), with stand-ins for the programs
+    it starts on PATH: each prints its name and arguments instead of running."""
+    dockerfile = DOCKERFILE.read_text()
+    found = re.search(
+        r"^COPY --chmod=0755 <<'EOF' /entrypoint\n(.*?)^EOF$", dockerfile, re.M | re.S
+    )
+    assert found, "no /entrypoint heredoc in the Dockerfile"
+    folder = tmp_path_factory.mktemp("entrypoint")
+    script = folder / "entrypoint"
+    script.write_text(found[1])
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for program in ("airflow", "python", "solaris"):
+        stub = bin_dir / program
+        stub.write_text(f'#!/bin/sh\necho {program} "$@"\n')
+        stub.chmod(0o755)
+    return script
+
+
+def _entry(entrypoint: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["bash", str(entrypoint), *args],
+        env={"PATH": f"{entrypoint.parent / 'bin'}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_entrypoint_turns_compose_commands_into_airflow_commands(entrypoint, services):
+    assert _entry(entrypoint) == "airflow version"
+    assert _entry(entrypoint, "scheduler") == "airflow scheduler"
+    worker = services["airflow-worker"]["command"]
+    assert _entry(entrypoint, *worker) == "airflow " + " ".join(worker)
+
+
+def test_entrypoint_runs_the_official_charts_commands_as_given(entrypoint):
+    # Containers, init containers and probes of the official Helm chart.
+    assert _entry(entrypoint, "bash", "-c", "exec airflow scheduler") == "airflow scheduler"
+    assert _entry(entrypoint, "airflow", "db", "check-migrations") == "airflow db check-migrations"
+    assert _entry(entrypoint, "python", "-m", "celery") == "python -m celery"
+    assert _entry(entrypoint, "solaris", "demo") == "solaris demo"
+
+
 # -- scripts/compose_secrets.sh: docker/.env ---------------------------------------------------
 
 
@@ -312,7 +555,7 @@ def test_secrets_script_writes_an_owner_only_env_file_of_distinct_random_values(
         assert [p.name for p in path.parent.iterdir()] == [".env"]  # no temp file left
     one, two = _env_file(first), _env_file(second)
     assert set(one) == set(two) == SECRET_VARIABLES
-    assert len(set(one.values())) == len(one)  # four different secrets
+    assert len(set(one.values())) == len(one)  # five different secrets
     assert not set(one.values()) & set(two.values())  # random, not fixed
     for value in (*one.values(), *two.values()):
         assert value not in done.stdout + done.stderr  # never printed
@@ -322,8 +565,9 @@ def test_secrets_script_writes_an_owner_only_env_file_of_distinct_random_values(
     from cryptography.fernet import Fernet
 
     Fernet(one["AIRFLOW_FERNET_KEY"].encode())  # a valid Fernet key
-    # Usable as written inside the SQLAlchemy URL.
+    # Usable as written inside the SQLAlchemy and broker URLs.
     assert re.fullmatch(r"[0-9a-f]{48}", one["POSTGRES_PASSWORD"])
+    assert re.fullmatch(r"[0-9a-f]{48}", one["RABBITMQ_PASSWORD"])
 
 
 def test_secrets_script_refuses_to_overwrite_an_existing_file(tmp_path):
@@ -344,13 +588,26 @@ def test_the_env_file_fills_every_variable_compose_requires(compose, tmp_path):
     path = tmp_path / ".env"
     assert _secrets(path).returncode == 0
     env = _env_file(path)
+    unfilled = {
+        m["name"]
+        for _, _, value in _strings(compose)
+        for m in _variables(value)
+        if m["name"] not in env and m["op"] != ":-"
+    }
+    assert not unfilled
     resolved = {where: _interpolate(value, env) for where, _, value in _strings(compose)}
-    assert not [w for w, v in resolved.items() if "${" in v]
     from sqlalchemy.engine import make_url
 
     url = make_url(resolved[".x-airflow-env.AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
     assert url.password == env["POSTGRES_PASSWORD"]
     assert resolved[".services.postgres.environment.POSTGRES_PASSWORD"] == url.password
+    backend = make_url(resolved[".x-airflow-env.AIRFLOW__CELERY__RESULT_BACKEND"][3:])
+    assert backend.password == url.password
+    from kombu.utils.url import url_to_parts
+
+    broker = url_to_parts(resolved[".x-airflow-env.AIRFLOW__CELERY__BROKER_URL"])
+    assert broker.password == env["RABBITMQ_PASSWORD"]
+    assert resolved[".services.rabbitmq.environment.RABBITMQ_DEFAULT_PASS"] == broker.password
 
 
 def test_the_env_file_compose_reads_is_ignored_by_git():
@@ -361,13 +618,10 @@ def test_the_env_file_compose_reads_is_ignored_by_git():
 
 
 def test_every_airflow_setting_in_the_environment_is_an_airflow_option(common_env):
-    spec = importlib.util.find_spec("airflow")
-    assert spec is not None and spec.submodule_search_locations
-    template = Path(next(iter(spec.submodule_search_locations))) / "config_templates/config.yml"
-    options = yaml.safe_load(template.read_text())
+    options = _airflow_options()
     for key in (k for k in common_env if k.startswith("AIRFLOW__")):
         section, option = key.removeprefix("AIRFLOW__").lower().split("__", 1)
-        assert option in options[section]["options"], key
+        assert option in options[section], key
 
 
 def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
@@ -380,11 +634,12 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
                 patch.delenv(key)
             for key, value in env.items():
                 if key.startswith("SOLARIS_"):
-                    patch.setenv(key, value)
+                    patch.setenv(key, _interpolate(value))
             cfg = SolarisConfig()
         assert cfg.store.redis == "redis:6379", name
         assert cfg.artifacts_dir == Path("/opt/airflow/artifacts"), name
         assert cfg.device == ("cuda" if name == "airflow-worker-gpu" else "auto"), name
+        assert cfg.cycle.gpu_queue == CycleConfig().gpu_queue, name
     assert cfg.store.redis.split(":")[0] in services
 
 
@@ -432,7 +687,7 @@ def test_postgres_and_redis_have_healthchecks_and_named_volumes(compose, service
     assert services["postgres"]["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
     assert services["redis"]["image"] == "redis:7"
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
-    for name in ("postgres", "redis"):
+    for name in ("postgres", "rabbitmq", "redis"):
         sources = set(_volumes(services[name]))
         assert sources and sources <= set(compose["volumes"]), name
 
@@ -441,11 +696,14 @@ def test_airflow_init_waits_only_for_a_healthy_postgres(services):
     assert _depends_on(services["airflow-init"]) == {"postgres": "service_healthy"}
 
 
-def test_airflow_services_wait_for_healthy_stores_and_a_completed_init(services):
+def test_airflow_services_wait_for_healthy_stores_a_healthy_broker_and_a_completed_init(
+    services,
+):
     for name in LONG_RUNNING:
         depends = _depends_on(services[name])
         assert depends["postgres"] == "service_healthy", name
         assert depends["redis"] == "service_healthy", name
+        assert depends["rabbitmq"] == "service_healthy", name
         assert depends["airflow-init"] == "service_completed_successfully", name
 
 

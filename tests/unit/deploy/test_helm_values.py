@@ -93,25 +93,13 @@ def _option(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
 
 
-def _airflow_options() -> dict[str, dict[str, Any]]:
-    """Airflow's options by section: the core's and the Celery provider's (``[celery]``)."""
-    spec = importlib.util.find_spec("airflow")
-    assert spec is not None and spec.submodule_search_locations
-    template = Path(next(iter(spec.submodule_search_locations))) / "config_templates/config.yml"
-    sections = yaml.safe_load(template.read_text())
-    from airflow.providers.celery.get_provider_info import get_provider_info
-
-    sections.update(get_provider_info()["config"])
-    return {name: section["options"] for name, section in sections.items()}
-
-
 def test_the_chart_runs_the_celery_executor_of_the_locked_airflow(values):
     assert values["executor"] == "CeleryExecutor"
     assert values["airflowVersion"] == importlib.metadata.version("apache-airflow")
 
 
-def test_the_default_worker_set_consumes_airflows_default_queue(celery):
-    default_queue = _airflow_options()["operators"]["default_queue"]["default"]
+def test_the_default_worker_set_consumes_airflows_default_queue(celery, airflow_options):
+    default_queue = airflow_options["operators"]["default_queue"]["default"]
     assert celery["enableDefault"] is True
     assert celery["queue"] == default_queue
     assert _option(_worker_command(celery["args"]), "--queues") == default_queue
@@ -246,8 +234,8 @@ def test_the_ui_uses_the_installed_auth_manager_and_no_fab_user_job(values):
     assert values["apiServer"]["replicas"] == 1  # the generated password lives in the pod
 
 
-def test_every_airflow_setting_in_config_is_an_airflow_option(values):
-    options = _airflow_options()
+def test_every_airflow_setting_in_config_is_an_airflow_option(values, airflow_options):
+    options = airflow_options
     for section, settings in values["config"].items():
         for option in settings:
             assert option in options[section], f"[{section}] {option}"

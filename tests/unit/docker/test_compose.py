@@ -7,7 +7,6 @@ entrypoint turns the services' commands into Airflow commands."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -243,18 +242,6 @@ def test_every_airflow_service_shares_the_same_environment(services, common_env)
     }
 
 
-def _airflow_options() -> dict[str, dict[str, Any]]:
-    """Airflow's options by section: the core's and the Celery provider's (``[celery]``)."""
-    spec = importlib.util.find_spec("airflow")
-    assert spec is not None and spec.submodule_search_locations
-    template = Path(next(iter(spec.submodule_search_locations))) / "config_templates/config.yml"
-    sections = yaml.safe_load(template.read_text())
-    from airflow.providers.celery.get_provider_info import get_provider_info
-
-    sections.update(get_provider_info()["config"])
-    return {name: section["options"] for name, section in sections.items()}
-
-
 def test_airflow_uses_postgres_with_the_celery_executor_and_no_examples(services, common_env):
     env = {"POSTGRES_PASSWORD": "from-env-file"}
     url = _interpolate(common_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], env)
@@ -310,8 +297,8 @@ def test_rabbitmq_keeps_its_queues_in_a_named_volume_under_a_fixed_node_name(com
     assert rabbit["healthcheck"]["test"][:2] == ["CMD", "rabbitmq-diagnostics"]
 
 
-def test_the_default_worker_consumes_airflows_default_queue(services, common_env):
-    default_queue = _airflow_options()["operators"]["default_queue"]["default"]
+def test_the_default_worker_consumes_airflows_default_queue(services, common_env, airflow_options):
+    default_queue = airflow_options["operators"]["default_queue"]["default"]
     assert "AIRFLOW__OPERATORS__DEFAULT_QUEUE" not in common_env  # Airflow's default holds
     assert _queues(services["airflow-worker"]["command"]) == [default_queue]
 
@@ -617,8 +604,8 @@ def test_the_env_file_compose_reads_is_ignored_by_git():
     assert done.returncode == 0, "docker/.env must be listed in .gitignore"
 
 
-def test_every_airflow_setting_in_the_environment_is_an_airflow_option(common_env):
-    options = _airflow_options()
+def test_every_airflow_setting_in_the_environment_is_an_airflow_option(common_env, airflow_options):
+    options = airflow_options
     for key in (k for k in common_env if k.startswith("AIRFLOW__")):
         section, option = key.removeprefix("AIRFLOW__").lower().split("__", 1)
         assert option in options[section], key

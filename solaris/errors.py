@@ -21,6 +21,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments
     ├── FeatureStoreError      (RuntimeError)  solaris.store.feast_store: Feast/Redis failures
     ├── AirflowRunError        (RuntimeError)  solaris.local.airflow: a local DAG run failed
+    ├── ServicesError          (RuntimeError)  solaris.local.scheduler: Airflow services, runs
     └── MovieLensFormatError, DataFetchError   solaris.examples.movielens: the example's data
 
 Each class is defined beside the code that raises it; this module holds only the root and

@@ -6,7 +6,8 @@
 #
 # Needs PostgreSQL for the metadata DB (and the Celery result backend), and a broker:
 #   SOLARIS_AIRFLOW_DB_URL     default postgresql+psycopg2://postgres@127.0.0.1:5432/airflow
-#                              (the database must exist; `airflow db migrate` makes the tables)
+#                              (created if the server lacks it; `airflow db migrate` makes
+#                              the tables)
 #   SOLARIS_CELERY_BROKER_URL  default amqp://guest:guest@127.0.0.1:5672// (RabbitMQ's own
 #                              default account, which it accepts from the loopback only);
 #                              redis://127.0.0.1:6379/15 uses Redis instead
@@ -71,6 +72,24 @@ echo "broker        $(redact "$AIRFLOW__CELERY__BROKER_URL")"
 echo "queues        $AIRFLOW__OPERATORS__DEFAULT_QUEUE (worker default), $gpu_queue (worker gpu)"
 echo "artifacts     $SOLARIS_ARTIFACTS_DIR"
 
+# The metadata database, created when the server has no database of that name yet.
+"$ROOT/.venv/bin/python" - "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" <<'PY'
+import sys
+
+import psycopg2
+from sqlalchemy.engine import make_url
+
+url = make_url(sys.argv[1])
+server = dict(host=url.host, port=url.port or 5432, user=url.username, password=url.password)
+conn = psycopg2.connect(dbname="postgres", connect_timeout=10, **server)
+conn.autocommit = True
+with conn.cursor() as cur:
+    cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.database,))
+    if cur.fetchone() is None:
+        cur.execute(f'CREATE DATABASE "{url.database}"')
+        print(f"created the metadata database {url.database}")
+conn.close()
+PY
 "$AIRFLOW" db migrate
 "$AIRFLOW" pools set "${SOLARIS_CYCLE__GPU_POOL:-gpu}" 1 "SOLARIS FM embedding"
 # The Feast definitions of the configured namespace, once, as a deploy step (the tasks only

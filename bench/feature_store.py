@@ -72,7 +72,6 @@ import gc
 import itertools
 import json
 import os
-import platform
 import pstats
 import random
 import shutil
@@ -91,6 +90,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from bench.machine import machine_facts
 from solaris.config import SolarisConfig
 from solaris.pipeline.materialize import pair_rows
 from solaris.serving.client import SolarisFeatures
@@ -1684,11 +1684,7 @@ def environment(b: Bench) -> dict[str, str]:
 
     info = b.redis.info("server")
     return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": str(os.cpu_count()),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        **machine_facts(),
         "feast": feast.__version__,
         "redis-py": redis_pkg.__version__,
         "hiredis": hiredis.__version__,

@@ -65,11 +65,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime as dt
 import json
 import math
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -84,6 +82,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.machine import machine_facts
 from solaris.config import SolarisConfig
 
 if TYPE_CHECKING:
@@ -795,11 +794,7 @@ def environment(args: argparse.Namespace, cfg: SolarisConfig) -> dict[str, str]:
     finally:
         client.close()
     return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": str(os.cpu_count()),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        **machine_facts(),
         "numpy / pandas / pyarrow / torch": (
             f"{np.__version__} / {pd.__version__} / {pa.__version__} / {torch.__version__} "
             f"({torch.get_num_threads()} threads)"

@@ -189,9 +189,6 @@ class AirflowServices:
             raise ServicesError(f"airflow {' '.join(args)} failed:\n{done.stderr[-4000:]}")
         return done.stdout
 
-    def pause(self, dag_id: str, paused: bool = True) -> None:
-        self.airflow("dags", "pause" if paused else "unpause", dag_id, "-y")
-
     def trigger(self, dag_id: str, conf: Mapping[str, Any]) -> str:
         """Trigger ``dag_id`` with ``conf``; returns the run id."""
         run_id = f"solaris__{int(time.time() * 1000)}"

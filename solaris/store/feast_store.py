@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import importlib.util
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from solaris.config import SolarisConfig
 from solaris.errors import SolarisError
 from solaris.namespace import Namespace
 from solaris.store.connection import RedisTarget, redacted, unlink_matching
+from solaris.store.contract import FEATURE_SERVICE
 from solaris.store.keys import project_pattern
 
 if TYPE_CHECKING:  # feast is heavy: imported only where a store is opened
@@ -226,7 +228,7 @@ def apply_definitions(store: FeatureStore, cfg: SolarisConfig) -> list[str]:
     """Register the repo's entities, views and service, built with ``cfg`` (as ``feast
     apply`` would); returns their names. The service is tagged with the definitions'
     fingerprint, for :func:`ensure_definitions`."""
-    objects = _tagged_definitions(cfg)
+    objects, _ = _tagged_definitions(cfg)
     with _registry_lock(store):
         # Feast's file registry writes its whole cached contents back: refreshed under the
         # lock, an apply of one namespace never drops another namespace's project.
@@ -243,16 +245,14 @@ def ensure_definitions(store: FeatureStore, cfg: SolarisConfig) -> bool:
     of a new namespace applies, every later task reads one registry entry instead of
     rewriting the registry (which, on a file registry, serialises the tasks on its lock).
     """
-    objects = _tagged_definitions(cfg)
-    [service] = [o for o in objects if type(o).__name__ == "FeatureService"]
+    from feast.errors import FeatureServiceNotFoundException
+
+    objects, fingerprint = _tagged_definitions(cfg)
     try:
-        registered = store.get_feature_service(service.name, allow_cache=True)
-    except Exception:  # not registered yet (Feast raises its own FeatureServiceNotFound...)
+        registered = store.get_feature_service(FEATURE_SERVICE, allow_cache=True)
+    except FeatureServiceNotFoundException:  # a namespace not applied yet
         registered = None
-    if (
-        registered is not None
-        and registered.tags.get(DEFINITIONS_TAG) == service.tags[DEFINITIONS_TAG]
-    ):
+    if registered is not None and registered.tags.get(DEFINITIONS_TAG) == fingerprint:
         return False
     with _registry_lock(store):
         store.refresh_registry()
@@ -260,11 +260,10 @@ def ensure_definitions(store: FeatureStore, cfg: SolarisConfig) -> bool:
     return True
 
 
-def _tagged_definitions(cfg: SolarisConfig) -> list[Any]:
+def _tagged_definitions(cfg: SolarisConfig) -> tuple[list[Any], str]:
     """The repo's definitions built with ``cfg``, the FeatureService tagged with their
-    fingerprint: a digest of every object's proto without its registry metadata."""
-    import hashlib
-
+    fingerprint (returned too): a digest of every object's proto without its registry
+    metadata."""
     objects = load_definitions(cfg.store.repo_path).definitions(cfg)
     digest = hashlib.sha256()
     for obj in sorted(objects, key=lambda o: (type(o).__name__, o.name)):
@@ -272,10 +271,10 @@ def _tagged_definitions(cfg: SolarisConfig) -> list[Any]:
         _clear_meta(spec)
         digest.update(type(obj).__name__.encode())
         digest.update(spec.SerializeToString(deterministic=True))
-    for obj in objects:
-        if type(obj).__name__ == "FeatureService":
-            obj.tags[DEFINITIONS_TAG] = digest.hexdigest()[:16]
-    return objects
+    fingerprint = digest.hexdigest()[:16]
+    [service] = [obj for obj in objects if obj.name == FEATURE_SERVICE]
+    service.tags[DEFINITIONS_TAG] = fingerprint
+    return objects, fingerprint
 
 
 def _clear_meta(message: Any) -> None:

@@ -90,12 +90,7 @@ with conn.cursor() as cur:
         print(f"created the metadata database {url.database}")
 conn.close()
 PY
-"$AIRFLOW" db migrate
-"$AIRFLOW" pools set "${SOLARIS_CYCLE__GPU_POOL:-gpu}" 1 "SOLARIS FM embedding"
-# The Feast definitions of the configured namespace, once, as a deploy step (the tasks only
-# check them); without Redis yet, the namespace's first task applies them instead.
-"$ROOT/.venv/bin/solaris" namespace apply ||
-    echo "warning: Feast definitions not applied now; the namespace's first task will" >&2
+airflow_setup
 
 if [[ "$check" == 1 ]]; then
     echo "check mode: not starting Airflow"

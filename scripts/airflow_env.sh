@@ -52,3 +52,15 @@ export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 # A scheduler loop that found nothing to do sleeps this long (Airflow's default 1 s); every
 # hop of an interval's chain of short tasks (about six) waits for the next loop.
 export AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="${AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME:-0.2}"
+
+# What every launcher does before it starts Airflow (a function: airflow_replay.sh sources
+# this file without it): the metadata DB's tables, the embedding tasks' pool (cycle.gpu_pool;
+# one slot, one FM embedding task at a time), and the Feast definitions of the configured
+# namespace, once, as a deploy step (the tasks only check them; without Redis yet, the
+# namespace's first task applies them instead).
+airflow_setup() {
+    "$AIRFLOW" db migrate
+    "$AIRFLOW" pools set "${SOLARIS_CYCLE__GPU_POOL:-gpu}" 1 "SOLARIS FM embedding"
+    "$ROOT/.venv/bin/solaris" namespace apply ||
+        echo "warning: Feast definitions not applied now; the namespace's first task will" >&2
+}

@@ -55,13 +55,7 @@ echo "DAGs          $AIRFLOW__CORE__DAGS_FOLDER"
 echo "plugins       $AIRFLOW__CORE__PLUGINS_FOLDER"
 echo "artifacts     $SOLARIS_ARTIFACTS_DIR"
 
-"$AIRFLOW" db migrate
-# The embedding tasks' pool (cycle.gpu_pool); one slot: one FM embedding task at a time.
-"$AIRFLOW" pools set "${SOLARIS_CYCLE__GPU_POOL:-gpu}" 1 "SOLARIS FM embedding"
-# The Feast definitions of the configured namespace, once, as a deploy step (the tasks only
-# check them); without Redis yet, the namespace's first task applies them instead.
-"$ROOT/.venv/bin/solaris" namespace apply ||
-    echo "warning: Feast definitions not applied now; the namespace's first task will" >&2
+airflow_setup
 
 passwords="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
 # The address the api-server binds ($airflow_url, from airflow_env.sh), not a guess.

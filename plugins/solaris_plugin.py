@@ -24,7 +24,8 @@ live cycle and replays never share a view: the page shows one namespace, by defa
 one (``$SOLARIS_NAMESPACE``, default ``live``) when it has runs, and its selector lists the
 others, replays labelled as such.
 
-``artifacts_dir`` is read from ``SOLARIS_ARTIFACTS_DIR`` on every request (default
+The state root is read on every request: ``SOLARIS_CYCLE__STATE_URI`` (a folder or an fsspec
+URL, as the cycle's ``cycle.state_uri``), else ``SOLARIS_ARTIFACTS_DIR`` (default
 ``artifacts``, relative to the api-server's working directory). This module runs inside the
 api-server, so it imports nothing heavy: no feast, torch, pandas or ``solaris.config``; the
 records are read only through :func:`solaris.orchestration.layout.read_all_run_records`, and
@@ -40,7 +41,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -62,6 +62,7 @@ from solaris.dashboard.formatting import (
     fmt_time,
 )
 from solaris.errors import SolarisError
+from solaris.files import StatePath, state_path
 from solaris.namespace import LIVE
 from solaris.orchestration.layout import read_all_run_records
 
@@ -72,6 +73,7 @@ __all__ = [
     "MAX_TABLE_ROWS",
     "NAMESPACE_ENV",
     "SERVING_FIGURES",
+    "STATE_URI_ENV",
     "TIERS",
     "DagFilter",
     "FilterError",
@@ -95,6 +97,8 @@ __all__ = [
 ]
 
 ARTIFACTS_ENV = "SOLARIS_ARTIFACTS_DIR"
+# The cycle's state root when it is not artifacts_dir (SolarisConfig.cycle.state_uri).
+STATE_URI_ENV = "SOLARIS_CYCLE__STATE_URI"
 # The live cycle's namespace: SolarisConfig.namespace, read from the same variable (the
 # plugin may not import solaris.config, which pulls pydantic-settings and the adapters).
 NAMESPACE_ENV = "SOLARIS_NAMESPACE"
@@ -122,9 +126,10 @@ class FilterError(SolarisError, ValueError):
     """A query parameter of the page or of the JSON route is not usable; the message names it."""
 
 
-def artifacts_dir() -> Path:
-    """The artifacts folder the page reads (``$SOLARIS_ARTIFACTS_DIR``, default ``artifacts``)."""
-    return Path(os.environ.get(ARTIFACTS_ENV) or "artifacts")
+def artifacts_dir() -> StatePath:
+    """The state root the page reads: ``$SOLARIS_CYCLE__STATE_URI``, else
+    ``$SOLARIS_ARTIFACTS_DIR`` (default ``artifacts``)."""
+    return state_path(os.environ.get(STATE_URI_ENV) or os.environ.get(ARTIFACTS_ENV) or "artifacts")
 
 
 def live_namespace() -> str:
@@ -132,14 +137,14 @@ def live_namespace() -> str:
     return os.environ.get(NAMESPACE_ENV) or DEFAULT_LIVE_NAMESPACE
 
 
-def load_runs(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """The run records under ``root`` (``artifacts_dir``) by DAG id, newest first.
+def load_runs(root: StatePath) -> dict[str, list[dict[str, Any]]]:
+    """The run records under ``root`` (the state root) by DAG id, newest first.
 
     A record that is valid JSON but not an object is reported as an error record, like one
     that does not parse, so that every record the page shows is a dict (its namespace is
     then unknown: it is shown in every namespace's view rather than hidden).
     """
-    runs = read_all_run_records(Path(root))
+    runs = read_all_run_records(root)
     out: dict[str, list[dict[str, Any]]] = {}
     for dag_id, records in runs.items():
         out[dag_id] = [
@@ -661,7 +666,7 @@ def _page(title_line: str, body: str) -> str:
 
 def render_page(
     runs: Mapping[str, Sequence[dict[str, Any]]],
-    root: Path,
+    root: StatePath,
     filters: Filters | None = None,
     *,
     may_read: Callable[[str], bool] = lambda dag_id: True,
@@ -672,7 +677,7 @@ def render_page(
     for ``filters`` and a user who may read the runs of the DAGs ``may_read`` accepts.
     ``problem`` (a bad query parameter) is shown above the form instead of any run."""
     filters = filters or Filters()
-    where = html.escape(str(Path(root) / "namespaces"))
+    where = html.escape(str(state_path(root) / "namespaces"))
     selection = select_runs(runs, filters, may_read)
     form = _form(selection, filters, raw or {})
     if problem is not None:
@@ -692,7 +697,8 @@ def render_page(
             f"There are no run records under <code>{where}</code>. Each SOLARIS DAG task "
             "writes one when its run finishes; unpause the DAGs (or trigger one) and reload "
             "this page. The folder is "
-            f"<code>${ARTIFACTS_ENV}/namespaces/&lt;namespace&gt;/runs</code>.</div>"
+            f"<code>${STATE_URI_ENV}/namespaces/&lt;namespace&gt;/runs</code> (by default "
+            f"<code>${ARTIFACTS_ENV}</code>).</div>"
         )
         return _page(f'<p class="meta">read from {where}</p>', form + hidden + body)
 
@@ -771,13 +777,13 @@ FromParam = Annotated[str | None, Query(alias="from", description="interval end 
 ToParam = Annotated[str | None, Query(alias="to", description="interval end at or before")]
 
 
-def create_app(root: Path | None = None) -> FastAPI:
-    """The SOLARIS FastAPI app; ``root`` is the artifacts folder (default: :func:`artifacts_dir`,
+def create_app(root: StatePath | str | None = None) -> FastAPI:
+    """The SOLARIS FastAPI app; ``root`` is the state root (default: :func:`artifacts_dir`,
     read on every request)."""
     api = FastAPI(title="SOLARIS", description="Run records of the SOLARIS Airflow DAGs.")
 
-    def current_root() -> Path:
-        return Path(root) if root is not None else artifacts_dir()
+    def current_root() -> StatePath:
+        return state_path(root) if root is not None else artifacts_dir()
 
     @api.get("/", response_class=HTMLResponse)
     def page(

@@ -283,9 +283,19 @@ class CycleConfig(Section):
     """The Airflow cycle: schedules, sharding and the verifier's retraining.
 
     The candidates DAG's schedule interval is ``selection.cadence_minutes``; each
-    namespace's cycle state (request logs, ledgers, shards, run records) lives under
-    ``artifacts_dir/namespaces/<namespace>`` (:mod:`solaris.namespace`).
+    namespace's cycle state (request logs, ledgers, shards, codes, verifier publications,
+    training runs, run records) lives under ``<state_uri>/namespaces/<namespace>``
+    (:mod:`solaris.namespace`), where ``state_uri`` is ``artifacts_dir`` unless set.
     """
+
+    state_uri: str | None = Field(
+        None,
+        description="where the cycle keeps its state: a local folder, or an fsspec URL "
+        "(s3://bucket/solaris, gs://..., az://...) when the workers do not share a disk; the "
+        "filesystem's package (s3fs, gcsfs, adlfs) must be installed and its credentials "
+        "come from its own configuration (AWS_* variables, instance roles), never from "
+        "here; default artifacts_dir",
+    )
 
     start: str = Field(
         "1997-09-20T00:00:00+00:00",
@@ -332,6 +342,26 @@ class CycleConfig(Section):
         description="refresh cadence of the demo's Airflow window (coarser than production "
         "so that the window needs fewer DAG runs)",
     )
+
+    @field_validator("state_uri")
+    @classmethod
+    def _state_uri_has_a_filesystem(cls, value: str | None) -> str | None:
+        if value is None or "://" not in value:
+            return value
+        from fsspec.registry import known_implementations, registry
+
+        protocol = value.split("://", 1)[0]
+        if protocol not in known_implementations and protocol not in registry:
+            raise ValueError(
+                f"cycle.state_uri {value!r}: fsspec knows no filesystem {protocol!r} "
+                "(e.g. s3://bucket/prefix, gs://bucket/prefix, or a local folder)"
+            )
+        if "@" in value.split("://", 1)[1].split("/", 1)[0]:
+            raise ValueError(
+                f"cycle.state_uri: credentials in the URL are refused ({protocol}://<login>@...); "
+                "give them through the filesystem's own configuration"
+            )
+        return value
 
     @field_validator("start")
     @classmethod

@@ -7,6 +7,13 @@ over each other's temp file. The temp name ends in ``.tmp``, so no parquet reade
 datasets skip hidden files; dask's reader, under Feast's file offline store, reads only
 names ending in ``.parquet``) ever takes it for data.
 
+The cycle's state may live in object storage (``cycle.state_uri``, any fsspec URL):
+:func:`state_path` gives a local :class:`~pathlib.Path` (a ``PosixUPath``) for a folder and
+a :class:`~upath.UPath` for a URL, and the writers here take either. There is no rename on
+an object store, but there a single PUT is atomic: an object appears whole or not at all,
+so a remote write buffers the file and puts it in one call (a large one as one multipart
+upload, which becomes visible only when complete).
+
 Paths read back from an artifact (a verifier publication, a manifest) are data another
 process wrote, so :func:`artifact_path` confines them to the artifacts root before any of
 them is opened.
@@ -20,7 +27,9 @@ import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeAlias
+
+from upath import UPath
 
 from solaris.errors import SolarisError
 
@@ -30,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArtifactPathError",
+    "StatePath",
+    "arrow_source",
     "artifact_path",
     "atomic_torch_save",
     "atomic_write",
@@ -37,11 +48,45 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_parquet",
     "atomic_write_private",
+    "is_local",
     "publish_file",
-    "replace_dir",
+    "remove_tree",
+    "state_path",
     "temp_path",
     "tensor_bytes",
 ]
+
+# A file or folder of the cycle's state: a local path, or an fsspec path (a UPath).
+StatePath: TypeAlias = Path | UPath
+
+
+def state_path(value: str | os.PathLike[str] | UPath) -> StatePath:
+    """``value`` as a path of the cycle's state: a local folder or file stays a local path
+    (a ``PosixUPath``, which is a :class:`~pathlib.Path`); a URL (``s3://bucket/x``,
+    ``memory://x``) becomes the :class:`~upath.UPath` of its fsspec filesystem."""
+    return value if isinstance(value, UPath) else UPath(value)
+
+
+def is_local(path: StatePath) -> bool:
+    """Whether ``path`` is on this machine's filesystem (renames, fsync and ``os`` calls
+    work on it), as opposed to a path of a remote fsspec filesystem."""
+    return isinstance(path, Path)
+
+
+def arrow_source(path: StatePath) -> tuple[str, Any]:
+    """``(path, filesystem)`` for pyarrow's readers: a local path with pyarrow's own
+    filesystem (``None``), a remote one with its fsspec filesystem (pyarrow wraps it)."""
+    if is_local(path):
+        return str(path), None
+    return path.path, path.fs
+
+
+def remove_tree(path: StatePath) -> None:
+    """Remove the folder ``path`` and everything below it, if it is there."""
+    if is_local(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists():
+        path.fs.rm(path.path, recursive=True)
 
 
 class ArtifactPathError(SolarisError, ValueError):
@@ -68,14 +113,24 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> Path:
+def atomic_write(path: StatePath, write: Callable[[BinaryIO], object]) -> StatePath:
     """``write(file)`` into a temp file beside ``path``, fsync it, rename it over ``path``.
 
     On any error the temp file is removed and ``path`` is untouched. The temp file is
     opened with ``open(..., "xb")`` (the umask's mode, not ``mkstemp``'s 0600), so the result
     is readable by the other users a file written here should be readable by.
+
+    On a remote filesystem ``write`` fills a buffer that is put as one object: there is no
+    temp file, and an error before the put leaves ``path`` untouched as well.
     """
-    path = Path(path)
+    path = state_path(path)
+    if not is_local(path):
+        import io
+
+        buffer = io.BytesIO()
+        write(buffer)
+        path.fs.pipe_file(path.path, buffer.getvalue())
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     try:
@@ -99,33 +154,15 @@ def publish_file(staged: Path, target: Path) -> Path:
     return Path(target)
 
 
-def replace_dir(new: Path, target: Path) -> Path:
-    """Put the complete folder ``new`` at ``target`` (creating ``new`` empty if absent).
-
-    The old ``target`` is renamed aside first and removed only once ``new`` is in place, so
-    a finished folder is never lost before its replacement is complete; between the two
-    renames (an instant) ``target`` is absent, never half-written.
-    """
-    new, target = Path(new), Path(target)
-    new.mkdir(parents=True, exist_ok=True)
-    aside = target.with_name(f".{target.name}~old-{uuid.uuid4().hex[:12]}")
-    if target.exists():
-        target.rename(aside)
-    new.rename(target)
-    _fsync_dir(target.parent)
-    shutil.rmtree(aside, ignore_errors=True)
-    return target
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
+def atomic_write_bytes(path: StatePath, data: bytes) -> StatePath:
     return atomic_write(path, lambda fh: fh.write(data))
 
 
-def atomic_write_json(path: Path, payload: Mapping[str, Any]) -> Path:
+def atomic_write_json(path: StatePath, payload: Mapping[str, Any]) -> StatePath:
     return atomic_write_bytes(path, json.dumps(payload, indent=2, default=str).encode())
 
 
-def atomic_write_parquet(path: Path, table: pa.Table) -> Path:
+def atomic_write_parquet(path: StatePath, table: pa.Table) -> StatePath:
     """One parquet file of ``table`` (a pyarrow Table), atomically."""
     import pyarrow.parquet as pq
 
@@ -156,23 +193,32 @@ def tensor_bytes(tensors: Mapping[str, torch.Tensor], *, where: object = "checkp
     return buffer.getvalue()
 
 
-def atomic_torch_save(path: Path, tensors: Mapping[str, torch.Tensor]) -> Path:
+def atomic_torch_save(path: StatePath, tensors: Mapping[str, torch.Tensor]) -> StatePath:
     """:func:`tensor_bytes` of ``tensors`` written atomically to ``path``."""
     return atomic_write_bytes(path, tensor_bytes(tensors, where=path))
 
 
-def artifact_path(root: Path, value: object, *, source: Path) -> Path:
+def artifact_path(root: StatePath, value: object, *, source: object) -> StatePath:
     """The path ``value`` that artifact ``source`` names, resolved inside ``root``.
 
     A relative ``value`` is taken from ``root``; an absolute one must lie inside it. The
     result is resolved (symlinks followed) before the check, so neither ``..`` nor a link
-    can lead out. Raises :class:`ArtifactPathError` naming ``source`` and ``value``.
+    can lead out. Under a remote ``root`` (no links there) only a relative ``value`` is
+    accepted. Raises :class:`ArtifactPathError` naming ``source`` and ``value``.
     """
     if not isinstance(value, str) or not value or "\x00" in value:
         raise ArtifactPathError(f"{source}: {value!r} is not a path")
     named = Path(value)
     if ".." in named.parts:
         raise ArtifactPathError(f"{source}: path {value!r} contains '..'")
+    root = state_path(root)
+    if not is_local(root):
+        if named.is_absolute() or "://" in value:
+            raise ArtifactPathError(
+                f"{source}: path {value!r} is not relative to the state root {root}; "
+                "refusing to read it"
+            )
+        return root.joinpath(*named.parts)
     base = Path(root).resolve()
     resolved = (named if named.is_absolute() else base / named).resolve()
     if not resolved.is_relative_to(base):

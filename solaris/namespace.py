@@ -10,13 +10,16 @@ Feast project          ``<name>`` (every Redis key of the online store is ``<nam
 miss stream            ``<name>:misses``
 request-log stream     ``<name>:requests``
 serving metrics        ``<name>:serving_metrics``
-cycle state            ``<artifacts_dir>/namespaces/<name>/`` (ledgers, codes, run records)
+cycle state            ``<state root>/namespaces/<name>/`` (ledgers, codes, run records)
 offline feature rows   ``<repo_path>/data/offline/<name>/<view>/``
 =====================  ==================================================================
 
 The namespace is ``SolarisConfig.namespace`` (default ``live``); a DAG run can name another
 in its conf (``{"namespace": "replay_1998", ...}``), and the asset events it emits carry it
 to the downstream runs. Models (``<artifacts_dir>/models``) are inputs, shared by all.
+
+The state root is ``cycle.state_uri``, a local folder or an fsspec URL (object storage,
+for workers that share no disk); by default it is ``artifacts_dir``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from solaris.files import StatePath, state_path
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
@@ -45,6 +50,7 @@ class Namespace:
     name: str
     artifacts_dir: Path
     repo_path: Path
+    state_uri: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -55,7 +61,12 @@ class Namespace:
 
     @classmethod
     def of(cls, cfg: SolarisConfig) -> Namespace:
-        return cls(cfg.namespace, Path(cfg.artifacts_dir), Path(cfg.store.repo_path))
+        return cls(
+            cfg.namespace,
+            Path(cfg.artifacts_dir),
+            Path(cfg.store.repo_path),
+            cfg.cycle.state_uri,
+        )
 
     @property
     def project(self) -> str:
@@ -82,8 +93,13 @@ class Namespace:
         return f"{self.name}:serving_metrics"
 
     @property
-    def cycle_root(self) -> Path:
-        return self.artifacts_dir / "namespaces" / self.name
+    def state_root(self) -> StatePath:
+        """Every namespace's state lies below it: ``state_uri``, else ``artifacts_dir``."""
+        return state_path(self.state_uri or self.artifacts_dir)
+
+    @property
+    def cycle_root(self) -> StatePath:
+        return self.state_root / "namespaces" / self.name
 
     @property
     def offline_root(self) -> Path:

@@ -26,7 +26,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from solaris.errors import SolarisError
-from solaris.files import atomic_write
+from solaris.files import StatePath, arrow_source, atomic_write, state_path
 from solaris.store.contract import MAX_EPOCH_S
 
 if TYPE_CHECKING:
@@ -563,7 +563,7 @@ def validate(
 
 
 def read_table(
-    path: str | Path,
+    path: str | StatePath,
     kind: TableKind,
     *,
     z_dim: int | None = None,
@@ -575,14 +575,15 @@ def read_table(
     are large). Any read failure becomes a :class:`SchemaError` naming the path.
     """
     schema = _schema_for(kind, z_dim)
-    path = Path(path)
+    path = state_path(path)
     source = str(path)
     if not path.exists():
         raise SchemaError(source, None, "cannot read parquet: no such file or directory")
     try:
         # pyarrow.dataset handles a single file and a directory alike, and skips files starting
         # with "_" or "." (e.g. _SUCCESS markers, our own in-flight temp files).
-        dataset = ds.dataset(path, format="parquet")
+        where, filesystem = arrow_source(path)
+        dataset = ds.dataset(where, format="parquet", filesystem=filesystem)
         present = dataset.schema.names
         _check_columns(schema.names, present, source)
         table = dataset.to_table(columns=schema.names)
@@ -595,19 +596,20 @@ def read_table(
 
 def write_table(
     table: pa.Table,
-    path: str | Path,
+    path: str | StatePath,
     kind: TableKind,
     *,
     z_dim: int | None = None,
-) -> Path:
+) -> StatePath:
     """Validate ``table`` as ``kind`` and write it to ``path`` as parquet, atomically.
 
     The data goes to a hidden temp file in the target directory (same filesystem, so
     ``os.replace`` is atomic) and is renamed onto ``path`` only once complete. On any error the
     temp file is removed and ``path`` is untouched: absent if it was absent, the old file if
-    there was one. Returns ``path`` as a :class:`Path`.
+    there was one (on object storage: one PUT, see :mod:`solaris.files`). Returns ``path``
+    as a local :class:`Path` or an fsspec ``UPath``.
     """
-    path = Path(path)
+    path = state_path(path)
     valid = validate(table, kind, str(path), z_dim=z_dim)
     return atomic_write(path, lambda fh: pq.write_table(valid, fh))
 

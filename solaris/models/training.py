@@ -11,7 +11,6 @@ import numbers
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,13 @@ from tqdm.auto import tqdm
 from solaris.config import TrainConfig
 from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING
 from solaris.errors import SolarisError
-from solaris.files import atomic_write_bytes, atomic_write_json, tensor_bytes
+from solaris.files import (
+    StatePath,
+    atomic_write_bytes,
+    atomic_write_json,
+    state_path,
+    tensor_bytes,
+)
 from solaris.models.batch import FeatureBatch, FeatureSpec
 
 __all__ = [
@@ -227,9 +232,9 @@ class CheckpointError(SolarisError, ValueError):
     """A checkpoint is missing its metadata, does not match it, or is not tensors only."""
 
 
-def checkpoint_meta_path(path: Path) -> Path:
+def checkpoint_meta_path(path: StatePath) -> StatePath:
     """The JSON metadata file of the weights file ``path`` (``vm.pt`` -> ``vm.pt.json``)."""
-    path = Path(path)
+    path = state_path(path)
     return path.with_name(f"{path.name}.json")
 
 
@@ -277,13 +282,15 @@ def _decode_init(value: object, where: str) -> object:
     return cls(**fields)
 
 
-def save_checkpoint(path: Path, model: nn.Module, *, kind: str, version: str, init: dict) -> Path:
+def save_checkpoint(
+    path: StatePath, model: nn.Module, *, kind: str, version: str, init: dict
+) -> StatePath:
     """The model's weights (tensors only, loadable with ``weights_only=True``) at ``path``,
     then its metadata (``kind``, ``version``, the constructor arguments ``init`` and the
     weights' SHA-256) in :func:`checkpoint_meta_path` beside it; both written atomically,
     the metadata last, so a reader that finds the metadata finds the weights it describes.
     """
-    path = Path(path)
+    path = state_path(path)
     meta = {
         "format": CHECKPOINT_FORMAT,
         "kind": kind,
@@ -297,14 +304,14 @@ def save_checkpoint(path: Path, model: nn.Module, *, kind: str, version: str, in
     return path
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def read_checkpoint(path: StatePath) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """The metadata and the weights of checkpoint ``path``, checked against each other.
 
     The weights are loaded with ``torch.load(..., weights_only=True)``: a file that holds
     anything but tensors (a pickled object, a checkpoint of the old one-file format) is
     refused with :class:`CheckpointError`, and nothing in it runs.
     """
-    path = Path(path)
+    path = state_path(path)
     meta_path = checkpoint_meta_path(path)
     if not meta_path.is_file():
         raise CheckpointError(
@@ -347,7 +354,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
 
 
 def load_checkpoint(
-    path: Path, factory: Callable[..., nn.Module], *, kind: str | None = None
+    path: StatePath, factory: Callable[..., nn.Module], *, kind: str | None = None
 ) -> tuple[nn.Module, str]:
     """Rebuild a model with ``factory(**init)`` and load its weights; returns (model, version).
 

@@ -10,25 +10,25 @@ the ``pair_embeddings`` event). Each shard carries its namespace and its run's g
 
 A run never loses finished work: the plan reads every interval's ledger before it writes
 anything (an interval without one fails the run, naming it, with every other interval
-untouched), and writes its shards and codes into staging folders of its own generation
-(:class:`~solaris.orchestration.layout.CycleLayout`); :func:`publish` swaps them in for the
-interval's finished codes only once every shard is in. A shard's Redis rows and offline
-batch file are replaced together when the shard is written (the same keys and file names);
-offline files of shards the new plan no longer has are removed at the swap.
+untouched), and writes its shards and codes into folders of its own generation
+(:class:`~solaris.orchestration.layout.CycleLayout`); :func:`publish` points the interval's
+marker at them only once every shard is in. Nothing is renamed, so the state may live in
+object storage. A shard's Redis rows and offline batch file are replaced together when the
+shard is written (the same keys and file names); offline files of shards the new plan no
+longer has are removed at the swap.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
-from solaris.files import atomic_write_bytes, atomic_write_json, replace_dir
+from solaris.files import atomic_write_json, remove_tree
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 from solaris.orchestration.resources import (
@@ -170,7 +170,7 @@ def _drop_staged(layout: CycleLayout, interval: Interval) -> None:
             layout.shards_dir(interval, generation),
             layout.embeddings_dir(interval, generation),
         ):
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
 
 
 def work_intervals(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[Interval]:
@@ -190,23 +190,24 @@ def swap_in_embeddings(cfg: SolarisConfig, interval: Interval, generation: str) 
     """Make run ``generation``'s codes of ``interval`` the interval's codes; returns the
     number of shards.
 
-    Checks that every planned shard has its codes, marks the staged folder complete
-    (``_SUCCESS``) and only then replaces the published folder (and the shards beside it):
-    the old folder is renamed aside, the new one renamed in, the old one removed. Readers,
-    who take an interval only with its marker, see the old codes or the new ones (for an
-    instant, neither: the interval then looks not yet embedded). Offline ``pair`` files of
-    shards this generation does not have (an earlier plan cut more) are removed last.
+    Checks that every planned shard has its codes, then rewrites the interval's marker
+    (one atomic write) to name ``generation``: readers, who take an interval's codes only
+    through its marker, see the old generation's codes or the new one's, never a mix and
+    never none. The replaced generation's folders are removed after; a reader that listed
+    them a moment before fails on a missing file and its retry reads the new codes. Offline
+    ``pair`` files of shards this generation does not have (an earlier plan cut more) are
+    removed last.
     """
     from solaris.pipeline.materialize import offline_dir
 
     namespace = Namespace.of(cfg)
     layout = CycleLayout(namespace)
     count = _staged_shards(layout, interval, generation)
-    staged = layout.embeddings_dir(interval, generation)
-    (staged / _PLAN).unlink()
-    atomic_write_bytes(staged / "_SUCCESS", b"")
-    replace_dir(layout.shards_dir(interval, generation), layout.shards_dir(interval))
-    replace_dir(staged, layout.embeddings_dir(interval))
+    replaced = layout.published_generation(interval)
+    atomic_write_json(layout.embeddings_done(interval), {"generation": generation, "shards": count})
+    if replaced is not None and replaced != generation:
+        remove_tree(layout.shards_dir(interval, replaced))
+        remove_tree(layout.embeddings_dir(interval, replaced))
     folder = offline_dir(namespace.repo_path, "pair", namespace.project)
     for path in folder.glob(f"date=*/batch-{_batch_id(interval, '*')}.parquet"):
         index = path.name.removesuffix(".parquet").rsplit("-", 1)[-1]
@@ -349,6 +350,6 @@ def summarize_embeddings(
         for interval in intervals:  # every shard is in: readers may take these codes now
             swap_in_embeddings(cfg, interval, generation)
     key = Interval(record["interval_start"], latest).key
-    folders = tuple(layout.embeddings(i, 0).parent for i in intervals)
+    folders = tuple(f for i in intervals if (f := layout.codes_dir(i)) is not None)
     write_run_record(layout, DAG_ID, key, record, wrote=folders)
     return record

@@ -94,11 +94,11 @@ def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
 
     layout = CycleLayout(Namespace.of(cfg))
     intervals = layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of)
-    folders = [layout.embeddings(i, 0).parent for i in intervals]
+    folders = [layout.codes_dir(i) for i in intervals]
     tables = [
         read_table(folder, "pair_embeddings", z_dim=cfg.model.z_dim)
         for folder in folders
-        if any(folder.glob("shard-*.parquet"))
+        if folder is not None and any(folder.glob("shard-*.parquet"))
     ]
     if not tables:
         from solaris.data.schemas import pair_embeddings_schema

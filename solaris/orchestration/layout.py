@@ -1,26 +1,30 @@
 """Where the Airflow cycle keeps its state, and the small file formats it uses.
 
-Everything lives under the namespace's folder, ``artifacts_dir/namespaces/<name>``
-(:mod:`solaris.namespace`; one folder a kind, one file an interval, named by epoch seconds so
-that names sort by time)::
+Everything lives under the namespace's folder, ``<state root>/namespaces/<name>``
+(:mod:`solaris.namespace`: the state root is ``cycle.state_uri``, a local folder or an
+fsspec URL, by default ``artifacts_dir``; one folder a kind, one file an interval, named by
+epoch seconds so that names sort by time)::
 
     request_log/<start>-<end>.parquet  the requests serving logged in that interval (drained)
     selections/<start>-<end>.parquet   the verifier's selection of one interval (the ledger)
     misses/<start>-<end>.parquet       miss-stream entries drained by that interval's run
-    shards/<start>-<end>/shard-K.parquet          the ledger split for the mapped tasks
-    pair_embeddings/<start>-<end>/shard-K.parquet the codes those tasks computed (_SUCCESS: all in)
-    {shards,pair_embeddings}/.<start>-<end>.<generation>/  one embeddings run's work, staged
+    shards/<start>-<end>/<generation>/shard-K.parquet    one embeddings run's split of the ledger
+    pair_embeddings/<start>-<end>/<generation>/shard-K.parquet  the codes its tasks computed
+    pair_embeddings/<start>-<end>/_SUCCESS   the generation in force (written once all are in)
     neighbours/<as_of>.parquet         the clustering DAG's user-neighbour table
     training/<as_of>/                  the training DAG's set, candidate VM and metrics
     verifier/<as_of>.json              each VM the training DAG published, in force from as_of
     runs/<dag_id>/<key>.json           one record per DAG run, read by the SOLARIS UI page
 
-Every file appears atomically (:mod:`solaris.files`), so a retried or killed task never
-leaves half a file for the next one to read. An embeddings run writes an interval's shards
-and codes into hidden staging folders of its own generation and swaps them in only once
-every shard is in: a rerun never removes an interval's finished codes before their
-replacement is complete, and listings skip the hidden names. This module imports nothing
-heavy: the Airflow plugin reads run records through it.
+Every file appears atomically (:mod:`solaris.files`: a rename on a local disk, one PUT on
+an object store), so a retried or killed task never leaves half a file for the next one to
+read, and no step needs a rename of a folder or a shared disk. An embeddings run writes an
+interval's shards and codes into folders of its own generation and publishes them by
+rewriting the interval's marker to name that generation, once every shard is in: readers
+take an interval's codes only through its marker, so they read one generation's codes,
+never a mix, and a rerun never hides the finished codes before their replacement is
+complete. This module imports nothing heavy: the Airflow plugin reads run records through
+it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from solaris.files import atomic_write_json
+from solaris.files import StatePath, atomic_write_json, state_path
 from solaris.namespace import Namespace
 
 __all__ = [
@@ -92,68 +96,91 @@ class CycleLayout:
     namespace: Namespace
 
     @property
-    def root(self) -> Path:
+    def root(self) -> StatePath:
         return self.namespace.cycle_root
 
     @property
     def models_dir(self) -> Path:
         return self.namespace.models_dir
 
-    def request_log(self, interval: Interval) -> Path:
+    def request_log(self, interval: Interval) -> StatePath:
         """The requests serving logged in ``interval``, drained from the request stream."""
         return self.root / "request_log" / f"{interval.key}.parquet"
 
-    def selections(self, interval: Interval) -> Path:
+    def selections(self, interval: Interval) -> StatePath:
         return self.root / "selections" / f"{interval.key}.parquet"
 
-    def misses(self, interval: Interval) -> Path:
+    def misses(self, interval: Interval) -> StatePath:
         return self.root / "misses" / f"{interval.key}.parquet"
 
-    def shards_dir(self, interval: Interval, generation: str | None = None) -> Path:
-        """The ledger split of ``interval``: published, or staged by run ``generation``."""
-        return self.root / "shards" / _folder(interval, generation)
+    def shards_dir(self, interval: Interval, generation: str) -> StatePath:
+        """The ledger split of ``interval`` by embeddings run ``generation``."""
+        return self.root / "shards" / interval.key / _checked(generation)
 
-    def embeddings_dir(self, interval: Interval, generation: str | None = None) -> Path:
-        """The codes of ``interval``: published, or staged by run ``generation``."""
-        return self.root / "pair_embeddings" / _folder(interval, generation)
+    def embeddings_dir(self, interval: Interval, generation: str) -> StatePath:
+        """The codes of ``interval`` computed by embeddings run ``generation``."""
+        return self.root / "pair_embeddings" / interval.key / _checked(generation)
 
-    def staged_generations(self, interval: Interval) -> list[str]:
-        """The generations of embeddings runs that staged work for ``interval``."""
-        prefix = f".{interval.key}."
-        return sorted(
-            {
-                entry.name.removeprefix(prefix)
-                for kind in ("shards", "pair_embeddings")
-                if (self.root / kind).is_dir()
-                for entry in (self.root / kind).iterdir()
-                if entry.is_dir()
-                and entry.name.startswith(prefix)
-                and _GENERATION.match(entry.name.removeprefix(prefix))
-            }
-        )
-
-    def shard(self, interval: Interval, index: int, generation: str | None = None) -> Path:
+    def shard(self, interval: Interval, index: int, generation: str) -> StatePath:
         return self.shards_dir(interval, generation) / f"shard-{index:04d}.parquet"
 
-    def embeddings(self, interval: Interval, index: int, generation: str | None = None) -> Path:
+    def embeddings(self, interval: Interval, index: int, generation: str) -> StatePath:
         return self.embeddings_dir(interval, generation) / f"shard-{index:04d}.parquet"
 
-    def embeddings_done(self, interval: Interval) -> Path:
-        """Written by the embeddings run once every shard of ``interval`` is in: readers
-        take an interval's codes only with it, never a half-embedded interval."""
-        return self.embeddings_dir(interval) / "_SUCCESS"
+    def embeddings_done(self, interval: Interval) -> StatePath:
+        """The interval's marker, ``{"generation": ..., "shards": ...}``: written (one
+        atomic write) by the embeddings run once every shard of its generation is in, and
+        rewritten by a rerun's. Readers take an interval's codes only through it
+        (:meth:`codes_dir`), never a half-embedded interval or a mix of two runs."""
+        return self.root / "pair_embeddings" / interval.key / "_SUCCESS"
 
-    def neighbours(self, as_of: int) -> Path:
+    def published_generation(self, interval: Interval) -> str | None:
+        """The generation the marker of ``interval`` names (None: no marker yet).
+
+        Raises ``ValueError`` naming the marker when it cannot be read.
+        """
+        marker = self.embeddings_done(interval)
+        try:
+            text = marker.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            generation = json.loads(text)["generation"]
+            return _checked(generation)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{marker}: not a completion marker ({exc})") from exc
+
+    def codes_dir(self, interval: Interval) -> StatePath | None:
+        """The folder of the codes in force for ``interval`` (None: not embedded yet)."""
+        generation = self.published_generation(interval)
+        return None if generation is None else self.embeddings_dir(interval, generation)
+
+    def staged_generations(self, interval: Interval) -> list[str]:
+        """The generations of embeddings runs that left work for ``interval`` that is not
+        the interval's published codes (unfinished, or not yet swapped in)."""
+        published = self.published_generation(interval)
+        found: set[str] = set()
+        for kind in ("shards", "pair_embeddings"):
+            folder = self.root / kind / interval.key
+            if folder.is_dir():
+                found.update(
+                    entry.name
+                    for entry in folder.iterdir()
+                    if _GENERATION.match(entry.name) and entry.is_dir()
+                )
+        return sorted(found - {published})
+
+    def neighbours(self, as_of: int) -> StatePath:
         return self.root / "neighbours" / f"{as_of:011d}.parquet"
 
-    def training(self, as_of: int) -> Path:
+    def training(self, as_of: int) -> StatePath:
         return self.root / "training" / f"{as_of:011d}"
 
-    def verifier_publication(self, as_of: int) -> Path:
+    def verifier_publication(self, as_of: int) -> StatePath:
         """The training run of ``as_of`` published its VM as the verifier from then on."""
         return self.root / "verifier" / f"{as_of:011d}.json"
 
-    def verifier_in_force(self, as_of: int) -> Path | None:
+    def verifier_in_force(self, as_of: int) -> StatePath | None:
         """The newest publication at or before ``as_of`` (None: the VM trained with the FM).
 
         Looked up by time, not "the latest", so a backfill or a rerun of an old interval
@@ -161,7 +188,7 @@ class CycleLayout:
         """
         return _newest_at_or_before(self.root / "verifier", ".json", as_of)
 
-    def run_record(self, dag_id: str, key: str) -> Path:
+    def run_record(self, dag_id: str, key: str) -> StatePath:
         return self.root / "runs" / dag_id / f"{key}.json"
 
     # -- listing ----------------------------------------------------------------------------
@@ -198,7 +225,7 @@ class CycleLayout:
             if self.embeddings_done(i).is_file()
         ]
 
-    def latest_neighbours(self, as_of: int) -> Path | None:
+    def latest_neighbours(self, as_of: int) -> StatePath | None:
         """The newest neighbour table built at or before ``as_of``."""
         return _newest_at_or_before(self.root / "neighbours", ".parquet", as_of)
 
@@ -206,16 +233,14 @@ class CycleLayout:
 _GENERATION = re.compile(r"^[0-9a-f]{6,32}$")
 
 
-def _folder(interval: Interval, generation: str | None) -> str:
-    """``<key>`` (published) or ``.<key>.<generation>`` (staged: hidden from listings)."""
-    if generation is None:
-        return interval.key
+def _checked(generation: object) -> str:
+    """``generation`` if it is one (6 to 32 lower-case hex digits), else ``ValueError``."""
     if not isinstance(generation, str) or not _GENERATION.match(generation):
         raise ValueError(f"not a generation: {generation!r} (6 to 32 lower-case hex digits)")
-    return f".{interval.key}.{generation}"
+    return generation
 
 
-def _newest_at_or_before(folder: Path, suffix: str, as_of: int) -> Path | None:
+def _newest_at_or_before(folder: StatePath, suffix: str, as_of: int) -> StatePath | None:
     """The file ``<t>{suffix}`` of ``folder`` with the largest epoch ``t <= as_of``."""
     if not folder.is_dir():
         return None
@@ -230,8 +255,8 @@ def write_run_record(
     dag_id: str,
     key: str,
     record: dict[str, Any],
-    wrote: tuple[Path, ...] = (),
-) -> Path:
+    wrote: tuple[StatePath, ...] = (),
+) -> StatePath:
     """The figures of one DAG run, for the SOLARIS page (written by the task, not the UI),
     also sent to Airflow's metrics (:func:`run_metrics`) when this process runs Airflow and
     to the task's log as one line (:func:`describe_run`, with the files in ``wrote``)."""
@@ -248,7 +273,11 @@ RUN_INPUT_FIGURES = ("requests", "candidates", "misses_drained", "codes_read")
 
 
 def describe_run(
-    namespace: str, dag_id: str, key: str, record: Mapping[str, Any], wrote: tuple[Path, ...]
+    namespace: str,
+    dag_id: str,
+    key: str,
+    record: Mapping[str, Any],
+    wrote: tuple[StatePath, ...],
 ) -> str:
     """What a run did, for its task log: rows in, rows out, seconds, where it wrote."""
 
@@ -330,12 +359,12 @@ def _emit_run_metrics(namespace: str, dag_id: str, record: Mapping[str, Any]) ->
         log.warning("run metrics of %s not sent (%s: %s)", dag_id, type(exc).__name__, exc)
 
 
-def read_run_records(root: Path) -> dict[str, list[dict[str, Any]]]:
+def read_run_records(root: StatePath | str) -> dict[str, list[dict[str, Any]]]:
     """Every run record under ``root`` (a namespace's folder), by DAG id, newest first.
 
     A record that cannot be parsed is reported as such rather than dropped silently.
     """
-    runs = Path(root) / "runs"
+    runs = state_path(root) / "runs"
     out: dict[str, list[dict[str, Any]]] = {}
     if not runs.is_dir():
         return out
@@ -350,10 +379,11 @@ def read_run_records(root: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def read_all_run_records(artifacts_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """The run records of every namespace under ``artifacts_dir``, by DAG id, newest first;
-    each record names its ``namespace`` (replays and the live cycle are told apart)."""
-    folder = Path(artifacts_dir) / "namespaces"
+def read_all_run_records(state_root: StatePath | str) -> dict[str, list[dict[str, Any]]]:
+    """The run records of every namespace under ``state_root`` (``cycle.state_uri``, by
+    default ``artifacts_dir``), by DAG id, newest first; each record names its
+    ``namespace`` (replays and the live cycle are told apart)."""
+    folder = state_path(state_root) / "namespaces"
     out: dict[str, list[dict[str, Any]]] = {}
     if not folder.is_dir():
         return out

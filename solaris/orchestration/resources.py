@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from solaris.config import SolarisConfig
@@ -20,6 +19,8 @@ from solaris.errors import SolarisError
 if TYPE_CHECKING:
     import pandas as pd
     from feast import FeatureStore
+
+    from solaris.files import StatePath
 
 __all__ = [
     "CycleInputError",
@@ -77,15 +78,14 @@ def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
     """Forget an earlier cycle of ``cfg``'s namespace: its state folder, its offline
     parquet and its Redis keys (views and streams, ``<namespace>:*``). Other namespaces and
     other Redis data are never touched."""
-    import shutil
-
+    from solaris.files import remove_tree
     from solaris.namespace import Namespace
     from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
 
     namespace = Namespace.of(cfg)
-    shutil.rmtree(namespace.cycle_root, ignore_errors=True)
-    shutil.rmtree(namespace.offline_root, ignore_errors=True)
+    remove_tree(namespace.cycle_root)
+    remove_tree(namespace.offline_root)
     client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
         delete_project_keys(
@@ -95,21 +95,25 @@ def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
         client.close()
 
 
-def write_parquet(frame: pd.DataFrame, path: Path) -> Path:
+def write_parquet(frame: pd.DataFrame, path: StatePath) -> StatePath:
     """A pandas frame as parquet, atomically (:mod:`solaris.files`)."""
     import pyarrow as pa
+
+    from solaris.files import atomic_write_parquet
+
+    return atomic_write_parquet(path, pa.Table.from_pandas(frame, preserve_index=False))
+
+
+def read_parquet(path: StatePath, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A cycle file as a pandas frame (a local path or an fsspec one)."""
     import pyarrow.parquet as pq
 
-    from solaris.files import atomic_write
+    from solaris.files import arrow_source
 
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    return atomic_write(path, lambda fh: pq.write_table(table, fh))
-
-
-def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
-    import pyarrow.parquet as pq
-
+    where, filesystem = arrow_source(path)
     try:
-        return pq.read_table(path, columns=list(columns) if columns else None).to_pandas()
+        return pq.read_table(
+            where, columns=list(columns) if columns else None, filesystem=filesystem
+        ).to_pandas()
     except Exception as exc:
         raise CycleInputError(f"cannot read the cycle file {path}: {exc}") from exc

@@ -8,6 +8,11 @@ never see each other's rows and never touch other databases.
 
 CI runs these against real services: when Redis does not answer, the fixtures *fail* (they
 do not skip), so a missing service can never pass as green.
+
+Cycle state in object storage is tested against a local S3 endpoint: moto's S3 server on a
+free loopback port, reached over HTTP by s3fs exactly as a bucket would be (there is no
+object store on this machine, and none may be reached from it). Its address and dummy
+credentials are handed over the way a deployment hands them over, in ``AWS_*`` variables.
 """
 
 from __future__ import annotations
@@ -58,6 +63,55 @@ def redis_client(redis_connection: str) -> Iterator[redis_py.Redis]:
     client = make_redis_client(redis_connection, timeout_s=2.0)
     yield client
     client.close()
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    url: str
+    env: dict[str, str]  # what a process needs to reach it (AWS_ENDPOINT_URL, credentials)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[S3Endpoint]:
+    """A local S3 endpoint for the session, its settings in this process's environment."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    env = {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "solaris-test",
+        "AWS_SECRET_ACCESS_KEY": "solaris-test",  # moto accepts any; nothing secret
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield S3Endpoint(url, env)
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: S3Endpoint) -> Iterator[str]:
+    """A fresh bucket of the local S3 endpoint, as ``s3://<name>``; emptied and removed after."""
+    import s3fs
+
+    name = f"solaris-{uuid.uuid4().hex[:12]}"
+    fs = s3fs.S3FileSystem(endpoint_url=s3_endpoint.url, skip_instance_cache=True)
+    fs.mkdir(name)
+    yield f"s3://{name}"
+    fs.rm(name, recursive=True)
 
 
 @pytest.fixture

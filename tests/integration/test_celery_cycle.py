@@ -7,8 +7,11 @@ One module-scoped run on the tiny fake MovieLens: the offline stage of ``solaris
 trains the models, then the launcher starts every Airflow component on a temporary
 AIRFLOW_HOME, a throwaway PostgreSQL database and queues of this run's own (so nothing else
 on the broker takes its tasks), and the window of the ``dag.test`` test is replayed interval
-by interval (candidates triggered, clustering triggered after each midnight). The tests read
-back the run records, the metadata DB (which worker ran which task) and the task logs.
+by interval (candidates triggered, clustering triggered after each midnight). The cycle's
+state lives in a bucket of the local S3 endpoint (``cycle.state_uri = s3://...``, see
+``conftest.py``): the workers hand each other ledgers, shards, codes and run records only
+through it, never through a shared folder. The tests read back the run records, the
+metadata DB (which worker ran which task) and the task logs.
 
 RabbitMQ (``amqp://guest:guest@127.0.0.1:5672//``; ``SOLARIS_TEST_BROKER``) and PostgreSQL
 (``SOLARIS_TEST_POSTGRES``) must answer: otherwise the tests skip, except under ``CI``, where
@@ -62,6 +65,7 @@ class CeleryCycle:
     default_queue: str
     gpu_queue: str
     airflow_home: Path
+    artifacts: Path  # the local artifacts folder: models and the Airflow home, no cycle state
 
 
 def _needs(service: str, reason: str) -> None:
@@ -106,8 +110,10 @@ def _delete_queues(*names: str) -> None:
 
 @pytest.fixture(scope="module")
 def celery_cycle(
-    tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config
+    tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config, s3_endpoint
 ) -> Iterator[CeleryCycle]:
+    import s3fs
+
     from solaris.examples.movielens.demo import run_demo
     from solaris.local.demo import library_replay
 
@@ -126,7 +132,11 @@ def celery_cycle(
     summary = run_demo(cfg, airflow=False, echo=lambda _: None)  # the offline stage: models
 
     artifacts = Path(cfg.artifacts_dir).resolve()
-    run_cfg = cfg.model_copy(update={"artifacts_dir": artifacts, "replay": True})
+    bucket = f"solaris-celery-{token}"
+    s3 = s3fs.S3FileSystem(endpoint_url=s3_endpoint.url, skip_instance_cache=True)
+    s3.mkdir(bucket)
+    state = cfg.cycle.model_copy(update={"state_uri": f"s3://{bucket}/state"})
+    run_cfg = cfg.model_copy(update={"artifacts_dir": artifacts, "replay": True, "cycle": state})
     config_path = export_config(run_cfg, artifacts / "airflow" / "solaris.yaml")
     cadence = round(run_cfg.selection.cadence_minutes * 60)
     eval_from = int(summary["models"]["val_end"])
@@ -152,6 +162,7 @@ def celery_cycle(
         "SOLARIS_ARTIFACTS_DIR": str(artifacts),
         "SOLARIS_CYCLE__START": NEVER,
         "SOLARIS_CYCLE__GPU_QUEUE": gpu_queue,
+        **s3_endpoint.env,
     }
     services = AirflowServices(
         REPO / "scripts" / "airflow_celery.sh",
@@ -174,7 +185,7 @@ def celery_cycle(
                     services.wait_run(CLUSTERING_DAG_ID, run_id=run_id, timeout_s=300)
         library = library_replay(run_cfg, intervals[0].start, intervals[-1].end, since)
         yield CeleryCycle(
-            run_cfg, services, timings, since, library, default_queue, gpu_queue, home
+            run_cfg, services, timings, since, library, default_queue, gpu_queue, home, artifacts
         )
     finally:
         services.stop()
@@ -183,6 +194,7 @@ def celery_cycle(
             cur.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         admin.close()
         _delete_queues(default_queue, gpu_queue)
+        s3.rm(bucket, recursive=True)
 
 
 def test_celery_workers_ran_every_interval_through_the_three_dags(celery_cycle) -> None:
@@ -201,6 +213,17 @@ def test_pair_coverage_equals_the_library_replay(celery_cycle) -> None:
     assert n == library.n_eval_impressions > 0
     assert coverage["pair"] > 0
     assert coverage["pair"] == pytest.approx(library.coverage, abs=1e-12)
+
+
+def test_the_workers_kept_the_cycle_state_in_object_storage_only(celery_cycle) -> None:
+    layout = CycleLayout(Namespace.of(celery_cycle.cfg))
+    kinds = {p.name for p in layout.root.iterdir()}
+    embedded = layout.embedded_intervals(ending_after=-1, ending_by=2**40)
+
+    assert str(layout.root).startswith("s3://")
+    assert {"request_log", "selections", "shards", "pair_embeddings", "runs"} <= kinds
+    assert embedded and all(layout.codes_dir(i) is not None for i in embedded)
+    assert not (celery_cycle.artifacts / "namespaces").exists()  # nothing went to local disk
 
 
 def test_embed_shard_ran_on_the_gpu_worker_and_every_other_task_on_default(

@@ -171,8 +171,8 @@ def test_runs_wrote_ledgers_codes_views_and_run_records(cycle) -> None:
     ):
         interval = Interval(start, end)
         assert layout.selections(interval).is_file()
-        folder = layout.embeddings(interval, 0).parent
-        if folder.is_dir() and any(folder.glob("shard-*.parquet")):
+        folder = layout.codes_dir(interval)
+        if folder is not None and any(folder.glob("shard-*.parquet")):
             table = read_table(folder, "pair_embeddings", z_dim=cfg.model.z_dim)
             assert {int(t.timestamp()) for t in table["computed_at"].to_pylist()} == {end}
             embedded += table.num_rows

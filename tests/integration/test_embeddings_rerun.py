@@ -4,6 +4,9 @@ The drill this reproduces: a run naming intervals ``[A, B]``, where ``B`` has no
 ledger, wiped the finished interval ``A`` (codes, marker and offline rows) before failing
 on ``B``. Every interval is now validated before anything is touched, and a rerun's codes
 are staged and swapped in only once complete.
+
+Each test runs twice: with the cycle state in a local folder, and in a bucket of the local
+S3 endpoint (``cycle.state_uri = s3://...``), where nothing can be renamed.
 """
 
 from __future__ import annotations
@@ -60,10 +63,16 @@ def _cfg(artifacts: Path, namespace: str, repo: Path, redis: str, **cycle) -> So
     )
 
 
-@pytest.fixture
-def cfg(models, repo_copy, feast_project, redis_connection, redis_client) -> Iterator:
-    """Settings on the prepared models, the test's repo copy, project and Redis database."""
-    made = _cfg(models, feast_project, repo_copy, redis_connection, shard_rows=40)
+@pytest.fixture(params=["local", "s3"])
+def cfg(request, models, repo_copy, feast_project, redis_connection, redis_client) -> Iterator:
+    """Settings on the prepared models, the test's repo copy, project and Redis database;
+    the cycle state in the models' folder, or in a fresh S3 bucket."""
+    state = {}
+    if request.param == "s3":
+        state["state_uri"] = f"{request.getfixturevalue('s3_bucket')}/state"
+    made = _cfg(models, feast_project, repo_copy, redis_connection, shard_rows=40, **state)
+    if request.param == "s3":
+        assert not Namespace.of(made).cycle_root.exists()
     yield made
     delete_project_keys(redis_client, feast_project)
 
@@ -135,31 +144,39 @@ def test_a_rerun_swaps_its_codes_in_only_once_every_shard_is_in(cfg, redis_clien
     first = _run(cfg, [a])
     assert first["shards"] == 3  # 100 pairs in shards of 40
     layout = CycleLayout(Namespace.of(cfg))
-    published = layout.embeddings_dir(a)
+    published = layout.codes_dir(a)
     finished = {p.name: p.read_bytes() for p in published.iterdir()}
+    assert sorted(finished) == ["_PLAN.json", *(f"shard-{k:04d}.parquet" for k in range(3))]
 
     # The rerun cuts one shard: planned, then published before its shard is embedded.
     rerun = cfg.model_copy(update={"cycle": cfg.cycle.model_copy(update={"shard_rows": 500})})
     shards = plan_shards(rerun, [a])
     assert len(shards) == 1
+    assert layout.codes_dir(a) == published
     assert {p.name: p.read_bytes() for p in published.iterdir()} == finished
     with pytest.raises(CycleInputError, match=r"shards \[0\] .* have no codes"):
         summarize_embeddings(rerun, [a], [])
+    assert layout.codes_dir(a) == published  # the marker still names the finished codes
     assert {p.name: p.read_bytes() for p in published.iterdir()} == finished
     assert layout.embedded_intervals(ending_after=-1, ending_by=a.end) == [a]
 
     done = [embed_and_materialize(rerun, shard) for shard in shards]
     summarize_embeddings(rerun, [a], done)
-    assert sorted(p.name for p in published.iterdir()) == ["_SUCCESS", "shard-0000.parquet"]
-    assert read_table(published, "pair_embeddings", z_dim=8).num_rows == 100
+    swapped = layout.codes_dir(a)
+    assert swapped.name == shards[0]["generation"] and not published.exists()
+    assert sorted(p.name for p in swapped.iterdir()) == ["_PLAN.json", "shard-0000.parquet"]
+    assert read_table(swapped, "pair_embeddings", z_dim=8).num_rows == 100
     assert layout.staged_generations(a) == []
-    assert list(layout.root.rglob(".*")) == []  # no staging or set-aside folder is left
+    # Only the generation in force is left, of the codes and of the shards.
+    assert [p.name for p in (layout.root / "shards" / a.key).iterdir()] == [swapped.name]
+    assert {p.name for p in swapped.parent.iterdir()} == {"_SUCCESS", swapped.name}
+    assert list(layout.root.rglob(".*")) == []  # no hidden temp file is left
     offline = Namespace.of(cfg).offline_root / "pair"
     batches = sorted(p.name for p in offline.rglob("*.parquet"))
     assert batches == [f"batch-{a.key}-shard-0000.parquet"]  # the old cut's extra shards went
     table = pd.concat(pd.read_parquet(p) for p in offline.rglob("*.parquet"))
     assert len(table) == 100
     # A retried publish finds the work swapped in already and changes nothing.
-    swapped = {p.name: p.read_bytes() for p in published.iterdir()}
+    published = {p.name: p.read_bytes() for p in swapped.parent.rglob("*") if p.is_file()}
     assert summarize_embeddings(rerun, [a], done)["fm_passes"] == 100
-    assert {p.name: p.read_bytes() for p in published.iterdir()} == swapped
+    assert {p.name: p.read_bytes() for p in swapped.parent.rglob("*") if p.is_file()} == published

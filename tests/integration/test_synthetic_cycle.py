@@ -111,8 +111,8 @@ def test_the_newest_codes_of_the_synthetic_fm_are_served(synthetic_cycle) -> Non
     layout = CycleLayout(Namespace.of(cfg))
     served = None
     for r in reversed(summary["candidates_intervals"]):
-        folder = layout.embeddings(Interval(r["interval_start"], r["interval_end"]), 0).parent
-        if any(folder.glob("shard-*.parquet")):
+        folder = layout.codes_dir(Interval(r["interval_start"], r["interval_end"]))
+        if folder is not None and any(folder.glob("shard-*.parquet")):
             table = read_table(folder, "pair_embeddings", z_dim=8)
             users = table["user_id"].to_numpy()
             items = table["item_id"].to_numpy()[users == users[0]]

@@ -14,12 +14,15 @@ import torch
 from solaris.errors import SolarisError
 from solaris.files import (
     ArtifactPathError,
+    arrow_source,
     artifact_path,
     atomic_torch_save,
     atomic_write,
     atomic_write_bytes,
     atomic_write_parquet,
-    replace_dir,
+    is_local,
+    remove_tree,
+    state_path,
 )
 
 SIZE = 1 << 20  # 1 MiB: a write takes long enough for a reader to catch it half-done
@@ -91,17 +94,59 @@ def test_parquet_and_tensor_helpers_write_readable_files(tmp_path: Path):
     assert not (tmp_path / "bad.pt").exists()
 
 
-def test_replace_dir_swaps_a_complete_folder_in_and_only_then_drops_the_old(tmp_path: Path):
-    target, new = tmp_path / "codes", tmp_path / ".codes.staged"
-    target.mkdir()
-    (target / "old.parquet").write_bytes(b"old")
-    new.mkdir()
-    (new / "new.parquet").write_bytes(b"new")
-    replace_dir(new, target)
-    assert [p.name for p in target.iterdir()] == ["new.parquet"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["codes"]  # nothing set aside left
-    replace_dir(tmp_path / ".absent", target)  # no new work: an empty folder replaces it
-    assert list(target.iterdir()) == []
+# --- object storage (fsspec's in-process memory filesystem) -------------------------------
+
+
+@pytest.fixture
+def bucket():
+    """A fresh ``memory://`` prefix, removed after the test."""
+    import uuid
+
+    root = state_path(f"memory://solaris-test-{uuid.uuid4().hex[:8]}")
+    yield root
+    remove_tree(root)
+
+
+def test_state_path_keeps_a_folder_local_and_gives_a_url_its_filesystem(tmp_path: Path, bucket):
+    assert is_local(state_path(tmp_path)) and isinstance(state_path(str(tmp_path)), Path)
+    assert not is_local(bucket) and bucket.protocol == "memory"
+    assert arrow_source(state_path(tmp_path / "a.parquet")) == (str(tmp_path / "a.parquet"), None)
+    where, filesystem = arrow_source(bucket / "a.parquet")
+    assert where.endswith("/a.parquet") and filesystem is bucket.fs
+
+
+def test_a_remote_write_puts_the_whole_object_and_a_failed_one_leaves_the_old(bucket):
+    target = bucket / "ledgers" / "one.parquet"
+    atomic_write_parquet(target, pa.table({"x": [1, 2, 3]}))
+    with target.open("rb") as fh:
+        assert pq.read_table(fh).column("x").to_pylist() == [1, 2, 3]
+
+    def fail(fh) -> None:
+        fh.write(b"half")
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        atomic_write(target, fail)
+    with target.open("rb") as fh:
+        assert pq.read_table(fh).num_rows == 3  # untouched
+    assert [p.name for p in (bucket / "ledgers").iterdir()] == ["one.parquet"]  # no leftover
+
+
+def test_remove_tree_removes_a_remote_folder_and_ignores_an_absent_one(bucket):
+    atomic_write_bytes(bucket / "gen" / "a" / "shard-0000.parquet", b"x")
+    atomic_write_bytes(bucket / "keep.json", b"{}")
+    remove_tree(bucket / "gen")
+    remove_tree(bucket / "absent")
+    assert [p.name for p in bucket.iterdir()] == ["keep.json"]
+
+
+def test_artifact_path_under_a_remote_root_takes_only_relative_paths(bucket):
+    assert str(artifact_path(bucket, "training/1/vm.pt", source="pub")) == str(
+        bucket / "training" / "1" / "vm.pt"
+    )
+    for value in ("/etc/passwd", "s3://other/vm.pt", "training/../../x"):
+        with pytest.raises(ArtifactPathError, match="pub"):
+            artifact_path(bucket, value, source="pub")
 
 
 # --- artifact_path ---------------------------------------------------------------------------

@@ -16,7 +16,14 @@ import numpy as np
 import pandas as pd
 
 from solaris.config import DataConfig, ModelConfig, SolarisConfig
-from solaris.files import ArtifactPathError, artifact_path, atomic_write_json
+from solaris.files import (
+    ArtifactPathError,
+    StatePath,
+    artifact_path,
+    atomic_write_json,
+    is_local,
+    state_path,
+)
 from solaris.namespace import Namespace
 
 if TYPE_CHECKING:
@@ -139,7 +146,7 @@ def traffic(cfg: SolarisConfig) -> MovieLensTraffic:
 class Verifier:
     vm: VerticalModel
     version: str
-    path: Path
+    path: StatePath
 
 
 def current_verifier(cfg: SolarisConfig, *, as_of: int) -> Verifier:
@@ -159,19 +166,24 @@ def current_verifier(cfg: SolarisConfig, *, as_of: int) -> Verifier:
 
 
 def publish_verifier(
-    cfg: SolarisConfig, as_of: int, path: Path, *, version: str, val_logloss: float
-) -> Path:
-    """Publish the VM checkpoint ``path`` as the verifier in force from ``as_of`` on
-    (publications are looked up by time); ``path`` is stored relative to the artifacts
-    root, inside which readers confine it (:func:`published_checkpoint`)."""
+    cfg: SolarisConfig, as_of: int, path: StatePath, *, version: str, val_logloss: float
+) -> StatePath:
+    """Publish the VM checkpoint ``path`` (under the state root) as the verifier in force
+    from ``as_of`` on (publications are looked up by time); ``path`` is stored relative to
+    the state root, inside which readers confine it (:func:`published_checkpoint`)."""
     from solaris.orchestration.layout import CycleLayout
 
-    root = Path(cfg.artifacts_dir)
-    inside = artifact_path(root, str(Path(path).resolve()), source=Path(path))
+    namespace = Namespace.of(cfg)
+    root = namespace.state_root
+    if is_local(root):
+        inside = artifact_path(root, str(Path(path).resolve()), source=path)
+        relative = inside.relative_to(Path(root).resolve()).as_posix()
+    else:
+        relative = _relative_to(state_path(path), root)
     return atomic_write_json(
-        CycleLayout(Namespace.of(cfg)).verifier_publication(as_of),
+        CycleLayout(namespace).verifier_publication(as_of),
         {
-            "path": inside.relative_to(root.resolve()).as_posix(),
+            "path": relative,
             "version": version,
             "as_of": as_of,
             "val_logloss": val_logloss,
@@ -179,12 +191,21 @@ def publish_verifier(
     )
 
 
-def published_checkpoint(cfg: SolarisConfig, publication: Path) -> Path:
-    """The checkpoint a verifier publication names, confined to the artifacts root.
+def _relative_to(path: StatePath, root: StatePath) -> str:
+    """``path`` relative to the remote ``root`` (:class:`ArtifactPathError` if outside)."""
+    inner, base = str(path), str(root).rstrip("/") + "/"
+    if not inner.startswith(base):
+        raise ArtifactPathError(f"{path}: a published verifier must lie under {root}")
+    return inner.removeprefix(base)
 
-    A publication is a file another process wrote: its ``path`` (relative to
-    ``artifacts_dir``; an absolute path inside it is accepted too) may not lead out of the
-    artifacts root (:class:`~solaris.files.ArtifactPathError`, naming the publication).
+
+def published_checkpoint(cfg: SolarisConfig, publication: StatePath) -> StatePath:
+    """The checkpoint a verifier publication names, confined to the state root.
+
+    A publication is a file another process wrote: its ``path`` (relative to the state
+    root, ``cycle.state_uri`` or ``artifacts_dir``; locally an absolute path inside it is
+    accepted too) may not lead out of it (:class:`~solaris.files.ArtifactPathError`,
+    naming the publication).
     """
     try:
         payload = json.loads(publication.read_text())
@@ -192,7 +213,7 @@ def published_checkpoint(cfg: SolarisConfig, publication: Path) -> Path:
         raise ArtifactPathError(f"{publication}: unreadable verifier publication: {exc}") from exc
     if not isinstance(payload, dict) or "path" not in payload:
         raise ArtifactPathError(f"{publication}: a verifier publication names its 'path'")
-    return artifact_path(Path(cfg.artifacts_dir), payload["path"], source=publication)
+    return artifact_path(Namespace.of(cfg).state_root, payload["path"], source=publication)
 
 
 class VMVerifier:

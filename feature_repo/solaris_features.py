@@ -43,6 +43,7 @@ def definitions(cfg: SolarisConfig) -> list[Entity | FeatureView | FeatureServic
         e.name: Entity(name=e.name, join_keys=[e.join_key], value_type=ValueType.INT64)
         for e in (contract.USER, contract.ITEM)
     }
+    namespace = Namespace.of(cfg)
     views = {}
     for spec in contract.VIEWS.values():
         params = spec.params(cfg)
@@ -53,8 +54,9 @@ def definitions(cfg: SolarisConfig) -> list[Entity | FeatureView | FeatureServic
             schema=[Field(name=f.name, dtype=_DTYPES[f.kind]) for f in spec.fields],
             source=FileSource(
                 name=f"{spec.name}_source",
-                path=contract.offline_path(spec, Namespace.of(cfg).project),
+                path=namespace.offline_source(spec.name),
                 timestamp_field=contract.EVENT_TS,
+                s3_endpoint_override=cfg.store.offline_s3_endpoint,
             ),
             description=spec.description,
             tags=params.tags(),

@@ -211,6 +211,27 @@ class SelectionConfig(Section):
     )
 
 
+def _check_storage_uri(setting: str, value: str | None) -> str | None:
+    """``value`` if it is a folder or a URL of a filesystem fsspec knows, without a login
+    in it (credentials come from the filesystem's own configuration)."""
+    if value is None or "://" not in value:
+        return value
+    from fsspec.registry import known_implementations, registry
+
+    protocol, rest = value.split("://", 1)
+    if "@" in rest.split("/", 1)[0]:
+        raise ValueError(
+            f"{setting}: credentials in the URL are refused ({protocol}://<login>@...); "
+            "give them through the filesystem's own configuration"
+        )
+    if protocol not in known_implementations and protocol not in registry:
+        raise ValueError(
+            f"{setting}: fsspec knows no filesystem {protocol!r} "
+            "(e.g. s3://bucket/prefix, gs://bucket/prefix, or a local folder)"
+        )
+    return value
+
+
 class StoreConfig(Section):
     """Feast feature store on Redis: connection, registry, read TTLs and serving bounds."""
 
@@ -231,6 +252,28 @@ class StoreConfig(Section):
         "data/registry.db",
         description="file path (relative to repo_path) or a postgresql:// URL (SQL registry)",
     )
+    offline_uri: str | None = Field(
+        None,
+        description="where Feast's offline rows live (the views' FileSources): default "
+        "<repo_path>/data/offline; an s3:// URL for workers that share no disk (Feast's "
+        "file offline store reads it; credentials from the AWS configuration)",
+    )
+    offline_s3_endpoint: str | None = Field(
+        None,
+        description="the S3-compatible endpoint of offline_uri (MinIO, a local test "
+        "endpoint), given to Feast's FileSources; unset for AWS itself",
+    )
+
+    @field_validator("offline_uri")
+    @classmethod
+    def _offline_uri_is_s3_or_local(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value and not value.startswith("s3://"):
+            raise ValueError(
+                f"store.offline_uri: a {value.split('://', 1)[0]}:// URL; Feast's file "
+                "offline store reads local folders and s3:// URLs only"
+            )
+        return _check_storage_uri("store.offline_uri", value)
+
     uagg_window_hours: float = Field(24.0, gt=0)
     uagg_ttl_hours: float = Field(24.0, gt=0)
     iagg_ttl_hours: float = Field(24.0, gt=0)
@@ -346,22 +389,7 @@ class CycleConfig(Section):
     @field_validator("state_uri")
     @classmethod
     def _state_uri_has_a_filesystem(cls, value: str | None) -> str | None:
-        if value is None or "://" not in value:
-            return value
-        from fsspec.registry import known_implementations, registry
-
-        protocol = value.split("://", 1)[0]
-        if protocol not in known_implementations and protocol not in registry:
-            raise ValueError(
-                f"cycle.state_uri {value!r}: fsspec knows no filesystem {protocol!r} "
-                "(e.g. s3://bucket/prefix, gs://bucket/prefix, or a local folder)"
-            )
-        if "@" in value.split("://", 1)[1].split("/", 1)[0]:
-            raise ValueError(
-                f"cycle.state_uri: credentials in the URL are refused ({protocol}://<login>@...); "
-                "give them through the filesystem's own configuration"
-            )
-        return value
+        return _check_storage_uri("cycle.state_uri", value)
 
     @field_validator("start")
     @classmethod
@@ -500,7 +528,10 @@ class _YamlFile(YamlConfigSettingsSource):
 
 
 # Settings whose values never appear in an error message: they may hold a password.
-_SECRET_PARTS = frozenset({"redis", "password", "connection"})
+# Settings whose values may hold a login (a URL's user:password), never echoed in errors.
+_SECRET_PARTS = frozenset(
+    {"redis", "password", "connection", "registry", "state_uri", "offline_uri"}
+)
 
 
 Loc = tuple[int | str, ...]

@@ -63,8 +63,23 @@ StatePath: TypeAlias = Path | UPath
 def state_path(value: str | os.PathLike[str] | UPath) -> StatePath:
     """``value`` as a path of the cycle's state: a local folder or file stays a local path
     (a ``PosixUPath``, which is a :class:`~pathlib.Path`); a URL (``s3://bucket/x``,
-    ``memory://x``) becomes the :class:`~upath.UPath` of its fsspec filesystem."""
-    return value if isinstance(value, UPath) else UPath(value)
+    ``memory://x``) becomes the :class:`~upath.UPath` of its fsspec filesystem.
+
+    The first URL of a protocol also turns off fsspec's directory-listing cache for that
+    protocol in this process (unless fsspec's configuration already says otherwise): other
+    processes add files to the folders the cycle lists, and a cached listing would hide
+    them, from SOLARIS and from the readers Feast opens alike.
+    """
+    path = value if isinstance(value, UPath) else UPath(value)
+    if not is_local(path):
+        _fresh_listings(path.protocol)
+    return path
+
+
+def _fresh_listings(protocol: str) -> None:
+    from fsspec.config import conf
+
+    conf.setdefault(protocol, {}).setdefault("use_listings_cache", False)
 
 
 def is_local(path: StatePath) -> bool:
@@ -145,13 +160,18 @@ def atomic_write(path: StatePath, write: Callable[[BinaryIO], object]) -> StateP
     return path
 
 
-def publish_file(staged: Path, target: Path) -> Path:
+def publish_file(staged: StatePath, target: StatePath) -> StatePath:
     """Give the complete file ``staged`` its final name ``target`` (atomically, durably):
     for files written under a name no reader takes, then made visible once their step has
-    succeeded (:mod:`solaris.pipeline.materialize`)."""
+    succeeded (:mod:`solaris.pipeline.materialize`). On object storage: a server-side copy
+    (the object appears whole) and the staged object's removal."""
+    staged, target = state_path(staged), state_path(target)
+    if not is_local(target):
+        target.fs.mv(staged.path, target.path)
+        return target
     os.replace(staged, target)
-    _fsync_dir(Path(target).parent)
-    return Path(target)
+    _fsync_dir(target.parent)
+    return target
 
 
 def atomic_write_bytes(path: StatePath, data: bytes) -> StatePath:

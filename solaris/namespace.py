@@ -11,7 +11,7 @@ miss stream            ``<name>:misses``
 request-log stream     ``<name>:requests``
 serving metrics        ``<name>:serving_metrics``
 cycle state            ``<state root>/namespaces/<name>/`` (ledgers, codes, run records)
-offline feature rows   ``<repo_path>/data/offline/<name>/<view>/``
+offline feature rows   ``<offline root>/<name>/<view>/``
 =====================  ==================================================================
 
 The namespace is ``SolarisConfig.namespace`` (default ``live``); a DAG run can name another
@@ -19,7 +19,9 @@ in its conf (``{"namespace": "replay_1998", ...}``), and the asset events it emi
 to the downstream runs. Models (``<artifacts_dir>/models``) are inputs, shared by all.
 
 The state root is ``cycle.state_uri``, a local folder or an fsspec URL (object storage,
-for workers that share no disk); by default it is ``artifacts_dir``.
+for workers that share no disk); by default it is ``artifacts_dir``. The offline root is
+``store.offline_uri`` (a folder or an ``s3://`` URL, which the views' FileSources name), by
+default ``<repo_path>/data/offline``.
 """
 
 from __future__ import annotations
@@ -34,13 +36,15 @@ from solaris.files import StatePath, state_path
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
 
-__all__ = ["LIVE", "NAME_PATTERN", "Namespace"]
+__all__ = ["LIVE", "NAME_PATTERN", "OFFLINE_FOLDER", "Namespace"]
 
 # A Feast project name, and a prefix that cannot run into another namespace's keys.
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 _NAME = re.compile(NAME_PATTERN)
 # The default namespace (SolarisConfig.namespace): the live cycle on wall-clock time.
 LIVE = "live"
+# The offline root inside the feature repo when store.offline_uri is unset.
+OFFLINE_FOLDER = "data/offline"
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Namespace:
     artifacts_dir: Path
     repo_path: Path
     state_uri: str | None = None
+    offline_uri: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -66,6 +71,7 @@ class Namespace:
             Path(cfg.artifacts_dir),
             Path(cfg.store.repo_path),
             cfg.cycle.state_uri,
+            cfg.store.offline_uri,
         )
 
     @property
@@ -102,9 +108,18 @@ class Namespace:
         return self.state_root / "namespaces" / self.name
 
     @property
-    def offline_root(self) -> Path:
+    def offline_root(self) -> StatePath:
         """Feast's offline parquet of this namespace, one folder per view below it."""
-        return self.repo_path / "data" / "offline" / self.name
+        if self.offline_uri:
+            return state_path(self.offline_uri) / self.name
+        return self.repo_path / OFFLINE_FOLDER / self.name
+
+    def offline_source(self, view: str) -> str:
+        """The path the FileSource of ``view`` names: relative to the feature repo by
+        default (the repo can move), the URL below ``offline_uri`` when that is set."""
+        if self.offline_uri:
+            return f"{self.offline_uri.rstrip('/')}/{self.name}/{view}"
+        return f"{OFFLINE_FOLDER}/{self.name}/{view}"
 
     @property
     def models_dir(self) -> Path:

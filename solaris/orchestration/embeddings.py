@@ -198,7 +198,7 @@ def swap_in_embeddings(cfg: SolarisConfig, interval: Interval, generation: str) 
     ``pair`` files of shards this generation does not have (an earlier plan cut more) are
     removed last.
     """
-    from solaris.pipeline.materialize import offline_dir
+    from solaris.store.offline import offline_dir
 
     namespace = Namespace.of(cfg)
     layout = CycleLayout(namespace)
@@ -208,7 +208,7 @@ def swap_in_embeddings(cfg: SolarisConfig, interval: Interval, generation: str) 
     if replaced is not None and replaced != generation:
         remove_tree(layout.shards_dir(interval, replaced))
         remove_tree(layout.embeddings_dir(interval, replaced))
-    folder = offline_dir(namespace.repo_path, "pair", namespace.project)
+    folder = offline_dir(feature_store(cfg, cycle_redis(cfg)), "pair")
     for path in folder.glob(f"date=*/batch-{_batch_id(interval, '*')}.parquet"):
         index = path.name.removesuffix(".parquet").rsplit("-", 1)[-1]
         if not index.isdigit() or int(index) >= count:

@@ -7,7 +7,7 @@ nothing anywhere. Then:
 
 1. **offline, staged**: partitioned by the date of the event timestamp, each file of the
    batch is written (atomically, :mod:`solaris.files`) under a *staged* name,
-   ``<repo>/data/offline/<ns>/<view>/date=YYYY-MM-DD/.batch-<batch_id>.parquet.pending``,
+   ``<offline root>/<ns>/<view>/date=YYYY-MM-DD/.batch-<batch_id>.parquet.pending``,
    that no reader of the offline source takes for data: pyarrow datasets skip hidden names,
    and dask's parquet reader (Feast's file offline store, ``get_historical_features``) reads
    only names ending in ``.parquet``;
@@ -15,10 +15,11 @@ nothing anywhere. Then:
    (:meth:`~solaris.store.online.SolarisOnlineStore.write_normalized`), where a rerun
    rewrites the same records;
 3. **offline, published**: only once the online write succeeded is each staged file renamed
-   to ``batch-<batch_id>.parquet`` (``os.replace``). A failed online write removes the
-   staged files, so training (:mod:`solaris.serving.training_set`) never sees a row that
-   serving never had. A batch always writes the same file names, so a rerun of the same
-   batch leaves exactly the same state.
+   to ``batch-<batch_id>.parquet`` (``os.replace``; on S3, ``store.offline_uri``, a
+   server-side copy, which makes the object appear whole, then a delete). A failed online
+   write removes the staged files, so training (:mod:`solaris.serving.training_set`) never
+   sees a row that serving never had. A batch always writes the same file names, so a rerun
+   of the same batch leaves exactly the same state.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,10 +34,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from solaris.data.schemas import validate_pair_embeddings
-from solaris.files import atomic_write_parquet, publish_file
-from solaris.store import contract
+from solaris.files import StatePath, atomic_write_parquet, publish_file
 from solaris.store.codec import normalize
 from solaris.store.contract import EVENT_TS, FM_VERSION, ITEM_ID, USER_ID, InvalidWriteError, Z
+from solaris.store.offline import offline_dir
 
 if TYPE_CHECKING:  # feast is heavy: imported where a store is really opened
     from feast import FeatureStore
@@ -46,9 +46,7 @@ __all__ = [
     "MaterializeResult",
     "StagedBatch",
     "materialize",
-    "offline_dir",
     "pair_rows",
-    "published_files",
     "stage_offline",
 ]
 
@@ -59,25 +57,13 @@ _BATCH_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 class MaterializeResult:
     view: str
     rows: int
-    offline_files: list[Path]
+    offline_files: list[StatePath]
     offline_seconds: float
     online_seconds: float
 
     @property
     def online_rows_per_second(self) -> float:
         return self.rows / max(self.online_seconds, 1e-9)
-
-
-def offline_dir(repo_path: Path, view: str, project: str) -> Path:
-    """Where the FileSource of ``view`` in Feast project ``project`` reads; only SOLARIS
-    views, always under ``<repo>/data/`` (:class:`~solaris.store.contract.InvalidWriteError`
-    otherwise)."""
-    spec = contract.view(view)
-    data = (Path(repo_path) / "data").resolve()
-    folder = (Path(repo_path) / contract.offline_path(spec, project)).resolve()
-    if not folder.is_relative_to(data):
-        raise InvalidWriteError(f"view {view!r}: offline path {folder} is outside {data}")
-    return folder
 
 
 def pair_rows(table: pa.Table, *, z_dim: int, source: str = "pair_embeddings") -> pa.Table:
@@ -95,27 +81,18 @@ def pair_rows(table: pa.Table, *, z_dim: int, source: str = "pair_embeddings") -
     )
 
 
-def _staged_name(target: Path) -> Path:
+def _staged_name(target: StatePath) -> StatePath:
     """Where ``target`` waits for its online write: hidden, and not ending in ``.parquet``."""
     return target.with_name(f".{target.name}.pending")
-
-
-def published_files(folder: Path) -> list[Path]:
-    """The published offline files under ``folder`` (``*.parquet``, not hidden): what the
-    offline readers take, never a staged or temporary file."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
 
 
 @dataclass(frozen=True)
 class StagedBatch:
     """The offline files of one batch, written under staged names, not yet visible."""
 
-    files: tuple[tuple[Path, Path], ...]  # (staged, published) pairs
+    files: tuple[tuple[StatePath, StatePath], ...]  # (staged, published) pairs
 
-    def publish(self) -> list[Path]:
+    def publish(self) -> list[StatePath]:
         """Rename every staged file to its published name (after the online write)."""
         return [publish_file(staged, target) for staged, target in self.files]
 
@@ -125,7 +102,7 @@ class StagedBatch:
             staged.unlink(missing_ok=True)
 
 
-def stage_offline(rows: pa.Table, folder: Path, batch_id: str) -> StagedBatch:
+def stage_offline(rows: pa.Table, folder: StatePath, batch_id: str) -> StagedBatch:
     """One staged parquet file per event date of this batch (see the module docstring)."""
     dates = pc.strftime(rows[EVENT_TS], format="%Y-%m-%d").to_numpy(zero_copy_only=False)
     files = []
@@ -171,7 +148,7 @@ def materialize(
 
     if not isinstance(batch_id, str) or not _BATCH_ID.match(batch_id):
         raise InvalidWriteError(f"batch_id must match {_BATCH_ID.pattern}, got {batch_id!r}")
-    folder = offline_dir(Path(store.repo_path), view, store.project)
+    folder = offline_dir(store, view)
     online = online_store_of(store)
     spec, params = view_params(store.get_feature_view(view))
     normalized = normalize(spec, params, rows)

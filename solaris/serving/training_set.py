@@ -21,7 +21,6 @@ aggregate that can be served (:data:`solaris.store.contract.PAIR`).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from solaris.config import SolarisConfig
-from solaris.pipeline.materialize import published_files
+from solaris.files import arrow_source
 from solaris.serving.tiers import TierFeatures, assemble_tiers, empty_tiers, tier_settings
 from solaris.store.codec import ViewRows, rows_from_table
 from solaris.store.contract import (
@@ -40,6 +39,7 @@ from solaris.store.contract import (
     SERVING_VIEWS,
     USER_ID,
 )
+from solaris.store.offline import published_files, source_path
 
 __all__ = ["build_training_set"]
 
@@ -72,38 +72,32 @@ def _check_impressions(impressions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _local_source(store, view) -> Path | None:
-    """The folder or file a local file source reads; ``None`` for other sources."""
-    path = getattr(view.batch_source, "path", None)
-    if not path or "://" in str(path):
-        return None
-    return Path(path) if Path(path).is_absolute() else Path(store.repo_path) / path
-
-
 def _has_offline_data(store, view) -> bool:
     """False when a file source has no published file yet (Feast would raise on it): a
     folder holding only staged files of a batch whose online write has not succeeded
     (:mod:`solaris.pipeline.materialize`) has no data for training."""
-    full = _local_source(store, view)
+    full = source_path(store, view)
     if full is None:
-        return True  # not a local file source: let Feast answer
+        return True  # not a file source: let Feast answer
     return full.is_file() or bool(published_files(full))
 
 
 def _first_events(store, view, keys: list[str], until: int) -> pd.DataFrame | None:
-    """The first event time (epoch s, ``first_ts``) of each key in a local file source, over
-    events up to ``until`` only; ``None`` for other sources."""
+    """The first event time (epoch s, ``first_ts``) of each key in a file source (local or
+    on S3), over events up to ``until`` only; ``None`` for other sources."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    full = _local_source(store, view)
+    full = source_path(store, view)
     if full is None:
         return None
     ts_col = view.batch_source.timestamp_field
     # The published files only: what Feast's reader takes too (never a staged batch).
     files = [full] if full.is_file() else published_files(full)
-    dataset = ds.dataset([str(p) for p in files], format="parquet")
+    located = [arrow_source(p) for p in files]
+    filesystem = located[0][1] if located else None
+    dataset = ds.dataset([where for where, _ in located], format="parquet", filesystem=filesystem)
     bound = pa.scalar(until * 1_000_000, pa.timestamp("us", tz="UTC"))
     table = dataset.to_table(columns=[*keys, ts_col], filter=pc.field(ts_col) <= bound)
     first = table.group_by(keys).aggregate([(ts_col, "min")])

@@ -68,7 +68,6 @@ __all__ = [
     "ViewSpec",
     "Z",
     "epoch_seconds",
-    "offline_path",
     "view",
 ]
 
@@ -387,12 +386,6 @@ def epoch_seconds(value: object, name: str) -> int | float:
             f"got {value!r}"
         )
     return value
-
-
-def offline_path(spec: ViewSpec, project: str) -> str:
-    """Where the view's offline rows of Feast project ``project`` (a namespace) live,
-    relative to the feature repo (its FileSource)."""
-    return f"data/offline/{project}/{spec.name}"
 
 
 def view(name: object) -> ViewSpec:

@@ -32,11 +32,11 @@ import redis as redis_py
 
 from solaris.config import ModelConfig, SolarisConfig, StoreConfig
 from solaris.namespace import Namespace
-from solaris.pipeline.materialize import offline_dir
 from solaris.store import contract
 from solaris.store.codec import normalize
 from solaris.store.connection import redis_client as make_redis_client
 from solaris.store.feast_store import delete_project_keys, online_store_of
+from solaris.store.offline import offline_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_REDIS = os.environ.get("SOLARIS_TEST_REDIS", "127.0.0.1:6379,db=11")
@@ -201,7 +201,7 @@ class RowWriter:
         for view, frames in self.written.items():
             spec = contract.view(view)
             table = normalize(spec, spec.params(self.cfg), pd.concat(frames, ignore_index=True))
-            folder = offline_dir(self.repo, view, self.cfg.namespace)
+            folder = offline_dir(self.store, view)
             folder.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, folder / "rows.parquet")
 

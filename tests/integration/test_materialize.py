@@ -1,4 +1,8 @@
-"""Materialization into the real store: offline then online, idempotent, validated first."""
+"""Materialization into the real store: offline then online, idempotent, validated first.
+
+Each test runs twice: with the offline rows in the feature repo's folder, and in a bucket of
+the local S3 endpoint (``store.offline_uri``), which Feast's own offline join then reads.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,32 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from solaris.config import ModelConfig, SolarisConfig, StoreConfig
 from solaris.data.schemas import SchemaError
-from solaris.pipeline.materialize import materialize, offline_dir, pair_rows
+from solaris.pipeline.materialize import materialize, pair_rows
 from solaris.store.codec import f16_round
 from solaris.store.contract import InvalidWriteError
 from solaris.store.keys import project_pattern
+from solaris.store.offline import offline_dir
 
 pytestmark = pytest.mark.integration
 Z_DIM = 8  # as in conftest
+
+
+@pytest.fixture(params=["local", "s3"])
+def solaris_cfg(request, repo_copy, feast_project) -> SolarisConfig:
+    """conftest's settings, with the offline rows in the repo or in a fresh S3 bucket."""
+    store = {"repo_path": repo_copy, "miss_stream_maxlen": 50}
+    if request.param == "s3":
+        store["offline_uri"] = f"{request.getfixturevalue('s3_bucket')}/offline"
+        store["offline_s3_endpoint"] = request.getfixturevalue("s3_endpoint").url
+    return SolarisConfig(
+        namespace=feast_project, model=ModelConfig(z_dim=Z_DIM), store=StoreConfig(**store)
+    )
+
+
+def _read(path) -> pd.DataFrame:
+    return pd.read_parquet(str(path))  # a local path or an s3:// URL
 
 
 def _embeddings(n: int = 6, version: str = "fm-test-1") -> pa.Table:
@@ -49,35 +71,26 @@ def _keys(redis_client, project: str) -> list[bytes]:
 
 def test_rerunning_a_batch_leaves_exactly_the_same_state(feast_store, solaris_cfg) -> None:
     store = feast_store
-    repo = solaris_cfg.store.repo_path
+    folder = offline_dir(store, "pair")
     table = _embeddings()
     rows = pair_rows(table, z_dim=Z_DIM)
     first = materialize(store, "pair", rows, batch_id="b1")
-    files = sorted(
-        p.relative_to(repo)
-        for p in offline_dir(repo, "pair", solaris_cfg.namespace).rglob("*.parquet")
-    )
-    contents = {f: pd.read_parquet(repo / f) for f in files}
+    files = sorted(str(p) for p in folder.rglob("*.parquet"))
+    contents = {f: _read(f) for f in files}
     online = _online_state(store, 6)
 
     second = materialize(store, "pair", rows, batch_id="b1")
     assert first.offline_files == second.offline_files
-    assert (
-        sorted(
-            p.relative_to(repo)
-            for p in offline_dir(repo, "pair", solaris_cfg.namespace).rglob("*.parquet")
-        )
-        == files
-    )
+    assert sorted(str(p) for p in folder.rglob("*.parquet")) == files
     for f, before in contents.items():
-        pd.testing.assert_frame_equal(pd.read_parquet(repo / f), before)
+        pd.testing.assert_frame_equal(_read(f), before)
     assert _online_state(store, 6) == online
     written = table["z"].combine_chunks().flatten().to_numpy().reshape(-1, Z_DIM)
     # Served and stored offline as float16-rounded values, the same on both sides.
     np.testing.assert_array_equal(np.asarray(online["z"][0], np.float32), f16_round(written[0]))
     offline = pd.concat(contents.values(), ignore_index=True).sort_values("user_id")
     np.testing.assert_array_equal(np.stack(offline["z"]), f16_round(written))
-    assert not list(offline_dir(repo, "pair", solaris_cfg.namespace).rglob(".*.tmp"))
+    assert [p.name for p in folder.rglob("*") if p.name.startswith(".")] == []
 
 
 def test_offline_rows_are_partitioned_by_event_date(feast_store, solaris_cfg) -> None:
@@ -86,17 +99,17 @@ def test_offline_rows_are_partitioned_by_event_date(feast_store, solaris_cfg) ->
     dates = sorted(p.parent.name for p in result.offline_files)
     expected = rows["event_ts"].to_pandas().dt.strftime("date=%Y-%m-%d")
     assert dates == sorted(set(expected))
-    assert sum(len(pd.read_parquet(p)) for p in result.offline_files) == 30
+    assert sum(len(_read(p)) for p in result.offline_files) == 30
 
 
-def test_a_bad_embedding_table_is_rejected_before_anything_is_written(solaris_cfg) -> None:
+def test_a_bad_embedding_table_is_rejected_before_anything_is_written(feast_store) -> None:
     table = _embeddings()
     z = table["z"].combine_chunks().flatten().to_numpy().copy()
     z[3] = np.nan
     bad = table.set_column(2, "z", pa.FixedSizeListArray.from_arrays(pa.array(z), Z_DIM))
     with pytest.raises(SchemaError, match="z"):
         pair_rows(bad, z_dim=Z_DIM)
-    assert not offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace).exists()
+    assert not offline_dir(feast_store, "pair").exists()
 
 
 def _bad_rows(kind: str) -> pd.DataFrame:
@@ -130,14 +143,13 @@ def _bad_rows(kind: str) -> pd.DataFrame:
 def test_a_bad_row_writes_nothing_offline_or_online(
     kind: str, feast_store, solaris_cfg, redis_client
 ) -> None:
-    repo = solaris_cfg.store.repo_path
     before = _keys(redis_client, solaris_cfg.namespace)
     with pytest.raises(InvalidWriteError, match="view 'pair'") as err:
         materialize(feast_store, "pair", _bad_rows(kind), batch_id="bad")
     column = {"short z": "z", "missing z": "z", "fm_version not a string": "fm_version"}
     assert column.get(kind, "item_id") in str(err.value)
     assert _keys(redis_client, solaris_cfg.namespace) == before
-    assert not offline_dir(repo, "pair", solaris_cfg.namespace).exists()
+    assert not offline_dir(feast_store, "pair").exists()
 
 
 @pytest.mark.parametrize("view", ["nope", "../../etc", "pair/../../x", 3])
@@ -147,14 +159,14 @@ def test_an_unknown_view_is_refused_and_never_becomes_a_path(view, feast_store, 
     with pytest.raises(InvalidWriteError, match="unknown view"):
         materialize(feast_store, view, _bad_rows("none"), batch_id="x")
     with pytest.raises(InvalidWriteError, match="unknown view"):
-        offline_dir(solaris_cfg.store.repo_path, view, solaris_cfg.namespace)
+        offline_dir(feast_store, view)
     assert (sorted(data.rglob("*")) if data.exists() else []) == before
 
 
 def test_a_bad_batch_id_is_refused_before_writing(feast_store, solaris_cfg, redis_client) -> None:
     with pytest.raises(InvalidWriteError, match="batch_id"):
         materialize(feast_store, "pair", _bad_rows("none"), batch_id="../escape")
-    assert not offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace).exists()
+    assert not offline_dir(feast_store, "pair").exists()
     assert _keys(redis_client, solaris_cfg.namespace) == []
 
 
@@ -204,7 +216,7 @@ def test_a_failed_online_write_leaves_no_offline_row_for_training(
     from solaris.serving.training_set import build_training_set
     from solaris.store.feast_store import open_feature_store
 
-    folder = offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace)
+    folder = offline_dir(feast_store, "pair")
     # (1, 10) served since T1; the failed write would replace it at T1 + 1 h and add (2, 11).
     materialize(feast_store, "pair", _pair_table(1, 10, T1, 1.0), batch_id="ok")
     files, keys = _files(folder), _keys(redis_client, solaris_cfg.namespace)
@@ -235,11 +247,12 @@ def test_a_staged_batch_is_invisible_to_feast_until_published(feast_store, solar
     """The staged name is skipped by Feast's reader (dask) and by pyarrow: a batch whose
     online write is still running, or whose process was killed before publishing, is never
     read for training."""
-    from solaris.pipeline.materialize import published_files, stage_offline
+    from solaris.pipeline.materialize import stage_offline
     from solaris.store.codec import normalize
+    from solaris.store.offline import published_files
     from solaris.store.online import view_params
 
-    folder = offline_dir(solaris_cfg.store.repo_path, "pair", solaris_cfg.namespace)
+    folder = offline_dir(feast_store, "pair")
     materialize(feast_store, "pair", _pair_table(1, 10, T1, 1.0), batch_id="ok")
     spec, params = view_params(feast_store.get_feature_view("pair"))
     rows = normalize(spec, params, _pair_table(1, 10, T1 + 3600, 9.0))  # as materialize does

@@ -362,3 +362,45 @@ def test_repr_and_str_of_the_settings_never_show_the_redis_connection_string() -
     for shown in (repr(cfg), str(cfg), repr(cfg.store), str(cfg.store)):
         assert secret not in shown
         assert "cache:6379" not in shown
+
+
+# --- where the cycle's state and Feast's offline rows live -----------------------------
+
+
+def test_state_and_offline_uris_take_folders_and_urls_of_known_filesystems() -> None:
+    cfg = SolarisConfig(
+        cycle={"state_uri": "s3://bucket/solaris"},
+        store={"offline_uri": "s3://bucket/offline", "offline_s3_endpoint": "http://minio:9000"},
+    )
+    assert cfg.cycle.state_uri == "s3://bucket/solaris"
+    assert SolarisConfig(cycle={"state_uri": "/mnt/state"}).cycle.state_uri == "/mnt/state"
+    assert SolarisConfig().cycle.state_uri is None and SolarisConfig().store.offline_uri is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"cycle": {"state_uri": "nosuchfs://bucket/x"}}, "cycle.state_uri.*no filesystem"),
+        ({"store": {"offline_uri": "gs://bucket/x"}}, "store.offline_uri.*s3:// URLs only"),
+    ],
+)
+def test_a_uri_without_a_usable_filesystem_is_refused_naming_the_setting(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        SolarisConfig(**settings)
+
+
+@pytest.mark.parametrize("setting", ["cycle", "store"])
+def test_a_login_in_a_storage_url_is_refused_and_never_shown(setting: str) -> None:
+    secret = "pa55-not-shown"
+    url = f"s3://key:{secret}@bucket/x"
+    field = {"cycle": "state_uri", "store": "offline_uri"}[setting]
+    with pytest.raises(ConfigError, match="credentials in the URL are refused") as info:
+        SolarisConfig(**{setting: {field: url}})
+    assert secret not in str(info.value)
+
+
+def test_a_bad_sql_registry_value_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "pa55-not-shown"
+    with pytest.raises(ConfigError) as info:
+        SolarisConfig(store={"registry": ["postgresql://u:" + secret + "@h/db"]})
+    assert "store.registry" in str(info.value) and secret not in str(info.value)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 import pytest
 
 from solaris.config import SolarisConfig
@@ -23,7 +21,6 @@ from solaris.store.contract import (
     Kind,
     ViewParams,
     ViewSpec,
-    offline_path,
     view,
 )
 
@@ -257,16 +254,3 @@ def test_from_tags_with_a_wrong_or_missing_layout_tag_raises_naming_the_view(
         tags["solaris.layout"] = layout
     with pytest.raises(InvalidWriteError, match=r"view 'uagg'.*layout"):
         ViewParams.from_tags(tags, 120, "uagg")
-
-
-@pytest.mark.parametrize("spec", list(VIEWS.values()), ids=list(VIEWS))
-def test_offline_path_stays_relative_under_data_offline_of_its_project(spec: ViewSpec) -> None:
-    path = PurePosixPath(offline_path(spec, "demo"))
-    assert not path.is_absolute()
-    assert ".." not in path.parts
-    assert path == PurePosixPath("data/offline/demo") / spec.name
-
-
-def test_offline_paths_are_distinct_per_view_and_project() -> None:
-    paths = [offline_path(spec, p) for spec in VIEWS.values() for p in ("live", "demo")]
-    assert len(set(paths)) == len(paths)

@@ -7,11 +7,12 @@ One module-scoped run on the tiny fake MovieLens: the offline stage of ``solaris
 trains the models, then the launcher starts every Airflow component on a temporary
 AIRFLOW_HOME, a throwaway PostgreSQL database and queues of this run's own (so nothing else
 on the broker takes its tasks), and the window of the ``dag.test`` test is replayed interval
-by interval (candidates triggered, clustering triggered after each midnight). The cycle's
-state lives in a bucket of the local S3 endpoint (``cycle.state_uri = s3://...``, see
-``conftest.py``): the workers hand each other ledgers, shards, codes and run records only
-through it, never through a shared folder. The tests read back the run records, the
-metadata DB (which worker ran which task) and the task logs.
+by interval (candidates triggered, clustering triggered after each midnight). The workers
+share nothing on disk that they write: the cycle's state (``cycle.state_uri``) and Feast's
+offline rows (``store.offline_uri``) live in a bucket of the local S3 endpoint (see
+``conftest.py``), the Feast registry is the SQL registry in a PostgreSQL database of its
+own, the online store is Redis. The tests read back the run records, the metadata DB
+(which worker ran which task), the bucket and the task logs.
 
 RabbitMQ (``amqp://guest:guest@127.0.0.1:5672//``; ``SOLARIS_TEST_BROKER``) and PostgreSQL
 (``SOLARIS_TEST_POSTGRES``) must answer: otherwise the tests skip, except under ``CI``, where
@@ -135,8 +136,20 @@ def celery_cycle(
     bucket = f"solaris-celery-{token}"
     s3 = s3fs.S3FileSystem(endpoint_url=s3_endpoint.url, skip_instance_cache=True)
     s3.mkdir(bucket)
+    registry_db = f"solaris_registry_{token}"
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{registry_db}"')
     state = cfg.cycle.model_copy(update={"state_uri": f"s3://{bucket}/state"})
-    run_cfg = cfg.model_copy(update={"artifacts_dir": artifacts, "replay": True, "cycle": state})
+    store = cfg.store.model_copy(
+        update={
+            "registry": f"{POSTGRES}/{registry_db}",
+            "offline_uri": f"s3://{bucket}/offline",
+            "offline_s3_endpoint": s3_endpoint.url,
+        }
+    )
+    run_cfg = cfg.model_copy(
+        update={"artifacts_dir": artifacts, "replay": True, "cycle": state, "store": store}
+    )
     config_path = export_config(run_cfg, artifacts / "airflow" / "solaris.yaml")
     cadence = round(run_cfg.selection.cadence_minutes * 60)
     eval_from = int(summary["models"]["val_end"])
@@ -192,6 +205,7 @@ def celery_cycle(
         delete_project_keys(redis_client(REDIS), Namespace.of(run_cfg).project)
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            cur.execute(f'DROP DATABASE IF EXISTS "{registry_db}" WITH (FORCE)')
         admin.close()
         _delete_queues(default_queue, gpu_queue)
         s3.rm(bucket, recursive=True)
@@ -215,15 +229,23 @@ def test_pair_coverage_equals_the_library_replay(celery_cycle) -> None:
     assert coverage["pair"] == pytest.approx(library.coverage, abs=1e-12)
 
 
-def test_the_workers_kept_the_cycle_state_in_object_storage_only(celery_cycle) -> None:
-    layout = CycleLayout(Namespace.of(celery_cycle.cfg))
+def test_the_workers_wrote_their_state_and_offline_rows_to_the_bucket_only(celery_cycle) -> None:
+    namespace = Namespace.of(celery_cycle.cfg)
+    layout = CycleLayout(namespace)
     kinds = {p.name for p in layout.root.iterdir()}
     embedded = layout.embedded_intervals(ending_after=-1, ending_by=2**40)
+    offline = {p.name: any(p.rglob("batch-*.parquet")) for p in namespace.offline_root.iterdir()}
+    repo = Path(celery_cycle.cfg.store.repo_path)
 
     assert str(layout.root).startswith("s3://")
     assert {"request_log", "selections", "shards", "pair_embeddings", "runs"} <= kinds
     assert embedded and all(layout.codes_dir(i) is not None for i in embedded)
-    assert not (celery_cycle.artifacts / "namespaces").exists()  # nothing went to local disk
+    assert str(namespace.offline_root).startswith("s3://")
+    assert offline.keys() >= {"pair", "uagg", "iagg", "unn"} and all(offline.values())
+    # Nothing went to local disk: no cycle folder, no offline rows, no registry file.
+    assert not (celery_cycle.artifacts / "namespaces").exists()
+    assert not (repo / "data" / "offline" / namespace.name).exists()
+    assert celery_cycle.cfg.store.registry.startswith("postgresql")
 
 
 def test_embed_shard_ran_on_the_gpu_worker_and_every_other_task_on_default(

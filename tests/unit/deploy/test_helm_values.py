@@ -158,7 +158,9 @@ def test_every_secret_is_a_kubernetes_secret_named_by_the_values(values):
 def test_values_hold_no_credential_inline(values):
     text = VALUES_FILE.read_text()
     for where, key, value in _items(values):
-        if _SECRET_NAME.search(key) and not key.endswith(("SecretName", "secretName")):
+        # `secret:` is the chart's list of Secrets by name (checked below), not a value.
+        named = key.endswith(("SecretName", "secretName")) or where.startswith(".secret")
+        if _SECRET_NAME.search(key) and not named:
             pytest.fail(f"{where} may hold a credential: name its Secret instead")
         if isinstance(value, str):
             assert not _URL_PASSWORD.search(value), f"{where}: a password in a URL"
@@ -180,7 +182,12 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
     values, monkeypatch: pytest.MonkeyPatch
 ):
     env = {e["name"]: e["value"] for e in values["env"] if e["name"].startswith("SOLARIS_")}
-    assert set(env) == {"SOLARIS_STORE__REDIS", "SOLARIS_ARTIFACTS_DIR"}
+    assert set(env) == {
+        "SOLARIS_STORE__REDIS",
+        "SOLARIS_ARTIFACTS_DIR",
+        "SOLARIS_CYCLE__STATE_URI",
+        "SOLARIS_STORE__OFFLINE_URI",
+    }
     with monkeypatch.context() as patch:
         for key in [k for k in os.environ if k.startswith("SOLARIS_")]:
             patch.delenv(key)
@@ -191,19 +198,33 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
     assert host and port.isdigit()
     assert cfg.artifacts_dir == Path(env["SOLARIS_ARTIFACTS_DIR"])
     assert cfg.cycle.gpu_queue == CycleConfig().gpu_queue
+    # What tasks hand each other goes through a bucket, not a volume.
+    assert cfg.cycle.state_uri.startswith("s3://")
+    assert cfg.store.offline_uri.startswith("s3://")
 
 
-def test_every_airflow_container_mounts_the_shared_claims(values):
+def test_the_feast_registry_is_the_sql_registry_from_a_kubernetes_secret(values):
+    [entry] = [e for e in values["secret"] if e["envName"] == "SOLARIS_STORE__REGISTRY"]
+    assert entry == {
+        "envName": "SOLARIS_STORE__REGISTRY",
+        "secretName": "solaris-feast-registry",
+        "secretKey": "connection",
+    }
+    assert all(e["name"] != "SOLARIS_STORE__REGISTRY" for e in values["env"])
+
+
+def test_every_airflow_container_mounts_the_input_claims_and_no_feast_data(values):
     volumes = {v["name"]: v for v in values["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in values["volumeMounts"]}
     assert set(mounts.values()) == set(volumes)
     for volume in volumes.values():
         assert volume["persistentVolumeClaim"]["claimName"], volume
     env = {e["name"]: e["value"] for e in values["env"]}
-    # The paths the tasks hand each other: artifacts, the Feast data, the download cache.
+    # What every worker reads: the models (artifacts) and the download cache. The Feast data
+    # is in PostgreSQL (registry) and the bucket (offline rows), never on a shared volume.
     assert env["SOLARIS_ARTIFACTS_DIR"] in mounts
     dockerfile = DOCKERFILE.read_text()
-    assert "/opt/airflow/feature_repo/data" in mounts
+    assert "/opt/airflow/feature_repo/data" not in mounts
     assert "XDG_CACHE_HOME=/opt/airflow/cache" in dockerfile and "/opt/airflow/cache" in mounts
 
 

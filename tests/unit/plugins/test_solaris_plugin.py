@@ -499,6 +499,26 @@ def test_the_module_app_reads_the_artifacts_dir_of_each_request(
     assert body["artifacts_dir"] == str(artifacts) and "solaris_embeddings" in body["dags"]
 
 
+def test_the_module_app_reads_the_state_uri_when_the_state_is_in_a_bucket(
+    plugin: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from solaris.files import remove_tree, state_path
+
+    bucket = state_path(f"memory://solaris-page-{uuid.uuid4().hex[:8]}")
+    _write_runs(bucket)
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("SOLARIS_CYCLE__STATE_URI", str(bucket))
+    monkeypatch.setitem(plugin.app.dependency_overrides, plugin.dag_run_reader, lambda: _allow)
+    try:
+        body = TestClient(plugin.app).get("/api/runs").json()
+    finally:
+        remove_tree(bucket)
+    assert body["artifacts_dir"] == str(bucket)
+    assert {"solaris_candidates", "solaris_embeddings"} <= set(body["dags"])
+
+
 # -- the chart helper and the formatters ------------------------------------------------------
 
 

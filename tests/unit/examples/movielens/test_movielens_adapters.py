@@ -142,3 +142,32 @@ def test_a_published_verifier_round_trips_through_a_relative_path(cfg):
     # An absolute path inside the root (what earlier publications stored) still reads.
     _publish_raw(cfg, str(path.resolve()))
     assert current_verifier(cfg, as_of=AS_OF).version == version
+
+
+def test_a_verifier_published_in_a_bucket_round_trips_and_may_not_leave_it(tmp_path):
+    import uuid
+
+    from solaris.files import remove_tree, state_path
+
+    bucket = f"memory://solaris-vm-{uuid.uuid4().hex[:8]}"
+    cfg = SolarisConfig(artifacts_dir=tmp_path / "artifacts", cycle={"state_uri": bucket})
+    layout = CycleLayout(Namespace.of(cfg))
+    torch.manual_seed(0)
+    vm = VerticalModel(**INIT)
+    version = "vm-" + weights_digest(vm)
+    try:
+        path = save_checkpoint(
+            layout.training(AS_OF) / "vm.pt", vm, kind="vm", version=version, init=INIT
+        )
+        publication = publish_verifier(cfg, AS_OF, path, version=version, val_logloss=0.5)
+        stored = json.loads(publication.read_text())["path"]
+        assert stored == f"namespaces/live/training/{AS_OF:011d}/vm.pt"
+        loaded = current_verifier(cfg, as_of=AS_OF)
+        assert loaded.version == version and str(loaded.path) == str(path)
+        assert weights_digest(loaded.vm) == weights_digest(vm)
+        _publish_raw(cfg, "s3://elsewhere/vm.pt")
+        with pytest.raises(ArtifactPathError, match="not relative to the state root"):
+            current_verifier(cfg, as_of=AS_OF)
+    finally:
+        remove_tree(state_path(bucket))
+    assert not (tmp_path / "artifacts").exists()  # nothing of it on local disk

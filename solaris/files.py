@@ -60,17 +60,20 @@ __all__ = [
 StatePath: TypeAlias = Path | UPath
 
 
-def state_path(value: str | os.PathLike[str] | UPath) -> StatePath:
+def state_path(value: str | os.PathLike[str] | UPath, **storage_options: Any) -> StatePath:
     """``value`` as a path of the cycle's state: a local folder or file stays a local path
-    (a ``PosixUPath``, which is a :class:`~pathlib.Path`); a URL (``s3://bucket/x``,
-    ``memory://x``) becomes the :class:`~upath.UPath` of its fsspec filesystem.
+    (a ``PosixUPath``, which is a :class:`~pathlib.Path`; ``file://`` URLs too); a URL
+    (``s3://bucket/x``, ``memory://x``) becomes the :class:`~upath.UPath` of its fsspec
+    filesystem, opened with ``storage_options`` (an S3 ``endpoint_url``, say).
 
     The first URL of a protocol also turns off fsspec's directory-listing cache for that
     protocol in this process (unless fsspec's configuration already says otherwise): other
     processes add files to the folders the cycle lists, and a cached listing would hide
     them, from SOLARIS and from the readers Feast opens alike.
     """
-    path = value if isinstance(value, UPath) else UPath(value)
+    path = value if isinstance(value, UPath) else UPath(value, **storage_options)
+    if path.protocol in ("file", "local"):  # a folder after all: renames and fsync work
+        return UPath(path.path)
     if not is_local(path):
         _fresh_listings(path.protocol)
     return path

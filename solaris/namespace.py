@@ -110,9 +110,11 @@ class Namespace:
     @property
     def offline_root(self) -> StatePath:
         """Feast's offline parquet of this namespace, one folder per view below it."""
-        if self.offline_uri:
+        if not self.offline_uri:
+            return self.repo_path / OFFLINE_FOLDER / self.name
+        if "://" in self.offline_uri or Path(self.offline_uri).is_absolute():
             return state_path(self.offline_uri) / self.name
-        return self.repo_path / OFFLINE_FOLDER / self.name
+        return self.repo_path / self.offline_uri / self.name  # as Feast reads it
 
     def offline_source(self, view: str) -> str:
         """The path the FileSource of ``view`` names: relative to the feature repo by

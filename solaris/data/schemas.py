@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
@@ -563,26 +563,36 @@ def validate(
 
 
 def read_table(
-    path: str | StatePath,
+    path: str | StatePath | Sequence[StatePath],
     kind: TableKind,
     *,
     z_dim: int | None = None,
     as_of: pd.Timestamp | int | None = None,
 ) -> pa.Table:
-    """Read a parquet file, or a directory of parquet files, and validate it as ``kind``.
+    """Read a parquet file, a directory of parquet files, or a list of parquet files (on
+    one filesystem), and validate it as ``kind``.
 
     Only the schema's columns are read (extra ones would be dropped anyway and these tables
-    are large). Any read failure becomes a :class:`SchemaError` naming the path.
+    are large). Any read failure, a missing file included, becomes a :class:`SchemaError`
+    naming the path.
     """
     schema = _schema_for(kind, z_dim)
-    path = state_path(path)
-    source = str(path)
-    if not path.exists():
-        raise SchemaError(source, None, "cannot read parquet: no such file or directory")
+    if isinstance(path, list | tuple):
+        paths = [state_path(p) for p in path]
+        if not paths:
+            return validate(schema.empty_table(), kind, "no files", z_dim=z_dim, as_of=as_of)
+        source = f"{paths[0]} and {len(paths) - 1} more" if len(paths) > 1 else str(paths[0])
+        located = [arrow_source(p) for p in paths]
+        where, filesystem = [w for w, _ in located], located[0][1]
+    else:
+        single = state_path(path)
+        source = str(single)
+        if not single.exists():
+            raise SchemaError(source, None, "cannot read parquet: no such file or directory")
+        where, filesystem = arrow_source(single)
     try:
         # pyarrow.dataset handles a single file and a directory alike, and skips files starting
         # with "_" or "." (e.g. _SUCCESS markers, our own in-flight temp files).
-        where, filesystem = arrow_source(path)
         dataset = ds.dataset(where, format="parquet", filesystem=filesystem)
         present = dataset.schema.names
         _check_columns(schema.names, present, source)

@@ -59,7 +59,6 @@ DAG_ID = "solaris_embeddings"
 log = logging.getLogger(__name__)
 
 _CANDIDATE_COLUMNS = ["request_id", "user_id", "item_id", "ts", "label"]
-_PLAN = "_PLAN.json"  # in a staged codes folder: the run's generation and shard count
 
 
 def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
@@ -144,7 +143,7 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
             )
             count += 1
         plan = {"generation": generation, "shards": count}
-        atomic_write_json(layout.embeddings_dir(interval, generation) / _PLAN, plan)
+        atomic_write_json(layout.plan(interval, generation), plan)
     return shards
 
 
@@ -165,12 +164,20 @@ def _ledger(layout: CycleLayout, interval: Interval) -> pd.DataFrame:
 
 
 def _drop_staged(layout: CycleLayout, interval: Interval) -> None:
-    for generation in layout.staged_generations(interval):
-        for folder in (
-            layout.shards_dir(interval, generation),
-            layout.embeddings_dir(interval, generation),
-        ):
-            remove_tree(folder)
+    """Remove every generation of ``interval`` but the published one (unfinished runs,
+    leftovers of a removal that was cut short): never read, never published."""
+    published = layout.published_generation(interval)
+    for generation in layout.generations(interval):
+        if generation != published:
+            _remove_generation(layout, interval, generation)
+
+
+def _remove_generation(layout: CycleLayout, interval: Interval, generation: str) -> None:
+    """Remove one generation's shards and codes, its plan first: from then on no publish
+    takes it, however far the removal gets."""
+    layout.plan(interval, generation).unlink(missing_ok=True)
+    remove_tree(layout.shards_dir(interval, generation))
+    remove_tree(layout.embeddings_dir(interval, generation))
 
 
 def work_intervals(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[Interval]:
@@ -188,28 +195,34 @@ def work_intervals(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[In
 
 def swap_in_embeddings(cfg: SolarisConfig, interval: Interval, generation: str) -> int:
     """Make run ``generation``'s codes of ``interval`` the interval's codes; returns the
-    number of shards.
+    number of shards. Idempotent: a retry finishes what an interrupted call left.
 
     Checks that every planned shard has its codes, then rewrites the interval's marker
     (one atomic write) to name ``generation``: readers, who take an interval's codes only
-    through its marker, see the old generation's codes or the new one's, never a mix and
-    never none. The replaced generation's folders are removed after; a reader that listed
-    them a moment before fails on a missing file and its retry reads the new codes. Offline
-    ``pair`` files of shards this generation does not have (an earlier plan cut more) are
-    removed last.
+    through its marker, see the old generation's codes or the new one's, never a mix. The
+    replaced generation (and any leftover one) is removed after, its plan first; a reader
+    that took the old marker a moment before fails on a missing file, never reads part of
+    a generation (it reads the files the marker counts), and its retry reads the new codes.
+    Offline ``pair`` files of shards this generation does not have (an earlier plan cut
+    more) are removed last.
     """
     from solaris.store.offline import offline_dir
 
-    namespace = Namespace.of(cfg)
-    layout = CycleLayout(namespace)
+    layout = CycleLayout(Namespace.of(cfg))
     count = _staged_shards(layout, interval, generation)
-    replaced = layout.published_generation(interval)
-    atomic_write_json(layout.embeddings_done(interval), {"generation": generation, "shards": count})
-    if replaced is not None and replaced != generation:
-        remove_tree(layout.shards_dir(interval, replaced))
-        remove_tree(layout.embeddings_dir(interval, replaced))
-    folder = offline_dir(feature_store(cfg, cycle_redis(cfg)), "pair")
-    for path in folder.glob(f"date=*/batch-{_batch_id(interval, '*')}.parquet"):
+    offline = offline_dir(feature_store(cfg, cycle_redis(cfg)), "pair")  # before committing
+    replaced = layout.published_codes(interval)
+    if replaced is None or replaced.generation != generation:
+        marker = {"generation": generation, "shards": count}
+        atomic_write_json(layout.embeddings_done(interval), marker)
+    for other in layout.generations(interval):
+        if other != generation:
+            _remove_generation(layout, interval, other)
+    if replaced is not None and replaced.generation is None:  # codes from before generations
+        legacy = (layout.root / "shards" / interval.key).glob("shard-*.parquet")
+        for path in (*replaced.files, *legacy):
+            path.unlink(missing_ok=True)
+    for path in offline.glob(f"date=*/batch-{_batch_id(interval, '*')}.parquet"):
         index = path.name.removesuffix(".parquet").rsplit("-", 1)[-1]
         if not index.isdigit() or int(index) >= count:
             path.unlink(missing_ok=True)
@@ -277,29 +290,32 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
 
 def _generation(
     layout: CycleLayout, intervals: Sequence[Interval], shards: Sequence[dict[str, Any]]
-) -> str:
-    """The generation of the run's plan: the one its shards carry, else (no pair to embed)
-    the one staged for its intervals."""
+) -> str | None:
+    """The generation of the run's plan: the one its shards carry (staged, or published by
+    an earlier attempt of this publish), else (no pair to embed) the one staged for its
+    intervals; None when nothing is staged (an earlier attempt swapped everything in)."""
     made = {str(s["generation"]) for s in shards}
     staged = set().union(*(layout.staged_generations(i) for i in intervals))
-    found = made or staged
-    if len(found) != 1 or not found <= staged:
-        raise CycleInputError(
-            f"intervals {[i.key for i in intervals]}: no single staged generation to publish "
-            f"(shards of {sorted(made)}, staged {sorted(staged)}): rerun the embeddings DAG"
-        )
-    return found.pop()
+    published = {layout.published_generation(i) for i in intervals} - {None}
+    if len(made) == 1 and made <= staged | published:
+        return made.pop()
+    if not made and len(staged) <= 1:
+        return staged.pop() if staged else None
+    raise CycleInputError(
+        f"intervals {[i.key for i in intervals]}: no single staged generation to publish "
+        f"(shards of {sorted(made)}, staged {sorted(staged)}): rerun the embeddings DAG"
+    )
 
 
 def _staged_shards(layout: CycleLayout, interval: Interval, generation: str) -> int:
     """The shard count of ``generation``'s plan of ``interval``, once every shard has its
     codes (:class:`~solaris.orchestration.resources.CycleInputError` otherwise)."""
-    staged = layout.embeddings_dir(interval, generation)
+    plan = layout.plan(interval, generation)
     try:
-        count = int(json.loads((staged / _PLAN).read_text())["shards"])
+        count = int(json.loads(plan.read_text())["shards"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CycleInputError(
-            f"interval {interval.key}: no plan of generation {generation} at {staged} "
+            f"interval {interval.key}: no plan of generation {generation} at {plan} "
             f"(a later run replanned it?): {exc}"
         ) from exc
     missing = [k for k in range(count) if not layout.embeddings(interval, k, generation).is_file()]
@@ -321,15 +337,27 @@ def summarize_embeddings(
     layout = CycleLayout(Namespace.of(cfg))
     shards = [s for s in shards if s]  # a skipped mapped task returns nothing
     planned = work_intervals(cfg, intervals)  # the same the plan embedded
-    staged = any(layout.staged_generations(i) for i in planned)
-    if not staged and all(layout.embeddings_done(i).is_file() for i in planned):
-        generation = None  # a retried publish: an earlier attempt swapped everything in
+    generation = _generation(layout, planned, shards)
+    if generation is None:  # a retried publish: an earlier attempt swapped everything in
+        missing = [i.key for i in planned if not layout.embeddings_done(i).is_file()]
+        if missing:
+            raise CycleInputError(
+                f"intervals {missing}: no staged generation to publish and no codes: rerun "
+                "the embeddings DAG"
+            )
         intervals = planned
+        for interval in intervals:  # what an interrupted removal left
+            _drop_staged(layout, interval)
     else:
-        generation = _generation(layout, planned, shards)
         # The intervals the plan staged (one whose ledger came later waits for the next
-        # run); every one is checked complete before any is swapped in.
-        intervals = [i for i in planned if generation in layout.staged_generations(i)]
+        # run), or that an earlier attempt swapped in already; every one is checked
+        # complete before any is swapped in.
+        intervals = [
+            i
+            for i in planned
+            if generation in layout.staged_generations(i)
+            or layout.published_generation(i) == generation
+        ]
         for interval in intervals:
             _staged_shards(layout, interval, generation)
     rows = int(sum(s["rows"] for s in shards))

@@ -87,24 +87,21 @@ def recent_requests(cfg: SolarisConfig, as_of: int, window_s: int) -> pd.DataFra
 def pair_history(cfg: SolarisConfig, as_of: int, window_s: int):
     """:class:`~solaris.pipeline.enrich.PairHistory` of the codes computed in
     ``(as_of - window_s, as_of]``."""
-    import pyarrow as pa
 
     from solaris.data.schemas import read_table
     from solaris.pipeline.enrich import PairHistory
 
     layout = CycleLayout(Namespace.of(cfg))
     intervals = layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of)
-    folders = [layout.codes_dir(i) for i in intervals]
-    tables = [
-        read_table(folder, "pair_embeddings", z_dim=cfg.model.z_dim)
-        for folder in folders
-        if folder is not None and any(folder.glob("shard-*.parquet"))
+    # Exactly the files each marker counts: a generation being replaced fails the read on
+    # a missing file (the task's retry reads the new one), it is never read in part.
+    files = [
+        path
+        for interval in intervals
+        if (codes := layout.published_codes(interval)) is not None
+        for path in codes.files
     ]
-    if not tables:
-        from solaris.data.schemas import pair_embeddings_schema
-
-        return PairHistory.from_table(pair_embeddings_schema(cfg.model.z_dim).empty_table())
-    return PairHistory.from_table(pa.concat_tables(tables))
+    return PairHistory.from_table(read_table(files, "pair_embeddings", z_dim=cfg.model.z_dim))
 
 
 def _materialize(cfg: SolarisConfig, view: str, rows: pd.DataFrame, batch_id: str) -> float:

@@ -49,6 +49,7 @@ __all__ = [
     "RUN_METRIC_GROUPS",
     "CycleLayout",
     "Interval",
+    "PublishedCodes",
     "describe_run",
     "read_all_run_records",
     "read_run_records",
@@ -90,6 +91,16 @@ class Interval:
 
 
 @dataclass(frozen=True)
+class PublishedCodes:
+    """The codes in force for one interval: the generation its marker names (None for codes
+    written before generations existed), their folder, and every shard file, in order."""
+
+    generation: str | None
+    folder: StatePath
+    files: tuple[StatePath, ...]
+
+
+@dataclass(frozen=True)
 class CycleLayout:
     """Paths of one namespace's cycle state, and of the models it reads."""
 
@@ -127,38 +138,57 @@ class CycleLayout:
     def embeddings(self, interval: Interval, index: int, generation: str) -> StatePath:
         return self.embeddings_dir(interval, generation) / f"shard-{index:04d}.parquet"
 
+    def plan(self, interval: Interval, generation: str) -> StatePath:
+        """Embeddings run ``generation``'s plan of ``interval`` (its shard count), written
+        after its shards: a generation without one is unfinished or being removed, and is
+        never published."""
+        return self.embeddings_dir(interval, generation) / "_PLAN.json"
+
     def embeddings_done(self, interval: Interval) -> StatePath:
         """The interval's marker, ``{"generation": ..., "shards": ...}``: written (one
         atomic write) by the embeddings run once every shard of its generation is in, and
         rewritten by a rerun's. Readers take an interval's codes only through it
-        (:meth:`codes_dir`), never a half-embedded interval or a mix of two runs."""
+        (:meth:`published_codes`), never a half-embedded interval or a mix of two runs."""
         return self.root / "pair_embeddings" / interval.key / "_SUCCESS"
 
-    def published_generation(self, interval: Interval) -> str | None:
-        """The generation the marker of ``interval`` names (None: no marker yet).
+    def published_codes(self, interval: Interval) -> PublishedCodes | None:
+        """The codes in force for ``interval``, as its marker names them (None: no marker).
 
-        Raises ``ValueError`` naming the marker when it cannot be read.
+        An empty marker is one SOLARIS wrote before generations existed: its codes are the
+        ``shard-*.parquet`` files of the interval's folder itself. Raises ``ValueError``
+        naming the marker when it cannot be read.
         """
         marker = self.embeddings_done(interval)
         try:
             text = marker.read_text()
         except FileNotFoundError:
             return None
+        if not text.strip():
+            folder = marker.parent
+            return PublishedCodes(None, folder, tuple(sorted(folder.glob("shard-*.parquet"))))
         try:
-            generation = json.loads(text)["generation"]
-            return _checked(generation)
+            payload = json.loads(text)
+            generation, shards = _checked(payload["generation"]), payload["shards"]
+            if not isinstance(shards, int) or isinstance(shards, bool) or shards < 0:
+                raise ValueError(f"shards {shards!r} is not a count")
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{marker}: not a completion marker ({exc})") from exc
+        files = tuple(self.embeddings(interval, k, generation) for k in range(shards))
+        return PublishedCodes(generation, self.embeddings_dir(interval, generation), files)
+
+    def published_generation(self, interval: Interval) -> str | None:
+        """The generation whose codes are in force for ``interval`` (None: none, or codes
+        written before generations existed)."""
+        codes = self.published_codes(interval)
+        return None if codes is None else codes.generation
 
     def codes_dir(self, interval: Interval) -> StatePath | None:
         """The folder of the codes in force for ``interval`` (None: not embedded yet)."""
-        generation = self.published_generation(interval)
-        return None if generation is None else self.embeddings_dir(interval, generation)
+        codes = self.published_codes(interval)
+        return None if codes is None else codes.folder
 
-    def staged_generations(self, interval: Interval) -> list[str]:
-        """The generations of embeddings runs that left work for ``interval`` that is not
-        the interval's published codes (unfinished, or not yet swapped in)."""
-        published = self.published_generation(interval)
+    def generations(self, interval: Interval) -> list[str]:
+        """Every generation with a folder of shards or codes for ``interval``."""
         found: set[str] = set()
         for kind in ("shards", "pair_embeddings"):
             folder = self.root / kind / interval.key
@@ -168,7 +198,17 @@ class CycleLayout:
                     for entry in folder.iterdir()
                     if _GENERATION.match(entry.name) and entry.is_dir()
                 )
-        return sorted(found - {published})
+        return sorted(found)
+
+    def staged_generations(self, interval: Interval) -> list[str]:
+        """The generations of embeddings runs that planned ``interval`` (their plan is in)
+        and are not its published codes: what a publish may swap in."""
+        published = self.published_generation(interval)
+        return [
+            g
+            for g in self.generations(interval)
+            if g != published and self.plan(interval, g).is_file()
+        ]
 
     def neighbours(self, as_of: int) -> StatePath:
         return self.root / "neighbours" / f"{as_of:011d}.parquet"

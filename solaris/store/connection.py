@@ -268,11 +268,16 @@ def redacted(connection: str | None) -> str | None:
 
 
 def redacted_settings(cfg: SolarisConfig) -> dict[str, Any]:
-    """``cfg`` as JSON data with ``store.redis`` :func:`redacted`: what a summary or a
-    report records of the settings."""
+    """``cfg`` as JSON data with ``store.redis`` :func:`redacted` and the password of a SQL
+    registry URL replaced by ``***``: what a summary or a report records of the settings."""
     data = json.loads(cfg.model_dump_json())
     data["store"]["redis"] = redacted(data["store"].get("redis"))
+    data["store"]["registry"] = _URL_PASSWORD.sub(r"\1***@", data["store"]["registry"])
     return data
+
+
+# ``scheme://user:password@``: the password of a URL (the SQL registry's).
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 
 
 def _json_or_text(raw: str) -> Any:

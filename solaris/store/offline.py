@@ -29,24 +29,35 @@ def source_path(store: FeatureStore, view: Any) -> StatePath | None:
     if not path:
         return None
     if "://" in str(path):
-        return state_path(str(path))
+        return state_path(str(path), **_endpoint(view.batch_source))
     local = Path(path)
     return state_path(local if local.is_absolute() else Path(store.repo_path) / local)
 
 
+def _endpoint(source: Any) -> dict[str, str]:
+    """The S3 endpoint the FileSource names (store.offline_s3_endpoint), as s3fs takes it:
+    SOLARIS writes where Feast reads."""
+    endpoint = getattr(source, "s3_endpoint_override", None)
+    return {"endpoint_url": endpoint} if endpoint else {}
+
+
 def offline_dir(store: FeatureStore, view: str) -> StatePath:
     """Where the offline rows of SOLARIS view ``view`` go, as the store's registry declares
-    its FileSource: a local folder always under ``<repo>/data/``, a remote one always
-    ``.../<project>/<view>`` (:class:`~solaris.store.contract.InvalidWriteError` otherwise,
-    and for any name that is not a SOLARIS view)."""
+    its FileSource: a path relative to the repo always under ``<repo>/data/``, an absolute
+    one or a URL (``store.offline_uri``) always ``.../<project>/<view>``
+    (:class:`~solaris.store.contract.InvalidWriteError` otherwise, and for any name that is
+    not a SOLARIS view)."""
     spec = contract.view(view)
-    declared = str(store.get_feature_view(spec.name).batch_source.path)
-    if "://" in declared:
+    source = store.get_feature_view(spec.name).batch_source
+    declared = str(source.path)
+    if "://" in declared or Path(declared).is_absolute():  # store.offline_uri
         if not declared.rstrip("/").endswith(f"/{store.project}/{spec.name}"):
             raise InvalidWriteError(
                 f"view {view!r}: offline path {declared} is not .../{store.project}/{spec.name}"
             )
-        return state_path(declared)
+        if "://" in declared:
+            return state_path(declared, **_endpoint(source))
+        return state_path(Path(declared).resolve())
     repo = Path(store.repo_path)
     data = (repo / "data").resolve()
     folder = (repo / declared).resolve()

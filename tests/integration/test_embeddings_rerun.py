@@ -180,3 +180,62 @@ def test_a_rerun_swaps_its_codes_in_only_once_every_shard_is_in(cfg, redis_clien
     published = {p.name: p.read_bytes() for p in swapped.parent.rglob("*") if p.is_file()}
     assert summarize_embeddings(rerun, [a], done)["fm_passes"] == 100
     assert {p.name: p.read_bytes() for p in swapped.parent.rglob("*") if p.is_file()} == published
+
+
+def test_a_publish_cut_short_while_removing_the_old_codes_is_finished_by_its_retry(
+    cfg, redis_client
+) -> None:
+    a = _interval(0)
+    _write_ledger(cfg, a)
+    _run(cfg, [a])
+    layout = CycleLayout(Namespace.of(cfg))
+    old = layout.published_generation(a)
+    rerun = cfg.model_copy(update={"cycle": cfg.cycle.model_copy(update={"shard_rows": 500})})
+    shards = plan_shards(rerun, [a])
+    done = [embed_and_materialize(rerun, shard) for shard in shards]
+    summarize_embeddings(rerun, [a], done)
+    new = layout.published_generation(a)
+    # What a kill during the removal leaves: the old codes without their plan (it goes first).
+    from solaris.files import atomic_write_bytes
+
+    atomic_write_bytes(layout.embeddings(a, 0, old), b"left over")
+    atomic_write_bytes(layout.shard(a, 0, old), b"left over")
+    assert layout.staged_generations(a) == []  # never a candidate to publish again
+
+    assert summarize_embeddings(rerun, [a], done)["fm_passes"] == 100  # the retry
+    assert layout.published_generation(a) == new
+    assert layout.generations(a) == [new]
+
+
+def test_codes_written_before_generations_are_read_and_then_replaced(cfg, redis_client) -> None:
+    from solaris.files import atomic_write_bytes, remove_tree
+    from solaris.orchestration.enrichment import pair_history
+
+    a = _interval(0)
+    _write_ledger(cfg, a)
+    _run(cfg, [a])
+    layout = CycleLayout(Namespace.of(cfg))
+    # The layout of the previous SOLARIS: the codes in the interval's folder, an empty marker.
+    generation = layout.published_generation(a)
+    folder = layout.embeddings_done(a).parent
+    for k in range(3):
+        atomic_write_bytes(
+            folder / f"shard-{k:04d}.parquet", layout.embeddings(a, k, generation).read_bytes()
+        )
+        atomic_write_bytes(
+            layout.root / "shards" / a.key / f"shard-{k:04d}.parquet",
+            layout.shard(a, k, generation).read_bytes(),
+        )
+    remove_tree(layout.embeddings_dir(a, generation))
+    remove_tree(layout.shards_dir(a, generation))
+    atomic_write_bytes(layout.embeddings_done(a), b"")
+
+    assert len(pair_history(cfg, a.end, HOURS_6).pairs) == 100
+
+    rerun = cfg.model_copy(update={"cycle": cfg.cycle.model_copy(update={"shard_rows": 500})})
+    shards = plan_shards(rerun, [a])
+    summarize_embeddings(rerun, [a], [embed_and_materialize(rerun, s) for s in shards])
+    assert layout.published_generation(a) == shards[0]["generation"]
+    assert not list(folder.glob("shard-*.parquet"))
+    assert not list((layout.root / "shards" / a.key).glob("shard-*.parquet"))
+    assert len(pair_history(cfg, a.end, HOURS_6).pairs) == 100

@@ -1,7 +1,8 @@
 """Materialization into the real store: offline then online, idempotent, validated first.
 
-Each test runs twice: with the offline rows in the feature repo's folder, and in a bucket of
-the local S3 endpoint (``store.offline_uri``), which Feast's own offline join then reads.
+Each test runs three times: with the offline rows in the feature repo's folder, in a folder
+elsewhere and in a bucket of the local S3 endpoint (both ``store.offline_uri``), which
+Feast's own offline join then reads.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ pytestmark = pytest.mark.integration
 Z_DIM = 8  # as in conftest
 
 
-@pytest.fixture(params=["local", "s3"])
-def solaris_cfg(request, repo_copy, feast_project) -> SolarisConfig:
-    """conftest's settings, with the offline rows in the repo or in a fresh S3 bucket."""
+@pytest.fixture(params=["repo", "folder", "s3"])
+def solaris_cfg(request, repo_copy, feast_project, tmp_path) -> SolarisConfig:
+    """conftest's settings, with the offline rows in the repo, in a folder outside it or in
+    a fresh S3 bucket."""
     store = {"repo_path": repo_copy, "miss_stream_maxlen": 50}
+    if request.param == "folder":
+        store["offline_uri"] = str(tmp_path / "offline-elsewhere")
     if request.param == "s3":
         store["offline_uri"] = f"{request.getfixturevalue('s3_bucket')}/offline"
         store["offline_s3_endpoint"] = request.getfixturevalue("s3_endpoint").url

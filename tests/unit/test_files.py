@@ -115,6 +115,13 @@ def test_state_path_keeps_a_folder_local_and_gives_a_url_its_filesystem(tmp_path
     assert where.endswith("/a.parquet") and filesystem is bucket.fs
 
 
+def test_a_file_url_is_a_local_folder(tmp_path: Path) -> None:
+    path = state_path(f"file://{tmp_path}/state")
+    assert is_local(path) and path == tmp_path / "state"
+    atomic_write_bytes(path / "a" / "b.json", b"{}")  # parents made, renamed into place
+    assert (tmp_path / "state" / "a" / "b.json").read_bytes() == b"{}"
+
+
 def test_a_remote_write_puts_the_whole_object_and_a_failed_one_leaves_the_old(bucket):
     target = bucket / "ledgers" / "one.parquet"
     atomic_write_parquet(target, pa.table({"x": [1, 2, 3]}))

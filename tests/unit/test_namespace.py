@@ -38,3 +38,12 @@ def test_uris_move_the_state_and_the_offline_rows_into_a_bucket(tmp_path: Path) 
     assert str(ns.offline_root) == "s3://bucket/offline/live"
     assert ns.offline_source("uagg") == "s3://bucket/offline/live/uagg"
     assert ns.models_dir == tmp_path / "models"  # inputs: shipped with every worker
+
+
+def test_a_relative_offline_uri_is_taken_from_the_repo_as_feast_does(tmp_path: Path) -> None:
+    cfg = SolarisConfig(
+        namespace="live", store={"repo_path": tmp_path / "repo", "offline_uri": "rows"}
+    )
+    ns = Namespace.of(cfg)
+    assert ns.offline_root == tmp_path / "repo" / "rows" / "live"
+    assert ns.offline_source("pair") == "rows/live/pair"

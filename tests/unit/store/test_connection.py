@@ -391,6 +391,15 @@ def test_redacted_settings_keep_every_setting_but_the_redis_password() -> None:
     }
 
 
+def test_redacted_settings_hide_the_password_of_a_sql_registry_url() -> None:
+    from solaris.config import SolarisConfig, StoreConfig
+
+    url = f"postgresql+psycopg2://feast:{SECRET}@db.internal:5432/feast"
+    data = connection.redacted_settings(SolarisConfig(store=StoreConfig(registry=url)))
+    assert data["store"]["registry"] == "postgresql+psycopg2://feast:***@db.internal:5432/feast"
+    assert SECRET not in repr(data)
+
+
 def test_the_options_checked_without_redis_py_are_taken_by_both_clients() -> None:
     single, cluster = connection.client_options()
     assert single & cluster >= connection.COMMON_OPTIONS

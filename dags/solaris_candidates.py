@@ -6,13 +6,20 @@ the next interval on. A run works in one namespace (``SOLARIS_NAMESPACE``, defau
 a run's conf may name another, e.g. a replay of history) and on one interval (its data
 interval, or the ``interval_start``/``interval_end`` of its conf, on the cadence grid).
 
-1. ``previous_published`` waits until the previous interval's embeddings and enrichment of
-   the namespace are published, so intervals (a backfill too) run strictly in order.
-2. ``select_candidates`` (in a replay namespace, first serves the interval's requests from
-   the traffic source through the serving client, which logs them) drains the interval's
-   request log into its table, drains the miss stream and selects the top share of each
-   request by the logged verifier score. It emits ``request_log`` (the drained interval)
-   and ``candidates`` (the selection), whose extras tell the embeddings DAG what to embed.
+``select_candidates``, one sensor task:
+
+1. it waits until the previous interval's embeddings and enrichment of the namespace are
+   published (:func:`~solaris.orchestration.candidates.previous_published`, poked every
+   5 s), so intervals (a backfill too) run strictly in order;
+2. then (in a replay namespace, first serving the interval's requests from the traffic
+   source through the serving client, which logs them) it drains the interval's request
+   log into its table, drains the miss stream and selects the top share of each request by
+   the logged verifier score. It emits ``request_log`` (the drained interval) and
+   ``candidates`` (the selection), whose extras tell the embeddings DAG what to embed.
+
+The wait and the selection are one task, not two, because the wait is almost always over
+at its first poke: a second task would cost every interval a task start and a scheduler
+hop (about 0.35 s under the real scheduler, ``docs/scaling.md``).
 """
 
 from __future__ import annotations
@@ -41,19 +48,20 @@ def solaris_candidates():
         poke_interval=5,
         timeout=SETTINGS.cycle.wait_previous_minutes * 60,
         mode="poke",
+        outlets=[REQUEST_LOG, CANDIDATES],
     )
-    def previous_published(params=None, data_interval_start=None, data_interval_end=None):
-        return candidates.previous_published(params, data_interval_start, data_interval_end)
-
-    @task(outlets=[REQUEST_LOG, CANDIDATES])
     def select_candidates(
         params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
     ):
-        outlet_events[REQUEST_LOG].extra, outlet_events[CANDIDATES].extra = candidates.select(
-            params, data_interval_start, data_interval_end
+        return candidates.select_when_published(
+            params,
+            data_interval_start,
+            data_interval_end,
+            outlet_events[REQUEST_LOG],
+            outlet_events[CANDIDATES],
         )
 
-    previous_published() >> select_candidates()
+    select_candidates()
 
 
 solaris_candidates()

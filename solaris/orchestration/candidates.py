@@ -1,10 +1,11 @@
 """The candidates DAG: verifier selection for one scheduling interval.
 
-Task entry points (each ``@task`` of ``dags/solaris_candidates.py`` calls one):
+Task entry point: :func:`select_when_published`, the poke of the DAG's one sensor task,
+which runs :func:`select` once :func:`previous_published` holds.
 
-- :func:`previous_published`, the sensor: the previous interval's embeddings and enrichment
-  of this namespace are published (so intervals of a backfill run strictly in order), and,
-  in a replay, the daily clustering due between the two intervals;
+- :func:`previous_published`: the previous interval's embeddings and enrichment of this
+  namespace are published (so intervals of a backfill run strictly in order), and, in a
+  replay, the daily clustering due between the two intervals;
 - :func:`select`: in a replay namespace, first serve the interval's requests from the
   traffic source through :class:`~solaris.serving.client.SolarisFeatures` (which logs them,
   as serving does in production, and measures what the VM got); then drain the interval's
@@ -47,6 +48,7 @@ __all__ = [
     "previous_published",
     "select",
     "select_interval",
+    "select_when_published",
     "serve_replay",
     "with_misses",
 ]
@@ -85,6 +87,18 @@ def previous_published(params: Params, start: object, end: object) -> bool:
     # its neighbour tier is built from the same codes as in an in-order run (the demo's).
     due = cron_times(run.cfg.cycle.clustering_cron, previous.end - 1, first.start)
     return all(layout.run_record(CLUSTERING_DAG_ID, f"{t:011d}-unn").is_file() for t in due)
+
+
+def select_when_published(
+    params: Params, start: object, end: object, request_log_event: Any, candidates_event: Any
+) -> bool:
+    """The poke of the DAG's one sensor task: False (nothing done) until
+    :func:`previous_published` holds, then :func:`select`, its extras set on the task's
+    ``request_log`` and ``candidates`` events, and True."""
+    if not previous_published(params, start, end):
+        return False
+    request_log_event.extra, candidates_event.extra = select(params, start, end)
+    return True
 
 
 def select(params: Params, start: object, end: object) -> tuple[dict, dict]:

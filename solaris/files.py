@@ -21,6 +21,7 @@ them is opened.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -29,18 +30,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeAlias
 
-from upath import UPath
-
 from solaris.errors import SolarisError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import torch
+    from upath import UPath
 
 __all__ = [
     "ArtifactPathError",
     "StatePath",
     "arrow_source",
+    "artifact_name",
     "artifact_path",
     "atomic_torch_save",
     "atomic_write",
@@ -56,8 +57,10 @@ __all__ = [
     "tensor_bytes",
 ]
 
-# A file or folder of the cycle's state: a local path, or an fsspec path (a UPath).
-StatePath: TypeAlias = Path | UPath
+# A file or folder of the cycle's state: a local path, or an fsspec path (a UPath). A string
+# at run time: universal_pathlib (and fsspec) are imported only where a path is made, not by
+# every module that names the type (the DAG files and serving import this one).
+StatePath: TypeAlias = "Path | UPath"
 
 
 def state_path(value: str | os.PathLike[str] | UPath, **storage_options: Any) -> StatePath:
@@ -71,6 +74,8 @@ def state_path(value: str | os.PathLike[str] | UPath, **storage_options: Any) ->
     processes add files to the folders the cycle lists, and a cached listing would hide
     them, from SOLARIS and from the readers Feast opens alike.
     """
+    from upath import UPath
+
     path = value if isinstance(value, UPath) else UPath(value, **storage_options)
     if path.protocol in ("file", "local"):  # a folder after all: renames and fsync work
         return UPath(path.path)
@@ -143,8 +148,6 @@ def atomic_write(path: StatePath, write: Callable[[BinaryIO], object]) -> StateP
     """
     path = state_path(path)
     if not is_local(path):
-        import io
-
         buffer = io.BytesIO()
         write(buffer)
         path.fs.pipe_file(path.path, buffer.getvalue())
@@ -199,8 +202,6 @@ def tensor_bytes(tensors: Mapping[str, torch.Tensor], *, where: object = "checkp
     and holds nothing a loader would have to trust; metadata belongs in a JSON file beside
     it. Raises ``TypeError`` naming ``where`` and the first entry that is not a tensor.
     """
-    import io
-
     import torch
 
     plain: dict[str, torch.Tensor] = {}
@@ -250,6 +251,20 @@ def artifact_path(root: StatePath, value: object, *, source: object) -> StatePat
             f"{base}; refusing to read it"
         )
     return resolved
+
+
+def artifact_name(root: StatePath, path: StatePath) -> str:
+    """How an artifact names ``path``, a file under ``root``: its path relative to ``root``
+    (so the root can move), the inverse of :func:`artifact_path`. Raises
+    :class:`ArtifactPathError` when ``path`` is not under ``root``."""
+    root, path = state_path(root), state_path(path)
+    if is_local(root) and is_local(path):
+        inside = artifact_path(root, str(Path(path).resolve()), source=path)
+        return inside.relative_to(Path(root).resolve()).as_posix()
+    inner, base = str(path), str(root).rstrip("/") + "/"
+    if not inner.startswith(base):
+        raise ArtifactPathError(f"{path}: not under the state root {root}")
+    return inner.removeprefix(base)
 
 
 def atomic_write_private(path: Path, data: bytes) -> Path:

@@ -108,20 +108,22 @@ class Namespace:
         return self.state_root / "namespaces" / self.name
 
     @property
+    def _offline_base(self) -> str:
+        """``store.offline_uri``, else the repo's offline folder (relative to the repo)."""
+        return (self.offline_uri or OFFLINE_FOLDER).rstrip("/")
+
+    @property
     def offline_root(self) -> StatePath:
         """Feast's offline parquet of this namespace, one folder per view below it."""
-        if not self.offline_uri:
-            return self.repo_path / OFFLINE_FOLDER / self.name
-        if "://" in self.offline_uri or Path(self.offline_uri).is_absolute():
-            return state_path(self.offline_uri) / self.name
-        return self.repo_path / self.offline_uri / self.name  # as Feast reads it
+        base = self._offline_base
+        if "://" in base or Path(base).is_absolute():
+            return state_path(base) / self.name
+        return self.repo_path / base / self.name  # relative to the repo, as Feast reads it
 
     def offline_source(self, view: str) -> str:
         """The path the FileSource of ``view`` names: relative to the feature repo by
-        default (the repo can move), the URL below ``offline_uri`` when that is set."""
-        if self.offline_uri:
-            return f"{self.offline_uri.rstrip('/')}/{self.name}/{view}"
-        return f"{OFFLINE_FOLDER}/{self.name}/{view}"
+        default (the repo can move), below ``offline_uri`` when that is set."""
+        return f"{self._offline_base}/{self.name}/{view}"
 
     @property
     def models_dir(self) -> Path:

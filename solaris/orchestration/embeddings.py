@@ -125,7 +125,7 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     generation = uuid.uuid4().hex[:12]
     shards = []
     for interval, ledger in ledgers.items():
-        _drop_staged(layout, interval)  # earlier runs' unfinished work: never read
+        _remove_other_generations(layout, interval)  # earlier runs' unfinished work: never read
         pairs = ledger.drop_duplicates(["user_id", "item_id"], ignore_index=True)
         pairs["label"] = pairs["label"].astype("Int8")
         size = cfg.cycle.shard_rows
@@ -163,12 +163,14 @@ def _ledger(layout: CycleLayout, interval: Interval) -> pd.DataFrame:
         ) from exc
 
 
-def _drop_staged(layout: CycleLayout, interval: Interval) -> None:
-    """Remove every generation of ``interval`` but the published one (unfinished runs,
-    leftovers of a removal that was cut short): never read, never published."""
-    published = layout.published_generation(interval)
+def _remove_other_generations(
+    layout: CycleLayout, interval: Interval, keep: str | None = None
+) -> None:
+    """Remove every generation of ``interval`` but ``keep`` (by default the published one):
+    unfinished runs, a replaced generation, leftovers of a removal that was cut short."""
+    keep = keep or layout.published_generation(interval)
     for generation in layout.generations(interval):
-        if generation != published:
+        if generation != keep:
             _remove_generation(layout, interval, generation)
 
 
@@ -215,9 +217,7 @@ def swap_in_embeddings(cfg: SolarisConfig, interval: Interval, generation: str) 
     if replaced is None or replaced.generation != generation:
         marker = {"generation": generation, "shards": count}
         atomic_write_json(layout.embeddings_done(interval), marker)
-    for other in layout.generations(interval):
-        if other != generation:
-            _remove_generation(layout, interval, other)
+    _remove_other_generations(layout, interval, keep=generation)
     if replaced is not None and replaced.generation is None:  # codes from before generations
         legacy = (layout.root / "shards" / interval.key).glob("shard-*.parquet")
         for path in (*replaced.files, *legacy):
@@ -347,7 +347,7 @@ def summarize_embeddings(
             )
         intervals = planned
         for interval in intervals:  # what an interrupted removal left
-            _drop_staged(layout, interval)
+            _remove_other_generations(layout, interval)
     else:
         # The intervals the plan staged (one whose ledger came later waits for the next
         # run), or that an earlier attempt swapped in already; every one is checked

@@ -48,22 +48,20 @@ def offline_dir(store: FeatureStore, view: str) -> StatePath:
     (:class:`~solaris.store.contract.InvalidWriteError` otherwise, and for any name that is
     not a SOLARIS view)."""
     spec = contract.view(view)
-    source = store.get_feature_view(spec.name).batch_source
-    declared = str(source.path)
+    feature_view = store.get_feature_view(spec.name)
+    declared = str(feature_view.batch_source.path)
+    folder = source_path(store, feature_view)
     if "://" in declared or Path(declared).is_absolute():  # store.offline_uri
         if not declared.rstrip("/").endswith(f"/{store.project}/{spec.name}"):
             raise InvalidWriteError(
                 f"view {view!r}: offline path {declared} is not .../{store.project}/{spec.name}"
             )
-        if "://" in declared:
-            return state_path(declared, **_endpoint(source))
-        return state_path(Path(declared).resolve())
-    repo = Path(store.repo_path)
-    data = (repo / "data").resolve()
-    folder = (repo / declared).resolve()
-    if not folder.is_relative_to(data):
-        raise InvalidWriteError(f"view {view!r}: offline path {folder} is outside {data}")
-    return state_path(folder)
+        return folder if "://" in declared else state_path(Path(folder).resolve())
+    data = (Path(store.repo_path) / "data").resolve()
+    resolved = Path(folder).resolve()
+    if not resolved.is_relative_to(data):
+        raise InvalidWriteError(f"view {view!r}: offline path {resolved} is outside {data}")
+    return state_path(resolved)
 
 
 def published_files(folder: StatePath) -> list[StatePath]:

@@ -89,16 +89,12 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
         "AWS_SECRET_ACCESS_KEY": "solaris-test",  # moto accepts any; nothing secret
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    before = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
     try:
-        yield S3Endpoint(url, env)
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            yield S3Endpoint(url, env)
     finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         server.stop()
 
 

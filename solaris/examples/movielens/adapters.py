@@ -19,10 +19,9 @@ from solaris.config import DataConfig, ModelConfig, SolarisConfig
 from solaris.files import (
     ArtifactPathError,
     StatePath,
+    artifact_name,
     artifact_path,
     atomic_write_json,
-    is_local,
-    state_path,
 )
 from solaris.namespace import Namespace
 
@@ -174,29 +173,15 @@ def publish_verifier(
     from solaris.orchestration.layout import CycleLayout
 
     namespace = Namespace.of(cfg)
-    root = namespace.state_root
-    if is_local(root):
-        inside = artifact_path(root, str(Path(path).resolve()), source=path)
-        relative = inside.relative_to(Path(root).resolve()).as_posix()
-    else:
-        relative = _relative_to(state_path(path), root)
     return atomic_write_json(
         CycleLayout(namespace).verifier_publication(as_of),
         {
-            "path": relative,
+            "path": artifact_name(namespace.state_root, path),
             "version": version,
             "as_of": as_of,
             "val_logloss": val_logloss,
         },
     )
-
-
-def _relative_to(path: StatePath, root: StatePath) -> str:
-    """``path`` relative to the remote ``root`` (:class:`ArtifactPathError` if outside)."""
-    inner, base = str(path), str(root).rstrip("/") + "/"
-    if not inner.startswith(base):
-        raise ArtifactPathError(f"{path}: a published verifier must lie under {root}")
-    return inner.removeprefix(base)
 
 
 def published_checkpoint(cfg: SolarisConfig, publication: StatePath) -> StatePath:

@@ -37,8 +37,13 @@ DAY = 86_400
 @dataclass(frozen=True)
 class RequestLog:
     """``requests`` (request_id, user_id, ts), ``candidates`` (request_id, user_id, item_id,
-    ts, label: nullable Int8) and ``impressions`` (the labelled candidates with their rating).
-    All three are sorted by ``ts`` then ``request_id``."""
+    ts, label: nullable Int8, retrieval_score: float32) and ``impressions`` (the labelled
+    candidates with their rating). All three are sorted by ``ts`` then ``request_id``.
+
+    ``retrieval_score`` is the causal retrieval score of every candidate, the labelled ones
+    that retrieval did not return included (scored by the same snapshot), so that a
+    selector may rank on it without knowing which rows retrieval returned. It is not part of
+    the ``candidates``/``request_log`` table schemas; schema-checked writes drop it."""
 
     requests: pd.DataFrame
     candidates: pd.DataFrame
@@ -85,7 +90,12 @@ def _ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def retrieve(
-    ratings: pd.DataFrame, requests: pd.DataFrame, n_items: int, cfg: RequestLogConfig
+    ratings: pd.DataFrame,
+    requests: pd.DataFrame,
+    n_items: int,
+    cfg: RequestLogConfig,
+    *,
+    pairs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Top-``cfg.retrieval_k`` retrieval candidates per request, from data strictly before it.
 
@@ -95,7 +105,12 @@ def retrieve(
     user already rated before the request are excluded. Popularity and co-occurrence come
     from a snapshot at the start of the request's day; the user's history is exact.
 
-    Returns ``request_id, item_id, retrieval_score``.
+    Returns ``request_id, item_id, retrieval_score``. With ``pairs`` (``request_id,
+    item_id`` of requests in ``requests``), those pairs are scored too, by the same snapshot
+    and before the exclusion of already-rated items (so their score is always finite), and
+    the result is the union of the top-K rows and ``pairs`` (each pair once) with a bool
+    ``retrieved`` column, False for a pair of ``pairs`` outside the top-K. This is how the
+    request log scores the labelled impressions it injects as candidates.
     """
     # Users with no past rating (cold start) still get popularity candidates.
     n_users = (
@@ -116,7 +131,19 @@ def retrieve(
     ratings_items = ratings["item_id"].to_numpy()
     seen = sp.csr_matrix((n_users, n_items), dtype=np.float32)
     k = min(cfg.retrieval_k, n_items - 1)
+    # Each request's row within its day's batch, and the extra pairs grouped by day.
+    in_batch = np.zeros(len(requests), np.int64)
+    order = np.argsort(req_day, kind="stable")
+    day_starts = np.searchsorted(req_day[order], req_day[order], "left")
+    in_batch[order] = np.arange(len(requests)) - day_starts
+    if pairs is not None:
+        at = pd.Index(requests["request_id"].to_numpy()).get_indexer(pairs["request_id"])
+        if (at < 0).any():
+            raise ValueError("pairs name requests that are not in requests")
+        extra_items = pairs["item_id"].to_numpy(np.int64)
+        extra_day = req_day[at]
     out = []
+    extra_out = []
     days = np.unique(req_day)
     done_day = np.iinfo(np.int64).min  # ratings before this day are in the snapshot
     for day in tqdm(days, desc="retrieval", unit="day", leave=False):
@@ -153,6 +180,17 @@ def retrieve(
         co = np.asarray((recent @ cooc).todense(), dtype=np.float32)
         co /= np.maximum(co.max(axis=1, keepdims=True), 1.0)
         score = popularity[None, :] + cfg.cooccurrence_weight * co
+        if pairs is not None:
+            mine = np.flatnonzero(extra_day == day)
+            extra_out.append(
+                pd.DataFrame(
+                    {
+                        "request_id": pairs["request_id"].to_numpy()[mine],
+                        "item_id": extra_items[mine],
+                        "retrieval_score": score[in_batch[at[mine]], extra_items[mine]],
+                    }
+                )
+            )
         score[:, 0] = -np.inf  # item 0 does not exist
         score[rated.nonzero()] = -np.inf
         top = np.argpartition(-score, k - 1, axis=1)[:, :k]
@@ -167,7 +205,14 @@ def retrieve(
                 }
             )
         )
-    return pd.concat(out, ignore_index=True)
+    top = pd.concat(out, ignore_index=True)
+    if pairs is None:
+        return top
+    both = pd.concat(
+        [top.assign(retrieved=True), *(f.assign(retrieved=False) for f in extra_out)],
+        ignore_index=True,
+    )
+    return both.drop_duplicates(["request_id", "item_id"], ignore_index=True)
 
 
 def build_request_log(ratings: pd.DataFrame, cfg: RequestLogConfig) -> RequestLog:
@@ -186,9 +231,17 @@ def build_request_log(ratings: pd.DataFrame, cfg: RequestLogConfig) -> RequestLo
         ["request_id", "user_id", "item_id", "ts", "rating", "rating_ts"]
     ].assign(label=lambda f: (f["rating"] >= LIKE_THRESHOLD).astype("int8"))
     n_items = int(ratings["item_id"].max()) + 1
-    retrieved = retrieve(ratings, requests, n_items, cfg)
-    retrieved = retrieved.merge(requests, on="request_id")
     labelled = impressions[["request_id", "user_id", "item_id", "ts", "label"]]
+    # The labelled impressions are scored too, whether or not retrieval returned them.
+    scored = retrieve(ratings, requests, n_items, cfg, pairs=labelled[["request_id", "item_id"]])
+    scored = scored.astype({"retrieval_score": np.float32})
+    labelled = labelled.merge(
+        scored[["request_id", "item_id", "retrieval_score"]],
+        on=["request_id", "item_id"],
+        how="left",
+        validate="one_to_one",
+    )
+    retrieved = scored[scored["retrieved"].to_numpy()].merge(requests, on="request_id")
     unlabelled = retrieved.merge(
         labelled[["request_id", "item_id"]],
         on=["request_id", "item_id"],
@@ -196,14 +249,16 @@ def build_request_log(ratings: pd.DataFrame, cfg: RequestLogConfig) -> RequestLo
         indicator=True,
     )
     unlabelled = unlabelled[unlabelled["_merge"] == "left_only"]
+    columns = ["request_id", "user_id", "item_id", "ts", "label", "retrieval_score"]
     candidates = pd.concat(
         [
-            labelled.astype({"label": "Int8"}),
+            labelled.astype({"label": "Int8"})[columns],
             unlabelled[["request_id", "user_id", "item_id", "ts"]].assign(
                 label=pd.arrays.IntegerArray(
                     np.zeros(len(unlabelled), np.int8), np.ones(len(unlabelled), bool)
-                )
-            ),
+                ),
+                retrieval_score=unlabelled["retrieval_score"].to_numpy(np.float32),
+            )[columns],
         ],
         ignore_index=True,
     ).sort_values(["ts", "request_id", "item_id"], kind="stable", ignore_index=True)

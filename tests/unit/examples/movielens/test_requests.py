@@ -170,7 +170,15 @@ def test_label_dtype_is_nullable_and_only_unlabelled_are_null(tiny_log):
     assert cands["label"].dtype == pd.Int8Dtype()
     assert set(cands["label"].dropna().unique()) <= {0, 1}
     assert cands["label"].isna().any()
-    assert list(cands.columns) == ["request_id", "user_id", "item_id", "ts", "label"]
+    assert list(cands.columns) == [
+        "request_id",
+        "user_id",
+        "item_id",
+        "ts",
+        "label",
+        "retrieval_score",
+    ]
+    assert cands["retrieval_score"].dtype == np.float32
 
 
 # --- (c) one request per (user, bucket), at its first rating -----------------------------

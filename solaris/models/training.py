@@ -55,6 +55,8 @@ TASK_RULES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "like": lambda r: r >= LIKE_THRESHOLD,
     "love": lambda r: r == LOVE_RATING,
     "dislike": lambda r: r <= 2,
+    # Not monotone in liking (low at both ends): no threshold of the like/love scores.
+    "neutral": lambda r: r == 3,
 }
 
 

@@ -7,26 +7,42 @@ import pandas as pd
 
 from solaris.evaluation.metrics import summarize
 from solaris.examples.movielens.report.coverage import equal_cost_coverage
-from solaris.examples.movielens.report.stats import estimate, transfer_ratios, user_bootstrap
+from solaris.examples.movielens.report.seed import TR_VARIANTS
+from solaris.examples.movielens.report.stats import (
+    estimate,
+    seed_interval,
+    transfer_ratios,
+    user_bootstrap,
+)
 
 __all__ = [
-    "TR_VARIANTS",
+    "PAIRED",
     "curve",
     "dropout",
     "kd_choices",
+    "selection",
     "summarise",
     "sweeps",
     "table1",
+    "tier_coverage",
     "tier_value",
     "transfer",
 ]
 
-TR_VARIANTS = ("VM+KD", "VM+z (100% offline)", "VM+SOLARIS tiers (replay)")
+# Paired TR differences (a − b), each with its user-bootstrap interval.
+PAIRED = (("VM+z (100% offline)", "VM+FM logits"), ("VM+z (100% offline)", "VM+KD"))
 
 
 def _ms(values) -> dict:
     mean, std = summarize(list(values))
     return {"mean": mean, "std": std}
+
+
+def _ms_defined(values) -> dict:
+    """:func:`_ms` where every value is defined, else NaN (a figure the data cannot give,
+    e.g. an AUC with one class in the labels)."""
+    vals = list(values)
+    return _ms(vals) if np.isfinite(vals).all() else {"mean": np.nan, "std": np.nan}
 
 
 def table1(seeds: list[dict]) -> dict:
@@ -41,92 +57,174 @@ def table1(seeds: list[dict]) -> dict:
     return out
 
 
+def _losses(seeds: list[dict], task: str, **columns: str) -> dict[str, np.ndarray]:
+    return {k: np.stack([s["row_losses"][task][c] for s in seeds]) for k, c in columns.items()}
+
+
+def _ll(s: dict, task: str, name: str) -> np.float64:
+    return np.float64(s["table1"][task][name]["logloss"])
+
+
 def transfer(seeds: list[dict], n_boot: int) -> dict:
-    """TR per task and variant: per-seed values, seed CI and user-bootstrap CI."""
+    """TR per task and variant, and the paired differences :data:`PAIRED`: per-seed values,
+    seed CI and user-bootstrap CI (the same draws of users for every seed)."""
     users = seeds[0]["test_users"]
     out: dict = {}
     for task in seeds[0]["table1"]:
         out[task] = {}
         for name in TR_VARIANTS:
             per_seed = [
-                float(
-                    transfer_ratios(
-                        np.float64(s["table1"][task]["VM"]["logloss"]),
-                        np.float64(s["table1"][task][name]["logloss"]),
-                        np.float64(s["table1"][task]["FM"]["logloss"]),
-                    )
-                )
+                float(transfer_ratios(_ll(s, task, "VM"), _ll(s, task, name), _ll(s, task, "FM")))
                 for s in seeds
             ]
-            losses = {
-                key: np.stack([s["row_losses"][task][col] for s in seeds])
-                for key, col in (("vm", "VM"), ("x", name), ("fm", "FM"))
-            }
             boot = user_bootstrap(
                 users,
-                losses,
+                _losses(seeds, task, vm="VM", x=name, fm="FM"),
                 lambda m: transfer_ratios(m["vm"], m["x"], m["fm"]),
                 n_boot=n_boot,
                 seed=0,
             )
             out[task][name] = {"per_seed": per_seed, **estimate(per_seed, boot).as_dict()}
+        for a, b in PAIRED:
+            per_seed = [
+                float(
+                    transfer_ratios(_ll(s, task, "VM"), _ll(s, task, a), _ll(s, task, "FM"))
+                    - transfer_ratios(_ll(s, task, "VM"), _ll(s, task, b), _ll(s, task, "FM"))
+                )
+                for s in seeds
+            ]
+            boot = user_bootstrap(
+                users,
+                _losses(seeds, task, vm="VM", a=a, b=b, fm="FM"),
+                lambda m: (
+                    transfer_ratios(m["vm"], m["a"], m["fm"])
+                    - transfer_ratios(m["vm"], m["b"], m["fm"])
+                ),
+                n_boot=n_boot,
+                seed=0,
+            )
+            out[task][f"{a} − {b}"] = {"per_seed": per_seed, **estimate(per_seed, boot).as_dict()}
     return out
 
 
+def selection(seeds: list[dict]) -> dict:
+    """Per selector: AUC against the oracle label (within a request, pooled) and, per
+    budget, the share of the random → oracle coverage gap it closes (per seed, then mean,
+    std and seed interval)."""
+    names = [k for k in seeds[0]["selector_auc"] if not k.startswith("_")]
+    auc = {
+        n: {
+            k: _ms_defined(s["selector_auc"][n][k] for s in seeds)
+            for k in ("within_request", "pooled")
+        }
+        for n in names
+    }
+    df = pd.concat([pd.DataFrame(s["sweeps"]).assign(seed=s["seed"]) for s in seeds])
+    share = df[df["sweep"] == "share"].pivot_table(
+        index=["seed", "value"], columns="selector", values="coverage"
+    )
+    closed = {}
+    for n in names:
+        frac = (share[n] - share["random"]) / (share["oracle"] - share["random"])
+        closed[n] = []
+        for value, g in frac.groupby(level="value"):
+            vals = g.to_list()
+            ci = list(seed_interval(vals)) if np.isfinite(vals).all() else [np.nan, np.nan]
+            closed[n].append({"share": float(value), **_ms_defined(vals), "seed_ci95": ci})
+    positive = _ms(s["selector_auc"]["_positive_rate"] for s in seeds)
+    return {"auc": auc, "gap_closed": closed, "positive_rate": positive}
+
+
 def curve(seeds: list[dict]) -> dict:
-    """Coverage curve (gain vs coverage) for random masking and real misses, and the gap."""
+    """Table 2: gain vs coverage for random masking (fresh codes) and, per share, the
+    replay's real misses with fresh codes and with the codes serving had; beside each real
+    point, the random-masking gain interpolated at its coverage."""
     frames = [pd.DataFrame(s["curve"]).assign(seed=s["seed"]) for s in seeds]
     df = pd.concat(frames, ignore_index=True)
     rand = df[df["kind"] == "random"].copy()
     rand["target"] = np.tile(np.arange((df["kind"] == "random").sum() // len(seeds)), len(seeds))
-    real = df[df["kind"] == "real"]
-    gaps = []
-    for seed, g in real.groupby("seed"):
-        rs = rand[rand["seed"] == seed].sort_values("coverage")
-        for _, row in g.iterrows():
-            g_rand = float(np.interp(row["coverage"], rs["coverage"], rs["gain"]))
-            gaps.append(
-                {
-                    "seed": seed,
-                    "share": row["share"],
-                    "coverage": row["coverage"],
-                    "gain_real": row["gain"],
-                    "gain_random_at_same_coverage": g_rand,
-                }
+    real = df[df["kind"] != "random"].copy()
+    real["gain_random"] = [
+        float(
+            np.interp(
+                row.coverage,
+                rand[rand["seed"] == row.seed].sort_values("coverage")["coverage"],
+                rand[rand["seed"] == row.seed].sort_values("coverage")["gain"],
             )
-    gap = pd.DataFrame(gaps)
-    agg = lambda f, key: [  # noqa: E731
-        {"key": k, **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss")}}
-        for k, v in f.groupby(key)
+        )
+        for row in real.itertuples()
     ]
     return {
-        "random": agg(rand, "target"),
-        "real": agg(real, "share"),
-        "gap": [
+        "random": [
+            {"key": k, **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss")}}
+            for k, v in rand.groupby("target")
+        ],
+        "real": [
             {
-                "share": k,
-                "coverage": _ms(v["coverage"]),
-                "gain_real": _ms(v["gain_real"]),
-                "gain_random": _ms(v["gain_random_at_same_coverage"]),
+                "kind": kind,
+                "share": share,
+                **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss", "gain_random")},
             }
-            for k, v in gap.groupby("share")
+            for (kind, share), v in real.groupby(["kind", "share"], sort=False)
         ],
     }
 
 
-def tier_value(seeds: list[dict]) -> dict:
+def tier_coverage(seeds: list[dict]) -> dict:
+    """Coverage of the test rows per tier and rule (served, exact-time upper bound, ...),
+    and the neighbour tier's diagnostics of pair misses."""
+    df = pd.concat([pd.DataFrame(s["tier_coverage"]) for s in seeds])
+    rows = [
+        {"tier": t, "rule": r, "coverage": _ms(v["coverage"])}
+        for (t, r), v in df.groupby(["tier", "rule"], sort=False)
+    ]
+    keys = seeds[0]["nbr_diagnostics"]
+    diag = {k: _ms(s["nbr_diagnostics"][k] for s in seeds) for k in keys}
+    return {"rows": rows, "nbr_diagnostics": diag}
+
+
+def tier_value(seeds: list[dict], n_boot: int) -> dict:
+    """Gain of each served tier set, and each imputed tier against the real code on the same
+    rows: value ratio = mean gain imputed / mean gain real (means over seeds), with user
+    bootstrap intervals; the ratio is suppressed where the real gain's interval holds 0."""
     df = pd.concat([pd.DataFrame(s["tier_value"]) for s in seeds])
     rows = [
         {"tiers": k, **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss")}}
         for k, v in df.groupby("tiers", sort=False)
     ]
-    imp = pd.concat([pd.DataFrame(s["imputed_vs_real"]) for s in seeds])
-    imp = imp.assign(ratio=imp["gain_imputed"] / imp["gain_real"])
-    ratios = [
-        {"tier": k, **{c: _ms(v[c]) for c in ("coverage", "gain_imputed", "gain_real", "ratio")}}
-        for k, v in imp.groupby("tier", sort=False)
-    ]
-    return {"tiers": rows, "imputed_vs_real": ratios}
+    users = seeds[0]["test_users"]
+    vm = np.stack([s["tier_row_losses"]["vm"] for s in seeds])
+    ratios = []
+    for name in [r["tier"] for r in seeds[0]["imputed_vs_real"]]:
+        draws = {}
+        for kind in ("imputed", "real"):
+            losses = {"vm": vm, "x": np.stack([s["tier_row_losses"][name][kind] for s in seeds])}
+            draws[kind] = user_bootstrap(
+                users, losses, lambda m: m["vm"] - m["x"], n_boot=n_boot, seed=0
+            )
+        per = [next(r for r in s["imputed_vs_real"] if r["tier"] == name) for s in seeds]
+        gain_imp = float(np.mean([r["gain_imputed"] for r in per]))
+        gain_real = float(np.mean([r["gain_real"] for r in per]))
+        ci = lambda d: [float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))]  # noqa: E731
+        real_ci = ci(draws["real"])
+        defined = real_ci[0] > 0 or real_ci[1] < 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio_draws = draws["imputed"] / draws["real"]
+        ratios.append(
+            {
+                "tier": name,
+                "coverage": _ms(r["coverage"] for r in per),
+                "gain_imputed": {"mean": gain_imp, "user_bootstrap_ci95": ci(draws["imputed"])},
+                "gain_real": {"mean": gain_real, "user_bootstrap_ci95": real_ci},
+                "ratio": (
+                    {"mean": gain_imp / gain_real, "user_bootstrap_ci95": ci(ratio_draws)}
+                    if defined
+                    else None
+                ),
+            }
+        )
+    iagg = {k: _ms_defined(s["iagg_by_item"][k] for s in seeds) for k in seeds[0]["iagg_by_item"]}
+    return {"tiers": rows, "imputed_vs_real": ratios, "iagg_by_item": iagg}
 
 
 def dropout(seeds: list[dict]) -> dict:
@@ -188,7 +286,7 @@ def kd_choices(seeds: list[dict]) -> dict:
         task: {
             "chosen": [s["kd"][task]["chosen"] for s in seeds],
             "at_edge": [s["kd"][task]["at_edge"] for s in seeds],
-            "at_domain_boundary": [s["kd"][task]["at_domain_boundary"] for s in seeds],
+            "n_inits": seeds[0]["kd"][task]["n_inits"],
             "val_logloss": [s["kd"][task]["val_logloss"] for s in seeds],
         }
         for task in seeds[0]["kd"]
@@ -200,8 +298,10 @@ def summarise(seeds: list[dict], n_boot: int) -> dict:
         "table1": table1(seeds),
         "transfer_ratio": transfer(seeds, n_boot),
         "kd": kd_choices(seeds),
+        "selection": selection(seeds),
         "curve": curve(seeds),
-        "tier_value": tier_value(seeds),
+        "tier_coverage": tier_coverage(seeds),
+        "tier_value": tier_value(seeds, n_boot),
         "dropout": dropout(seeds),
         "sweeps": sweeps(seeds),
         "fm_versions": [s["fm_version"] for s in seeds],

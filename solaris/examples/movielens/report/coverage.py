@@ -39,15 +39,22 @@ def _point(res: ReplayResult, **labels: object) -> dict:
 
 
 def selector_scores(
-    name: str, candidates: pd.DataFrame, verifier: np.ndarray, seed: int, ttl: int, cadence: int
+    name: str,
+    candidates: pd.DataFrame,
+    scores: dict[str, np.ndarray],
+    seed: int,
+    ttl: int,
+    cadence: int,
 ) -> np.ndarray:
-    if name == "verifier":
-        return verifier
+    """The scores of selector ``name``: one of the given ``scores`` (the verifier and its
+    baselines), ``random`` or ``oracle``."""
+    if name in scores:
+        return scores[name]
     if name == "random":
         return random_scores(len(candidates), seed)
     if name == "oracle":
         return oracle_scores(candidates, ttl_seconds=ttl, cadence_seconds=cadence)
-    raise ValueError(f"unknown selector {name!r}")
+    raise ValueError(f"unknown selector {name!r}; known: {sorted(scores)} + random, oracle")
 
 
 def retrieval_bound(candidates: pd.DataFrame, eval_from: int, window_seconds: int) -> float:
@@ -82,7 +89,7 @@ def activity_ttl(
 
 def selection_sweeps(
     candidates: pd.DataFrame,
-    verifier: np.ndarray,
+    scores: dict[str, np.ndarray],
     *,
     eval_from: int,
     seed: int,
@@ -96,13 +103,17 @@ def selection_sweeps(
 ) -> tuple[pd.DataFrame, dict[float, ReplayResult]]:
     """Every sweep of one seed as a long table (``sweep``, ``selector``, the swept value,
     ``coverage``, ``fm_passes_per_1k_requests``), and the verifier's replays by share at the
-    base TTL and cadence (reused by the coverage curve with real misses)."""
+    base TTL and cadence (reused by the coverage curve with real misses).
+
+    ``scores`` holds ``verifier`` (what selection uses) and any baselines; every selector
+    runs the share sweep, the verifier and random also the TTL and cadence sweeps."""
+    if "verifier" not in scores:
+        raise ValueError("scores must hold the 'verifier'")
+    given = list(scores)
     base_ttl, base_cad = int(base_ttl_hours * HOUR), int(base_cadence_minutes * 60)
     jobs: list[tuple[str, str, float, int, int, float]] = []
     for s in shares:
-        jobs += [
-            ("share", sel, s, base_ttl, base_cad, s) for sel in ("verifier", "random", "oracle")
-        ]
+        jobs += [("share", sel, s, base_ttl, base_cad, s) for sel in (*given, "random", "oracle")]
     for h in ttls_hours:
         jobs += [
             ("ttl", sel, h, int(h * HOUR), base_cad, base_share) for sel in ("verifier", "random")
@@ -118,12 +129,12 @@ def selection_sweeps(
             key = (ttl, cad)
             if key not in oracle_cache:
                 oracle_cache[key] = oracle_scores(candidates, ttl_seconds=ttl, cadence_seconds=cad)
-            scores = oracle_cache[key]
+            chosen = oracle_cache[key]
         else:
-            scores = selector_scores(sel, candidates, verifier, seed, ttl, cad)
+            chosen = selector_scores(sel, candidates, scores, seed, ttl, cad)
         res = replay(
             candidates,
-            scores,
+            chosen,
             share=share,
             ttl_seconds=ttl,
             cadence_seconds=cad,
@@ -136,7 +147,7 @@ def selection_sweeps(
         ttl_rows = activity_ttl(candidates, base_ttl, power=power)
         res = replay(
             candidates,
-            verifier,
+            scores["verifier"],
             share=base_share,
             ttl_seconds=ttl_rows,
             cadence_seconds=base_cad,

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from solaris.config import SolarisConfig
 from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.exposure import exposure_features
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.fetch import fetch_movielens
 from solaris.examples.movielens.report.aggregate import summarise
@@ -68,7 +69,8 @@ def provenance(cfg: SolarisConfig, st: ReportSettings, folder: Path) -> dict:
 
 
 def _jsonable(seed_result: dict) -> dict:
-    return {k: v for k, v in seed_result.items() if k not in ("row_losses", "test_users")}
+    arrays = ("row_losses", "tier_row_losses", "test_users")
+    return {k: v for k, v in seed_result.items() if k not in arrays}
 
 
 def run_report(
@@ -84,7 +86,10 @@ def run_report(
     log = build_request_log(data.ratings, cfg.requests)
     stats = request_log_stats(log, cfg.requests.recurrence_window_hours)
     ctx = FeatureContext.from_config(data, cfg.model)
-    seeds = [run_seed(s, log, ctx, cfg, st) for s in tqdm(st.seeds, desc="seeds", unit="seed")]
+    features = exposure_features(log)  # the same for every seed
+    seeds = [
+        run_seed(s, log, ctx, cfg, st, features) for s in tqdm(st.seeds, desc="seeds", unit="seed")
+    ]
     summary = summarise(seeds, st.n_boot)
 
     eval_from = _eval_from(log, cfg)

@@ -9,42 +9,70 @@ from tqdm.auto import tqdm
 from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import log_loss
 from solaris.examples.movielens.adapters import MovieLensFoundationModel
+from solaris.examples.movielens.exposure import (
+    exposure_labels,
+    pooled_auc,
+    train_exposure_scorer,
+    within_request_auc,
+)
 from solaris.examples.movielens.features import FeatureContext
-from solaris.examples.movielens.report.coverage import selection_sweeps
+from solaris.examples.movielens.report.coverage import HOUR, selection_sweeps
 from solaris.examples.movielens.report.experiments import (
     VariantRunner,
     VMRows,
     distillation_sweep,
+    fm_logit_tier,
     fm_probs,
+    init_scores,
     masked,
     offline_codes,
+    out_of_time_teacher,
     scores,
+    shuffled_within_user,
     train_task_fm,
+    untrained_codes,
 )
 from solaris.examples.movielens.report.settings import ReportSettings
 from solaris.examples.movielens.report.stats import row_log_loss
-from solaris.examples.movielens.report.tiers import CodeLog, Tier, build_tiers, latest_pair_code
+from solaris.examples.movielens.report.tiers import (
+    CodeLog,
+    Tier,
+    build_tiers,
+    interval_neighbour_tiers,
+    latest_pair_code,
+    neighbour_diagnostics,
+    served_aggregate_tiers,
+)
 from solaris.examples.movielens.requests import RequestLog
 from solaris.examples.movielens.train import score_candidates, train_models
 from solaris.pipeline.embed import encode_pairs
 
-__all__ = ["OWN_TASKS", "TIER_SETS", "UNSEEN_TASK", "run_seed"]
+__all__ = ["TIER_SETS", "TR_VARIANTS", "run_seed"]
 
-OWN_TASKS = ("like", "love")
-UNSEEN_TASK = "dislike"
+# Tier sets of the served tiers (the cycle's cadence rule); "all" is Table 1's tier row.
 TIER_SETS = {
     "pair": ("pair",),
     "pair+uagg": ("pair", "uagg"),
-    "pair+nbr_top1": ("pair", "nbr_top1"),
-    "pair+nbr_weighted": ("pair", "nbr_weighted"),
+    "pair+nbr": ("pair", "nbr"),
     "pair+iagg": ("pair", "iagg"),
-    "all": ("pair", "nbr_top1", "uagg", "iagg"),
+    "all": ("pair", "nbr", "uagg", "iagg"),
 }
+TR_VARIANTS = (
+    "VM+KD",
+    "VM+FM logits",
+    "VM+z (100% offline)",
+    "VM+SOLARIS tiers (served)",
+    "placebo: z shuffled within user",
+    "placebo: untrained FM",
+)
+IMPUTED = ("uagg", "nbr", "iagg")
 
 
-def _codes_for(
-    selections: pd.DataFrame, rows: VMRows, ttl: int, models, ctx: FeatureContext
-) -> Tier:
+def _fm_model(models, ctx: FeatureContext) -> MovieLensFoundationModel:
+    return MovieLensFoundationModel(models.fm, ctx, models.fm_version)
+
+
+def _pair_tier(selections: pd.DataFrame, rows: VMRows, ttl: int, models, ctx) -> Tier:
     """The pair tier of the VM rows under one replay: each hit's code, computed (by the FM,
     as of its ``computed_at``) only for the selections a VM row actually reads."""
     r = rows.rows
@@ -64,39 +92,176 @@ def _codes_for(
             sel.user_id[k],
             sel.item_id[k],
             sel.computed_at[k],
-            fm=MovieLensFoundationModel(models.fm, ctx, models.fm_version),
+            fm=_fm_model(models, ctx),
             autoencoder=models.autoencoder,
         )
     return Tier(z, hit)
 
 
+def _selectors(
+    log: RequestLog, features: pd.DataFrame, models, ctx, split, rows: VMRows, cfg, st, seed: int
+) -> tuple[dict[str, np.ndarray], dict]:
+    """The verifier (the exposure scorer, trained on the VM's window of logged candidates)
+    and its baselines, with their AUCs against the oracle label on the test period."""
+    ttl, cad = int(st.base_ttl_hours * HOUR), int(st.base_cadence_minutes * 60)
+    scorer = train_exposure_scorer(
+        log,
+        features,
+        train_from=int(rows.frame("train")["ts"].min()),
+        train_end=split.train_end,
+        ttl_seconds=ttl,
+        cadence_seconds=cad,
+        seed=seed,
+    )
+    cands = log.candidates
+    selectors = {
+        "verifier": scorer.score(features),
+        "retrieval": cands["retrieval_score"].to_numpy(np.float64),
+        "VM P(like)": score_candidates(models.vm, ctx, cands),
+    }
+    label = exposure_labels(cands, ttl_seconds=ttl, cadence_seconds=cad)
+    test = cands["ts"].to_numpy() >= split.val_end
+    req = cands["request_id"].to_numpy()[test]
+    aucs = {
+        name: {
+            "within_request": within_request_auc(s[test], label[test], req),
+            "pooled": pooled_auc(s[test], label[test]),
+        }
+        for name, s in selectors.items()
+    }
+    aucs["_positive_rate"] = float(label[test].mean())
+    return selectors, aucs
+
+
+def _served_tiers(
+    codes: CodeLog, rows: VMRows, log: RequestLog, cfg: SolarisConfig, st: ReportSettings
+) -> tuple[dict[str, Tier], list[dict], dict]:
+    """The tiers of the VM rows as serving builds them (the cycle's cadence), the
+    coverage of every rule on the test rows (the exact-time one as the upper bound) and
+    the neighbour tier's diagnostics."""
+    r = rows.rows
+    users, items = r["user_id"].to_numpy(np.int64), r["item_id"].to_numpy(np.int64)
+    ts = r["ts"].to_numpy(np.int64)
+    ttl, cad = int(st.base_ttl_hours * HOUR), int(st.base_cadence_minutes * 60)
+    window = int(cfg.store.uagg_window_hours * HOUR)
+    nbr_window = int(cfg.store.unn_ttl_hours * HOUR)
+    exact = build_tiers(
+        codes,
+        users,
+        items,
+        ts,
+        ttl_seconds=ttl,
+        window_seconds=window,
+        nbr_window_seconds=nbr_window,
+        n_neighbors=cfg.store.n_neighbors,
+    )
+    own = exact["pair"].present
+    served = served_aggregate_tiers(
+        codes, users, items, ts, cadence_seconds=cad, window_seconds=window
+    )
+    nbr_args = dict(
+        cadence_seconds=cad,
+        ttl_seconds=ttl,
+        nbr_window_seconds=nbr_window,
+        n_neighbors=cfg.store.n_neighbors,
+        own_present=own,
+    )
+    nbr = interval_neighbour_tiers(
+        codes, users, items, ts, fill_targets=log.candidates, **nbr_args
+    )["nbr_top1"]
+    nbr_bound = interval_neighbour_tiers(codes, users, items, ts, **nbr_args)["nbr_top1"]
+    tiers = {"pair": exact["pair"], "nbr": nbr, "uagg": served["uagg"], "iagg": served["iagg"]}
+
+    test = rows.mask("test")
+    cov = lambda t: float(t.present[test].mean())  # noqa: E731
+    union = lambda *ts_: float(np.any([t.present[test] for t in ts_], axis=0).mean())  # noqa: E731
+    coverage = [
+        {"tier": "pair", "rule": "served", "coverage": cov(exact["pair"])},
+        {"tier": "uagg", "rule": "exact at t (upper bound)", "coverage": cov(exact["uagg"])},
+        {"tier": "uagg", "rule": "served", "coverage": cov(served["uagg"])},
+        {"tier": "iagg", "rule": "exact at t (upper bound)", "coverage": cov(exact["iagg"])},
+        {"tier": "iagg", "rule": "served", "coverage": cov(served["iagg"])},
+        {"tier": "nbr", "rule": "daily table (before)", "coverage": cov(exact["nbr_top1"])},
+        {"tier": "nbr", "rule": "served", "coverage": cov(nbr)},
+        {"tier": "nbr", "rule": "every pair filled (upper bound)", "coverage": cov(nbr_bound)},
+        {
+            "tier": "pair ∪ uagg",
+            "rule": "exact at t (upper bound)",
+            "coverage": union(exact["pair"], exact["uagg"]),
+        },
+        {"tier": "pair ∪ uagg", "rule": "served", "coverage": union(exact["pair"], served["uagg"])},
+        {"tier": "pair ∪ nbr", "rule": "served", "coverage": union(exact["pair"], nbr)},
+        {
+            "tier": "all",
+            "rule": "exact at t (upper bound)",
+            "coverage": union(exact["pair"], exact["nbr_top1"], exact["uagg"], exact["iagg"]),
+        },
+        {"tier": "all", "rule": "served", "coverage": union(*tiers.values())},
+    ]
+    for minutes in st.snapshot_minutes:
+        slow = served_aggregate_tiers(
+            codes, users, items, ts, cadence_seconds=int(minutes * 60), window_seconds=window
+        )
+        rule = f"snapshot every {minutes:g} min"
+        coverage += [
+            {"tier": "uagg", "rule": rule, "coverage": cov(slow["uagg"])},
+            {"tier": "pair ∪ uagg", "rule": rule, "coverage": union(exact["pair"], slow["uagg"])},
+        ]
+    q = np.flatnonzero(test)
+    diag = neighbour_diagnostics(
+        codes,
+        users[q],
+        items[q],
+        ts[q],
+        fill_targets=log.candidates,
+        **{**nbr_args, "own_present": own[q]},
+    )
+    columns = [c for c in diag.columns if diag[c].dtype == bool]
+    diagnostics = {"n_pair_misses": len(diag), **{c: float(diag[c].mean()) for c in columns}}
+    return tiers, coverage, diagnostics
+
+
 def run_seed(
-    seed: int, log: RequestLog, ctx: FeatureContext, cfg: SolarisConfig, st: ReportSettings
+    seed: int,
+    log: RequestLog,
+    ctx: FeatureContext,
+    cfg: SolarisConfig,
+    st: ReportSettings,
+    features: pd.DataFrame,
 ) -> dict:
-    """All measurements of one seed. Per-row test losses are returned for the bootstrap."""
-    if st.base_share not in st.shares:
-        raise ValueError(f"base_share {st.base_share} must be one of the swept shares {st.shares}")
+    """All measurements of one seed. ``features`` are the exposure features of
+    ``log.candidates`` (:func:`solaris.examples.movielens.exposure.exposure_features`).
+    Per-row test losses are returned for the bootstrap."""
+    if st.base_share not in st.shares or not set(st.curve_shares) <= set(st.shares):
+        raise ValueError(
+            f"base_share {st.base_share} and curve_shares {st.curve_shares} must be among "
+            f"the swept shares {st.shares}"
+        )
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"seed": seed})})
-    bar = tqdm(total=9, desc=f"seed {seed}", unit="step")
+    tasks = (st.own_task, *st.unseen_tasks)
+    bar = tqdm(total=6 + len(tasks), desc=f"seed {seed}", unit="step")
     models = train_models(log.impressions, ctx, cfg)
     split = models.split
     rows = VMRows.from_split(log.impressions, split, cfg.train.vm_window_share)
     ts_imp = log.impressions["ts"].to_numpy()
     fm_train = log.impressions[split.part(ts_imp, "train")]
     fm_val = log.impressions[split.part(ts_imp, "val")]
-    fm_unseen = train_task_fm(ctx, fm_train, fm_val, cfg, (UNSEEN_TASK,))
+    fm_unseen = train_task_fm(ctx, fm_train, fm_val, cfg, st.unseen_tasks)
+    teacher_fm = out_of_time_teacher(ctx, fm_train, rows, cfg)
     bar.update()
 
     test = rows.frame("test")
-    p_fm = {t: fm_probs(models.fm, ctx, test)[:, k] for k, t in enumerate(OWN_TASKS)}
-    p_fm[UNSEEN_TASK] = fm_probs(fm_unseen, ctx, test)[:, 0]
-    teacher = fm_probs(models.fm, ctx, rows.frame("train"))  # [N_train, 2]: like, love
+    fm_tasks = tuple(cfg.model.tasks)
+    p_fm = {st.own_task: fm_probs(models.fm, ctx, test)[:, fm_tasks.index(st.own_task)]}
+    unseen_probs = fm_probs(fm_unseen, ctx, test)
+    p_fm.update({t: unseen_probs[:, k] for k, t in enumerate(st.unseen_tasks)})
+    teacher = fm_probs(teacher_fm, ctx, rows.frame("train"))  # [N_train, n_fm_tasks]
 
-    # --- replays: selection/cost sweeps, and the verifier's selections at each share --------
-    verifier = score_candidates(models.vm, ctx, log.candidates)
+    # --- selection: the verifier and its baselines, then every replay sweep ----------------
+    selectors, selector_auc = _selectors(log, features, models, ctx, split, rows, cfg, st, seed)
     sweeps, by_share = selection_sweeps(
         log.candidates,
-        verifier,
+        selectors,
         eval_from=split.val_end,
         seed=seed,
         shares=st.shares,
@@ -109,8 +274,8 @@ def run_seed(
     )
     bar.update()
 
-    # --- codes and tiers of the base replay (verifier, base share / TTL / cadence) ------------
-    ttl = int(st.base_ttl_hours * 3600)
+    # --- codes and tiers of the base replay (verifier, base share / TTL / cadence) ----------
+    ttl = int(st.base_ttl_hours * HOUR)
     base = by_share[st.base_share].selections
     since = int(rows.rows["ts"].min()) - 2 * 86_400
     base = base[base["computed_at"].to_numpy() >= since]
@@ -122,111 +287,124 @@ def run_seed(
             base["user_id"].to_numpy(np.int64),
             base["item_id"].to_numpy(np.int64),
             base["computed_at"].to_numpy(np.int64),
-            fm=MovieLensFoundationModel(models.fm, ctx, models.fm_version),
+            fm=_fm_model(models, ctx),
             autoencoder=models.autoencoder,
         ),
     )
-    r = rows.rows
-    tiers = build_tiers(
-        codes,
-        r["user_id"].to_numpy(),
-        r["item_id"].to_numpy(),
-        r["ts"].to_numpy(),
-        ttl_seconds=ttl,
-        window_seconds=int(cfg.store.uagg_window_hours * 3600),
-        nbr_window_seconds=int(cfg.store.unn_ttl_hours * 3600),
-        n_neighbors=cfg.store.n_neighbors,
-    )
+    tiers, tier_coverage, nbr_diagnostics = _served_tiers(codes, rows, log, cfg, st)
     offline = offline_codes(models, ctx, rows)
+    logits = fm_logit_tier(models.fm, ctx, rows, models.autoencoder.z_dim)
+    placebos = {
+        "placebo: z shuffled within user": shuffled_within_user(offline, rows, 20_000 + seed),
+        "placebo: untrained FM": untrained_codes(models, ctx, rows, cfg),
+    }
     bar.update()
 
+    # --- Table 1: every variant on every task ------------------------------------------------
     runner = VariantRunner(ctx, rows, cfg)
     test_i = runner.index["test"]
-    out: dict = {"seed": seed, "fm_version": models.fm_version, "n_codes": len(codes.user_id)}
-    probs: dict[str, dict[str, np.ndarray]] = {}
     table1: dict[str, dict] = {}
+    row_losses: dict[str, dict[str, np.ndarray]] = {}
     kd_info: dict[str, dict] = {}
-    for task in (*OWN_TASKS, UNSEEN_TASK):
+    for task in tasks:
         y = rows.labels(task)
-        p = {"FM": p_fm[task]}
-        p["VM"] = runner.run(task)["test"]
-        if task in OWN_TASKS:
-            t_probs, mode = teacher[:, OWN_TASKS.index(task)], "task"
+        if task in fm_tasks:
+            t_probs, mode = teacher[:, fm_tasks.index(task)], "task"
         else:
             t_probs, mode = teacher, "auxiliary"
-        kd = distillation_sweep(runner, task, t_probs, mode, st.kd_grid)
-        p["VM+KD"] = kd.pop("test")
+        kd = distillation_sweep(runner, task, t_probs, mode, st.kd_grid, st.n_inits)
+        multi = {"VM": kd.pop("vm_test"), "VM+KD": kd.pop("test")}
         kd_info[task] = kd
-        p["VM+z (100% offline)"] = runner.run(task, [offline])["test"]
-        p["VM+SOLARIS tiers (replay)"] = runner.run(task, [tiers[n] for n in TIER_SETS["all"]])[
-            "test"
-        ]
-        probs[task] = p
-        table1[task] = {name: scores(y, q) for name, q in p.items()}
+        single = {"FM": p_fm[task]}
+        single["VM+FM logits"] = runner.run(task, [logits])["test"]
+        single["VM+z (100% offline)"] = runner.run(task, [offline])["test"]
+        single["VM+SOLARIS tiers (served)"] = runner.run(
+            task, [tiers[n] for n in TIER_SETS["all"]]
+        )["test"]
+        for name, tier in placebos.items():
+            single[name] = runner.run(task, [tier])["test"]
+        table1[task] = {name: scores(y, p) for name, p in single.items()}
+        table1[task].update({name: init_scores(y, ps) for name, ps in multi.items()})
+        row_losses[task] = {name: row_log_loss(y, p) for name, p in single.items()}
+        row_losses[task].update(
+            {name: np.mean([row_log_loss(y, p) for p in ps], axis=0) for name, ps in multi.items()}
+        )
         bar.update()
-    out["table1"], out["kd"] = table1, kd_info
-    out["fm_metrics"] = models.metrics
 
-    # --- Table 2: coverage curve, random masking vs the replay's real misses (own task) ------
+    # --- Table 2: random masking vs real misses, fresh codes vs served codes (own task) -------
     task = st.curve_task
     y = rows.labels(task)
-    ll_vm = log_loss(y, probs[task]["VM"])
+    ll_vm = table1[task]["VM"]["logloss"]
     rng = np.random.default_rng(10_000 + seed)
     curve = []
     for c in st.coverages:
         if c >= 1.0:
-            ll = table1[task]["VM+z (100% offline)"]["logloss"]
-            cov = 1.0
+            ll, cov = table1[task]["VM+z (100% offline)"]["logloss"], 1.0
         else:
-            keep = rng.random(len(r)) < c
+            keep = rng.random(len(rows.rows)) < c
             ll = log_loss(y, runner.run(task, [masked(offline, keep)])["test"])
             cov = float(keep[test_i].mean())
         curve.append({"kind": "random", "coverage": cov, "logloss": ll, "gain": ll_vm - ll})
     pair_tiers = {}
-    for share, res in by_share.items():
-        pair_tier = _codes_for(res.selections, rows, ttl, models, ctx)
-        pair_tiers[share] = pair_tier
-        ll = log_loss(y, runner.run(task, [pair_tier])["test"])
-        curve.append(
-            {
-                "kind": "real",
-                "share": share,
-                "coverage": float(pair_tier.present[test_i].mean()),
-                "replay_coverage": res.coverage,
-                "logloss": ll,
-                "gain": ll_vm - ll,
-            }
-        )
-    out["curve"] = curve
+    for share in st.curve_shares:
+        res = by_share[share]
+        served = _pair_tier(res.selections, rows, ttl, models, ctx)
+        pair_tiers[share] = served
+        cov = float(served.present[test_i].mean())
+        for kind, tier in (
+            ("real misses, fresh codes", masked(offline, served.present)),
+            ("real misses, served codes", served),
+        ):
+            ll = log_loss(y, runner.run(task, [tier])["test"])
+            curve.append(
+                {
+                    "kind": kind,
+                    "share": share,
+                    "coverage": cov,
+                    "replay_coverage": res.coverage,
+                    "logloss": ll,
+                    "gain": ll_vm - ll,
+                }
+            )
     bar.update()
 
-    # --- tier value ---------------------------------------------------------------------------
-    tier_rows = []
+    # --- tier value on the served tiers; imputed vs real codes at equal coverage -------------
+    tier_rows, tier_losses = [], {}
     for name, members in TIER_SETS.items():
         present = np.any([tiers[m].present[test_i] for m in members], axis=0)
-        ll = (
-            table1[task]["VM+SOLARIS tiers (replay)"]["logloss"]
-            if name == "all"
-            else log_loss(y, runner.run(task, [tiers[m] for m in members])["test"])
-        )
+        if name == "all":  # Table 1's tier row
+            ll = table1[task]["VM+SOLARIS tiers (served)"]["logloss"]
+            tier_losses[name] = row_losses[task]["VM+SOLARIS tiers (served)"]
+        else:
+            p = runner.run(task, [tiers[m] for m in members])["test"]
+            ll = log_loss(y, p)
+            tier_losses[name] = row_log_loss(y, p)
         tier_rows.append(
             {"tiers": name, "coverage": float(present.mean()), "logloss": ll, "gain": ll_vm - ll}
         )
-    out["tier_value"] = tier_rows
-    imputed = []
-    for name in ("uagg", "nbr_top1", "nbr_weighted", "iagg"):
+    imputed, imputed_losses = [], {}
+    for name in IMPUTED:
         t = tiers[name]
-        ll_imp = log_loss(y, runner.run(task, [t])["test"])
-        ll_real = log_loss(y, runner.run(task, [masked(offline, t.present)])["test"])
+        p_imp = runner.run(task, [t])["test"]
+        p_real = runner.run(task, [masked(offline, t.present)])["test"]
+        imputed_losses[name] = {"imputed": row_log_loss(y, p_imp), "real": row_log_loss(y, p_real)}
         imputed.append(
             {
                 "tier": name,
                 "coverage": float(t.present[test_i].mean()),
-                "gain_imputed": ll_vm - ll_imp,
-                "gain_real": ll_vm - ll_real,
+                "gain_imputed": ll_vm - log_loss(y, p_imp),
+                "gain_real": ll_vm - log_loss(y, p_real),
             }
         )
-    out["imputed_vs_real"] = imputed
+    # The item aggregate on items the FM never trained on vs items it knows.
+    fm_items = np.unique(fm_train["item_id"].to_numpy())
+    new_item = ~np.isin(test["item_id"].to_numpy(), fm_items)
+    iagg_gain = tier_losses["pair"] - tier_losses["pair+iagg"]
+    iagg = {
+        "share_new_items": float(new_item.mean()),
+        "gain_new_items": float(iagg_gain[new_item].mean()) if new_item.any() else float("nan"),
+        "gain_known_items": float(iagg_gain[~new_item].mean()),
+    }
     bar.update()
 
     # --- placeholder handling: trained at 100% offline coverage, served at the replay's -----
@@ -239,15 +417,25 @@ def run_seed(
     drop["trained on served misses"] = {
         "logloss": next(t["logloss"] for t in tier_rows if t["tiers"] == "pair")
     }
-    out["dropout"] = {"served_train_coverage": keep, "variants": drop}
-    bar.update()
-
-    out["sweeps"] = sweeps.to_dict("records")
-    out["test_users"] = test["user_id"].to_numpy()
-    out["row_losses"] = {
-        t: {name: row_log_loss(rows.labels(t), q) for name, q in p.items()}
-        for t, p in probs.items()
-    }
     bar.update()
     bar.close()
-    return out
+    return {
+        "seed": seed,
+        "fm_version": models.fm_version,
+        "n_codes": len(codes.user_id),
+        "fm_metrics": models.metrics,
+        "table1": table1,
+        "kd": kd_info,
+        "selector_auc": selector_auc,
+        "sweeps": sweeps.to_dict("records"),
+        "curve": curve,
+        "tier_coverage": tier_coverage,
+        "nbr_diagnostics": nbr_diagnostics,
+        "tier_value": tier_rows,
+        "imputed_vs_real": imputed,
+        "iagg_by_item": iagg,
+        "dropout": {"served_train_coverage": keep, "variants": drop},
+        "test_users": test["user_id"].to_numpy(),
+        "row_losses": row_losses,
+        "tier_row_losses": {"vm": row_losses[task]["VM"], **imputed_losses},
+    }

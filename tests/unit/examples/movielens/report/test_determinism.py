@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from solaris.config import SolarisConfig
+from solaris.examples.movielens.exposure import exposure_features
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.report.aggregate import summarise
 from solaris.examples.movielens.report.seed import run_seed
@@ -12,9 +13,12 @@ from solaris.examples.movielens.requests import build_request_log
 
 SMALL = ReportSettings(
     seeds=(0,),
-    kd_grid=(1.0,),
+    kd_grid=(0.0, 1.0),
+    n_inits=2,
     coverages=(0.5, 1.0),
-    shares=(0.2,),
+    shares=(0.05, 0.2),
+    curve_shares=(0.2,),
+    snapshot_minutes=(60.0,),
     ttls_hours=(6.0,),
     cadences_minutes=(15.0,),
     activity_powers=(1.0,),
@@ -36,8 +40,9 @@ def tiny_setup(tiny_ml, tmp_path):
 
 def test_same_seed_gives_the_same_report_numbers(tiny_setup):
     log, ctx, cfg = tiny_setup
-    a = run_seed(0, log, ctx, cfg, SMALL)
-    b = run_seed(0, log, ctx, cfg, SMALL)
+    features = exposure_features(log)
+    a = run_seed(0, log, ctx, cfg, SMALL, features)
+    b = run_seed(0, log, ctx, cfg, SMALL, features)
     assert a["table1"] == b["table1"]
     assert a["sweeps"] == b["sweeps"]
     assert a["curve"] == b["curve"]
@@ -45,5 +50,8 @@ def test_same_seed_gives_the_same_report_numbers(tiny_setup):
         for name, loss in losses.items():
             np.testing.assert_array_equal(loss, b["row_losses"][task][name])
     summary = summarise([a], SMALL.n_boot)
-    assert set(summary["table1"]) == {"like", "love", "dislike"}
-    assert summary["transfer_ratio"]["dislike"]["VM+KD"]["user_bootstrap_ci95"] is not None
+    assert set(summary["table1"]) == {"like", "dislike", "neutral"}
+    assert summary["transfer_ratio"]["neutral"]["VM+KD"]["user_bootstrap_ci95"] is not None
+    assert "VM+z (100% offline) − VM+FM logits" in summary["transfer_ratio"]["neutral"]
+    np.testing.assert_equal(a["selector_auc"], b["selector_auc"])  # NaN on tiny data
+    assert a["tier_coverage"] == b["tier_coverage"]

@@ -357,6 +357,13 @@ class CycleConfig(Section):
     clustering_cron: str = Field(
         "0 0 * * *", description="clustering DAG schedule (cron or an Airflow preset)"
     )
+    neighbours_every_interval: bool = Field(
+        True,
+        description="the enrichment DAG rebuilds the neighbour table from the last "
+        "store.unn_ttl_hours of codes before each neighbour fill, so users whose first codes "
+        "are minutes old have neighbours (a daily table misses them); False: the fill uses "
+        "the clustering DAG's newest table",
+    )
     training_cron: str = Field(
         "30 0 * * *", description="training DAG schedule (cron or an Airflow preset)"
     )

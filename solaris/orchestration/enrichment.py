@@ -162,7 +162,8 @@ def refresh_item_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
 
 def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     """``nbr``: the last TTL's candidates imputed from similar users' fresh codes, with the
-    newest neighbour table built at or before ``as_of``."""
+    newest neighbour table built at or before ``as_of`` (rebuilt as of ``as_of`` first when
+    ``cycle.neighbours_every_interval``)."""
     import pandas as pd
 
     from solaris.pipeline.enrich import neighbour_rows
@@ -170,6 +171,10 @@ def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
     ttl = round(cfg.selection.ttl_hours * 3600)
+    if cfg.cycle.neighbours_every_interval:
+        # 63% of pair misses came from users rating for the first time that day: a daily
+        # table does not hold them, one rebuilt from this interval's codes does.
+        rebuild_user_neighbours(cfg, as_of, dag_id=ENRICHMENT_DAG_ID)
     table = layout.latest_neighbours(as_of)
     rows = pd.DataFrame()
     codes_read = 0
@@ -186,9 +191,13 @@ def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     return _record(ENRICHMENT_DAG_ID, cfg, as_of, "nbr", len(rows), began, codes_read=codes_read)
 
 
-def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
+def rebuild_user_neighbours(
+    cfg: SolarisConfig, as_of: int, dag_id: str = CLUSTERING_DAG_ID
+) -> dict[str, Any]:
     """``unn``: user embeddings over the neighbour window, cosine KNN; the table is kept
-    as ``neighbours/<as_of>.parquet`` for the enrichment DAG's neighbour fill."""
+    as ``neighbours/<as_of>.parquet`` for the enrichment DAG's neighbour fill. ``dag_id``
+    names the run record (the clustering DAG's, or the enrichment's when it rebuilds the
+    table before a fill)."""
     from solaris.pipeline.enrich import user_neighbours
 
     began = time.perf_counter()
@@ -200,7 +209,7 @@ def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
         _materialize(cfg, "unn", rows, f"cycle-{as_of}")
     kept = write_parquet(rows.drop(columns=["event_ts"], errors="ignore"), layout.neighbours(as_of))
     return _record(
-        CLUSTERING_DAG_ID,
+        dag_id,
         cfg,
         as_of,
         "unn",

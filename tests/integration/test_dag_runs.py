@@ -323,3 +323,16 @@ def test_live_clock_interval_and_replay_never_touch_each_others_state(
     finally:
         delete_project_keys(client, live.project)
         client.close()
+
+
+def test_the_neighbour_table_is_rebuilt_at_every_enrichment_interval(cycle) -> None:
+    """New users get neighbours within the interval that first embeds them: the enrichment
+    rebuilds the table as of each interval end, not only the clustering DAG at midnight."""
+    run_cfg, summary = cycle
+    assert run_cfg.cycle.neighbours_every_interval
+    eval_from = summary["models"]["val_end"]
+    ends = {i.end for i in window_intervals(eval_from - 86_400, eval_from + 36 * 3600, 6 * 3600)}
+    folder = CycleLayout(Namespace.of(run_cfg)).root / "neighbours"
+    built = {int(p.name.removesuffix(".parquet")) for p in folder.iterdir()}
+    assert ends <= built
+    assert any(end % 86_400 for end in ends)  # tables between the midnights too

@@ -1,9 +1,10 @@
 """The SOLARIS cycle on MovieLens-100K, end to end: what ``make demo`` runs.
 
-Offline stage: fetch → request log → FM / autoencoder / VM on a time split → verifier scores
-every candidate → time-ordered replays (verifier, random, oracle) with a TTL cache at the
-configured cadence. Airflow stage (:mod:`solaris.local.demo`): the five DAGs replay
-a window of the test period, writing to Redis through Feast and serving every request.
+Offline stage: fetch → request log → FM / autoencoder / VM on a time split → the verifier
+(the exposure scorer) scores every candidate → time-ordered replays (verifier, random,
+oracle) with a TTL cache at the configured cadence. Airflow stage
+(:mod:`solaris.local.demo`): the five DAGs replay a window of the test period, writing to
+Redis through Feast and serving every request.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from solaris.config import SolarisConfig
 from solaris.data.schemas import write_table
 from solaris.evaluation.replay import oracle_scores, random_scores, replay
 from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.exposure import exposure_features, train_exposure_scorer
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.fetch import fetch_movielens
 from solaris.examples.movielens.requests import build_request_log, request_log_stats
-from solaris.examples.movielens.train import save_models, score_candidates, train_models
+from solaris.examples.movielens.train import save_models, train_models, vm_window_start
 from solaris.files import atomic_write_json
 from solaris.models.training import resolve_device
 from solaris.store.connection import redacted_settings
@@ -111,7 +113,22 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
     )
 
     with _timed(timings, "verifier_scores"):
-        scores = score_candidates(models.vm, ctx, log.candidates, progress=True)
+        # The verifier predicts what selection needs, P(the pair is labelled while a code
+        # selected now is fresh), from the logged candidates of the VM's window.
+        features = exposure_features(log)
+        ts = log.impressions["ts"].to_numpy()
+        scorer = train_exposure_scorer(
+            log,
+            features,
+            train_from=vm_window_start(
+                ts[models.split.part(ts, "train")], cfg.train.vm_window_share
+            ),
+            train_end=models.split.train_end,
+            ttl_seconds=ttl_s,
+            cadence_seconds=cadence_s,
+            seed=cfg.train.seed,
+        )
+        scores = scorer.score(features)
         # The traffic the Airflow stage replays (solaris.examples.movielens.traffic): each
         # candidate with the score a serving VM would have logged for it.
         write_table(

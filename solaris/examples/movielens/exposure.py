@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from scipy.sparse.linalg import svds
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import roc_auc_score
 
@@ -69,6 +70,12 @@ FEATURES: tuple[str, ...] = (
     "cosession_hist",
     "ease_profile",
     "ease_hist",
+    "svd_profile",
+    "svd_hist",
+    "svd_1h",
+    "svd_cos_hist",
+    "svd_cos_1h",
+    "svd_pmax_hist",
     "item_pop_1h",
     "item_pop_24h",
     "item_pop_7d",
@@ -94,6 +101,12 @@ RELATIVE: tuple[str, ...] = (
     "cosession_hist",
     "ease_profile",
     "ease_hist",
+    "svd_profile",
+    "svd_hist",
+    "svd_1h",
+    "svd_cos_hist",
+    "svd_cos_1h",
+    "svd_pmax_hist",
     "item_pop_1h",
     "item_pop_24h",
     "item_pop_7d",
@@ -116,10 +129,17 @@ MODEL_FEATURES: tuple[str, ...] = (
     "profile_sim_mean_pct",
     "transition_1h_pct",
     "transition_last_pct",
+    "svd_profile_pct",
+    "svd_hist_pct",
+    "svd_1h_pct",
+    "svd_cos_hist_pct",
+    "svd_cos_1h_pct",
+    "svd_pmax_hist_pct",
 )
 _EASE_LAMBDA = 300.0  # ridge of the EASE item-item model
 _EASE_EVERY_DAYS = 7  # how often the EASE snapshot is refit (it is a matrix inverse)
 _PMAX = 8.0  # power of the soft maximum of similarities (sum of sim**p)**(1/p)
+_SVD_RANK = 48  # latent factors of the PureSVD snapshot (refit with the EASE one)
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,6 +268,12 @@ def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, n
     user's items of the last hour and their very last item: users rate in sequences, and the
     sequences of earlier users say what comes next. ``item_id_gap_last`` is the id distance
     to the user's last rated item (MovieLens ids follow catalogue order).
+
+    ``svd_*`` use latent factors: a rank-``_SVD_RANK`` truncated SVD of the same incidence
+    (PureSVD, refit with the EASE snapshot), folded in from the user's items (whole profile,
+    last ``_HISTORY_ITEMS``, last hour: score ``x_u V V^T``, which also serves users new that
+    day through their session items), and the factor cosine of the candidate to those items
+    (mean over the history, sum over the last hour, soft maximum over the history).
     """
     n_items = int(max(cands["item_id"].max(), ratings["item_id"].to_numpy().max(initial=0))) + 1
     n_users = int(max(cands["user_id"].max(), ratings["user_id"].to_numpy().max(initial=0))) + 1
@@ -293,6 +319,12 @@ def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, n
         "cosession_hist",
         "ease_profile",
         "ease_hist",
+        "svd_profile",
+        "svd_hist",
+        "svd_1h",
+        "svd_cos_hist",
+        "svd_cos_1h",
+        "svd_pmax_hist",
     )
     out = {name: np.zeros(len(cands)) for name in names}
     row_order = np.argsort(req_day[req_pos], kind="stable")
@@ -308,6 +340,7 @@ def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, n
     done = np.iinfo(np.int64).min
     ease = np.zeros((n_items, n_items))
     ease_day: int | None = None
+    factor_dot = factor_cos = factor_cos_p = np.zeros((n_items, n_items))
     for day in np.unique(req_day):
         new = (r_day < day) & (r_day >= done)
         if new.any():
@@ -337,6 +370,7 @@ def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, n
             ease = -inverse / np.diag(inverse)[None, :]
             np.fill_diagonal(ease, 0.0)
             ease_day = day
+            factor_dot, factor_cos, factor_cos_p = _svd_snapshot(seen)
         co_s = (sessions.T @ sessions).toarray()
         norm_s = np.sqrt(np.maximum(np.diag(co_s), 1.0))
         cosine_s = co_s / norm_s[:, None] / norm_s[None, :]
@@ -385,12 +419,44 @@ def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, n
         out["cosession_hist"][rows] = np.asarray(m_hist @ cosine_s)[local, items] / n_hist[local]
         out["ease_profile"][rows] = np.asarray(m_all @ ease)[local, items]
         out["ease_hist"][rows] = np.asarray(m_hist @ ease)[local, items]
+        out["svd_profile"][rows] = np.asarray(m_all @ factor_dot)[local, items]
+        out["svd_hist"][rows] = np.asarray(m_hist @ factor_dot)[local, items]
+        out["svd_1h"][rows] = np.asarray(m_1h @ factor_dot)[local, items]
+        out["svd_cos_hist"][rows] = np.asarray(m_hist @ factor_cos)[local, items] / n_hist[local]
+        out["svd_cos_1h"][rows] = np.asarray(m_1h @ factor_cos)[local, items]
+        pmax = np.asarray(m_hist @ factor_cos_p)[local, items]
+        out["svd_pmax_hist"][rows] = pmax ** (1 / _PMAX)
         out["transition_1h"][rows] = np.asarray((m_1h @ trans_p).todense())[local, items]
         out["transition_last"][rows] = np.asarray((last @ trans_p).todense())[local, items]
 
     gap = np.abs(cand_items - last_item[req_pos]).astype(np.float64)
     out["item_id_gap_last"] = np.where(last_item[req_pos] >= 0, gap, float(n_items))
     return out
+
+
+def _svd_snapshot(seen: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Item x item PureSVD scores ``V V^T``, factor cosine and its positive part to the
+    power ``_PMAX`` (zero diagonals) of a rank-``_SVD_RANK`` SVD of the 0/1 incidence."""
+    n_items = seen.shape[1]
+    # Only the users and items with ratings, so that the result does not depend on the
+    # matrix's shape (which later users and items set).
+    users = np.flatnonzero(seen.getnnz(axis=1))
+    active = np.flatnonzero(seen.getnnz(axis=0))
+    rank = min(_SVD_RANK, len(users) - 1, len(active) - 1)
+    zero = np.zeros((n_items, n_items))
+    if rank < 1:
+        return zero, zero, zero
+    incidence = seen[users][:, active].astype(np.float64)
+    incidence.data[:] = 1.0
+    _, _, vt = svds(incidence, k=rank, random_state=0)
+    factors = np.zeros((n_items, rank))
+    factors[active] = vt.T
+    dot = factors @ factors.T
+    unit = factors / np.maximum(np.linalg.norm(factors, axis=1), 1e-9)[:, None]
+    cos = unit @ unit.T
+    np.fill_diagonal(dot, 0.0)
+    np.fill_diagonal(cos, 0.0)
+    return dot, cos, np.maximum(cos, 0.0) ** _PMAX
 
 
 def exposure_features(log: RequestLog) -> pd.DataFrame:

@@ -52,6 +52,7 @@ __all__ = [
     "train_models",
     "train_vm",
     "vm_examples",
+    "vm_window_start",
 ]
 
 
@@ -184,6 +185,12 @@ def train_vm(
     return vm, init
 
 
+def vm_window_start(train_ts: np.ndarray, window_share: float) -> int:
+    """Start of the VM's window: the last ``window_share`` of the training period's rows.
+    The VM only sees that part of the training window, like a production model."""
+    return int(np.quantile(np.asarray(train_ts), 1 - window_share))
+
+
 def train_models(
     impressions: pd.DataFrame, ctx: FeatureContext, cfg: SolarisConfig
 ) -> TrainedModels:
@@ -215,8 +222,7 @@ def train_models(
     ae, ae_mse = train_autoencoder(fm, fm_train, cfg)
     fm_version = "fm-" + weights_digest(fm, ae, config=cfg.model.model_dump())
 
-    # The VM only sees the last part of the training window, like a production model.
-    cut = np.quantile(train_rows["ts"].to_numpy(), 1 - cfg.train.vm_window_share)
+    cut = vm_window_start(train_rows["ts"].to_numpy(), cfg.train.vm_window_share)
     vm_rows = train_rows[train_rows["ts"].to_numpy() >= cut]
     vm, vm_init = train_vm(ctx, vm_rows, val_rows, cfg)
     vm_version = "vm-" + weights_digest(vm, config={"vm_hidden": cfg.model.vm_hidden})

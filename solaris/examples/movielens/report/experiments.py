@@ -32,6 +32,7 @@ from solaris.examples.movielens.train import (
     fm_examples,
     train_vm,
     vm_examples,
+    vm_window_start,
 )
 from solaris.models.fm import FoundationModel
 from solaris.models.training import (
@@ -77,7 +78,7 @@ class VMRows:
     def from_split(cls, impressions: pd.DataFrame, split: TimeSplit, window_share: float) -> VMRows:
         ts = impressions["ts"].to_numpy()
         train = impressions[split.part(ts, "train")]
-        cut = np.quantile(train["ts"].to_numpy(), 1 - window_share)
+        cut = vm_window_start(train["ts"].to_numpy(), window_share)
         parts = [
             train[train["ts"].to_numpy() >= cut].assign(part="train"),
             impressions[split.part(ts, "val")].assign(part="val"),

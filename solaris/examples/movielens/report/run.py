@@ -35,7 +35,7 @@ from solaris.examples.movielens.requests import build_request_log, request_log_s
 from solaris.files import atomic_write_bytes
 from solaris.store.connection import redacted_settings
 
-__all__ = ["provenance", "run_report"]
+__all__ = ["bounds", "provenance", "run_report"]
 
 
 def _git(*args: str) -> str:
@@ -84,7 +84,6 @@ def run_report(
     folder = fetch_movielens(cfg.data)
     data = MovieLens.load(folder)
     log = build_request_log(data.ratings, cfg.requests)
-    stats = request_log_stats(log, cfg.requests.recurrence_window_hours)
     ctx = FeatureContext.from_config(data, cfg.model)
     features = exposure_features(log)  # the same for every seed
     seeds = [
@@ -92,20 +91,7 @@ def run_report(
     ]
     summary = summarise(seeds, st.n_boot)
 
-    eval_from = _eval_from(log, cfg)
-    bounds = {
-        "recurrence": stats.recurrence,
-        "recurrence_with_prior": stats.recurrence_with_prior,
-        "retrieval_recall_all": stats.retrieval_recall,
-        "retrieval_recall_base_ttl": retrieval_bound(
-            log.candidates, eval_from, int(st.base_ttl_hours * 3600)
-        ),
-    }
-    for h in st.ttls_hours:
-        bounds[f"retrieval_recall_ttl_{h:g}h"] = retrieval_bound(
-            log.candidates, eval_from, int(h * 3600)
-        )
-    summary["bounds"] = bounds
+    summary["bounds"] = bounds(log, cfg, st)
     summary["shortfalls"] = shortfalls(summary)
     prov = provenance(cfg, st, folder)
     prov["fm_versions"] = summary["fm_versions"]
@@ -122,6 +108,25 @@ def run_report(
     )
     echo(f"report: {out_dir / 'solaris_report.md'} ({prov['runtime_s']:.0f} s)")
     return payload
+
+
+def bounds(log, cfg: SolarisConfig, st: ReportSettings) -> dict[str, float]:
+    """What no selector can exceed, and the recurrence statistic, over the test period."""
+    stats = request_log_stats(log, cfg.requests.recurrence_window_hours)
+    eval_from = _eval_from(log, cfg)
+    out = {
+        "recurrence": stats.recurrence,
+        "recurrence_with_prior": stats.recurrence_with_prior,
+        "retrieval_recall_all": stats.retrieval_recall,
+        "retrieval_recall_base_ttl": retrieval_bound(
+            log.candidates, eval_from, int(st.base_ttl_hours * 3600)
+        ),
+    }
+    for h in st.ttls_hours:
+        out[f"retrieval_recall_ttl_{h:g}h"] = retrieval_bound(
+            log.candidates, eval_from, int(h * 3600)
+        )
+    return out
 
 
 def _eval_from(log, cfg: SolarisConfig) -> int:

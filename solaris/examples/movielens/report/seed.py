@@ -323,12 +323,14 @@ def run_seed(
         )["test"]
         for name, tier in placebos.items():
             single[name] = runner.run(task, [tier])["test"]
-        table1[task] = {name: scores(y, p) for name, p in single.items()}
-        table1[task].update({name: init_scores(y, ps) for name, ps in multi.items()})
-        row_losses[task] = {name: row_log_loss(y, p) for name, p in single.items()}
-        row_losses[task].update(
+        got = {name: scores(y, p) for name, p in single.items()}
+        got.update({name: init_scores(y, ps) for name, ps in multi.items()})
+        losses = {name: row_log_loss(y, p) for name, p in single.items()}
+        losses.update(
             {name: np.mean([row_log_loss(y, p) for p in ps], axis=0) for name, ps in multi.items()}
         )
+        table1[task] = {name: got[name] for name in ("FM", "VM", *TR_VARIANTS)}
+        row_losses[task] = {name: losses[name] for name in table1[task]}
         bar.update()
 
     # --- Table 2: random masking vs real misses, fresh codes vs served codes (own task) -------

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +37,7 @@ from solaris.examples.movielens.requests import build_request_log, request_log_s
 from solaris.files import atomic_write_bytes
 from solaris.store.connection import redacted_settings
 
-__all__ = ["bounds", "provenance", "run_report"]
+__all__ = ["bounds", "provenance", "run_report", "run_seeds"]
 
 
 def _git(*args: str) -> str:
@@ -80,15 +82,12 @@ def run_report(
     echo: Callable[[str], None] = print,
 ) -> dict:
     start = time.perf_counter()
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     folder = fetch_movielens(cfg.data)
     data = MovieLens.load(folder)
     log = build_request_log(data.ratings, cfg.requests)
     ctx = FeatureContext.from_config(data, cfg.model)
     features = exposure_features(log)  # the same for every seed
-    seeds = [
-        run_seed(s, log, ctx, cfg, st, features) for s in tqdm(st.seeds, desc="seeds", unit="seed")
-    ]
+    seeds = run_seeds(log, ctx, cfg, st, features)
     summary = summarise(seeds, st.n_boot)
 
     summary["bounds"] = bounds(log, cfg, st)
@@ -108,6 +107,30 @@ def run_report(
     )
     echo(f"report: {out_dir / 'solaris_report.md'} ({prov['runtime_s']:.0f} s)")
     return payload
+
+
+def _seed_in_process(args: tuple) -> dict:
+    *seed_args, threads = args
+    torch.set_num_threads(threads)
+    return run_seed(*seed_args)
+
+
+def run_seeds(log, ctx: FeatureContext, cfg: SolarisConfig, st: ReportSettings, features):
+    """Every seed's measurements. Seeds are independent, so with ``st.processes > 1`` they
+    run in that many spawned processes sharing the cores (small models use one torch
+    thread better than two)."""
+    cores = os.cpu_count() or 1
+    n = min(st.processes, len(st.seeds))
+    if n <= 1:
+        torch.set_num_threads(max(1, min(2, cores)))
+        return [
+            run_seed(s, log, ctx, cfg, st, features)
+            for s in tqdm(st.seeds, desc="seeds", unit="seed")
+        ]
+    threads = max(1, cores // n)
+    jobs = [(s, log, ctx, cfg, st, features, threads) for s in st.seeds]
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_seed_in_process, jobs))
 
 
 def bounds(log, cfg: SolarisConfig, st: ReportSettings) -> dict[str, float]:

@@ -13,6 +13,8 @@ class ReportSettings(BaseModel):
     model_config = {"frozen": True}
 
     seeds: tuple[int, ...] = (0, 1, 2)
+    # Seeds run in this many processes at once (1: in this process).
+    processes: int = Field(2, ge=1)
     # The VM's tasks: one the FM trained on, and two it never saw (the second one is not
     # monotone in liking).
     own_task: str = "like"

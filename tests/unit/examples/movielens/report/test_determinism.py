@@ -8,7 +8,7 @@ from solaris.examples.movielens.exposure import exposure_features
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.report.aggregate import summarise
 from solaris.examples.movielens.report.render import markdown, plots
-from solaris.examples.movielens.report.run import bounds
+from solaris.examples.movielens.report.run import bounds, run_seeds
 from solaris.examples.movielens.report.seed import run_seed
 from solaris.examples.movielens.report.settings import ReportSettings
 from solaris.examples.movielens.report.shortfalls import shortfalls
@@ -94,3 +94,19 @@ def test_one_tiny_seed_renders_every_section_of_the_report(tiny_setup, tmp_path)
         assert heading in text
     assert "rating==3" in text and "placebo: untrained FM" in text
     assert len(plots(summary, tmp_path)) == 4
+
+
+def test_seeds_run_in_processes_give_the_numbers_of_one_process(tiny_setup):
+    log, ctx, cfg = tiny_setup
+    features = exposure_features(log)
+    both = SMALL.model_copy(update={"seeds": (0, 1), "processes": 2})
+    parallel = run_seeds(log, ctx, cfg, both, features)
+    serial = run_seeds(log, ctx, cfg, both.model_copy(update={"processes": 1}), features)
+    assert [r["seed"] for r in parallel] == [0, 1]
+    for p, s in zip(parallel, serial, strict=True):
+        for task, variants in s["table1"].items():
+            for name, figures in variants.items():
+                # One torch thread per process against two: the same up to float rounding.
+                assert p["table1"][task][name]["logloss"] == pytest.approx(
+                    figures["logloss"], rel=1e-4
+                )

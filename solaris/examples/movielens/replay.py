@@ -30,7 +30,7 @@ def replay_from_artifacts(
         )
     candidates = read_table(log_path, "request_log").to_pandas()
     ttl_s, cadence_s = int(selection.ttl_hours * 3600), int(selection.cadence_minutes * 60)
-    if selector == "verifier":  # the VM's scores, logged with the request log
+    if selector == "verifier":  # the verifier's scores, logged with the request log
         scores = LoggedScores().score(candidates)
     elif selector == "random":
         scores = random_scores(len(candidates), cfg.train.seed)

@@ -114,8 +114,8 @@ RELATIVE: tuple[str, ...] = (
 )
 FEATURES = FEATURES + tuple(f"{name}_pct" for name in RELATIVE)
 # What the scorer uses: within-request percentiles of the signals that rank a request's
-# candidates the same way in every period (raw values and request-level counts let the
-# trees learn which users were busy in the training weeks, which does not carry over).
+# candidates the same way in every period (raw pair values let the trees learn which users
+# were busy in the training weeks, which does not carry over), plus request-level context.
 MODEL_FEATURES: tuple[str, ...] = (
     "ease_profile_pct",
     "ease_hist_pct",
@@ -135,6 +135,12 @@ MODEL_FEATURES: tuple[str, ...] = (
     "svd_cos_hist_pct",
     "svd_cos_1h_pct",
     "svd_pmax_hist_pct",
+    # Request-level context: constant within a request, so with request-balanced weights it
+    # can only change how the pair signals are combined (e.g. a user deep in a session
+    # against one just arriving), not rank requests against each other.
+    "user_ratings_1h",
+    "user_ratings_total",
+    "user_since_prev_request_s",
 )
 _EASE_LAMBDA = 300.0  # ridge of the EASE item-item model
 _EASE_EVERY_DAYS = 7  # how often the EASE snapshot is refit (it is a matrix inverse)

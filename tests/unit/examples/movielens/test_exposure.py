@@ -124,6 +124,8 @@ def test_features_are_float32_aligned_and_informative(tiny_log):
     )
     # The session signals are not all zero (the fake users rate in sessions).
     assert (feats["session_sim_6h"] > 0).any() and (feats["history_sim_mean"] > 0).any()
+    # The latent-factor signals too (the SVD snapshot exists once a day has ratings).
+    assert (feats["svd_profile"] != 0).any() and (feats["svd_cos_hist"] != 0).any()
 
 
 # --- labels and the training window ------------------------------------------------------

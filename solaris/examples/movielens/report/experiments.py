@@ -24,6 +24,7 @@ from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import auc, log_loss, normalized_entropy
 from solaris.examples.movielens.adapters import MovieLensFoundationModel
 from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.report.stats import row_log_loss
 from solaris.examples.movielens.report.tiers import Tier
 from solaris.examples.movielens.train import (
     Distillation,
@@ -53,6 +54,7 @@ __all__ = [
     "distillation_sweep",
     "fm_logit_tier",
     "fm_probs",
+    "init_row_losses",
     "init_scores",
     "masked",
     "offline_codes",
@@ -118,6 +120,11 @@ def init_scores(y: np.ndarray, probs: list[np.ndarray]) -> dict[str, float]:
     return {k: float(np.mean([e[k] for e in each])) for k in each[0]}
 
 
+def init_row_losses(y: np.ndarray, probs: list[np.ndarray]) -> np.ndarray:
+    """Per-row log-loss averaged over initialisations (its mean is :func:`init_scores`')."""
+    return np.mean([row_log_loss(y, p) for p in probs], axis=0)
+
+
 def stack(tiers: list[Tier], index: np.ndarray) -> TierInputs:
     """``TierInputs`` of the rows ``index`` from a list of tiers (one slot each)."""
     z = np.stack([t.z[index] for t in tiers], axis=1)
@@ -162,10 +169,20 @@ class VariantRunner:
         return out
 
     def run_inits(
-        self, task: str, n_inits: int, distill: Distillation | None = None
+        self,
+        task: str,
+        n_inits: int,
+        tiers: list[Tier] | None = None,
+        **options,
     ) -> list[dict[str, np.ndarray]]:
-        """:meth:`run` for ``n_inits`` initialisations of the VM (no tiers)."""
-        return [self.run(task, distill=distill, init=k) for k in range(n_inits)]
+        """:meth:`run` (same ``options``) for VM initialisations ``0 … n_inits − 1``."""
+        return [self.run(task, tiers, init=k, **options) for k in range(n_inits)]
+
+    def test_probs(
+        self, task: str, n_inits: int, tiers: list[Tier] | None = None, **options
+    ) -> list[np.ndarray]:
+        """The test probabilities of :meth:`run_inits`."""
+        return [r["test"] for r in self.run_inits(task, n_inits, tiers, **options)]
 
 
 def _new_fm(ctx: FeatureContext, cfg: SolarisConfig, tasks: tuple[str, ...]) -> FoundationModel:
@@ -241,7 +258,9 @@ def distillation_sweep(
         raise ValueError(f"the distillation grid {grid} must hold 0 (the plain VM)")
     y_val = runner.rows.labels(task, "val")
     runs = {
-        lam: runner.run_inits(task, n_inits, None if lam == 0 else Distillation(teacher, lam, mode))
+        lam: runner.run_inits(
+            task, n_inits, distill=None if lam == 0 else Distillation(teacher, lam, mode)
+        )
         for lam in grid
     }
     val = {lam: float(np.mean([log_loss(y_val, r["val"]) for r in rs])) for lam, rs in runs.items()}

@@ -243,8 +243,8 @@ def _table1(s: dict) -> list[str]:
     lines = [
         "## Table 1 analogue: test log-loss, NE, AUC",
         "",
-        "`VM` and `VM+KD` are means over the VM initialisations of the distillation sweep; "
-        "every other row is one VM.",
+        "Every VM row is the mean of 5 VM initialisations (`ReportSettings.n_inits`); "
+        "`VM` is the λ = 0 point of the distillation sweep.",
         "",
     ]
     for task, variants in s["table1"].items():
@@ -390,7 +390,7 @@ def _tiers(s: dict) -> list[str]:
         "",
         "Imputed tier vs real pair codes on exactly the rows where the tier is present. "
         "Value ratio = mean gain imputed / mean gain real (means over seeds) with a user "
-        "bootstrap interval; it is not given where the real gain's interval holds zero "
+        "bootstrap interval; it is not given unless the real gain's interval is above zero "
         f"(paper: neighbour fill {PAPER['nbr_value']}):",
         "",
     ]
@@ -400,7 +400,7 @@ def _tiers(s: dict) -> list[str]:
             pm(r["coverage"], pct=True),
             _gain(r["gain_imputed"]),
             _gain(r["gain_real"]),
-            "— (denominator's CI holds 0)"
+            "— (real gain not above 0)"
             if r["ratio"] is None
             else f"{r['ratio']['mean']:.2f} {_ci(r['ratio']['user_bootstrap_ci95'], 1, 2)}",
         ]

@@ -7,7 +7,6 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from solaris.config import SolarisConfig
-from solaris.evaluation.metrics import log_loss
 from solaris.examples.movielens.adapters import MovieLensFoundationModel
 from solaris.examples.movielens.exposure import (
     exposure_labels,
@@ -23,6 +22,7 @@ from solaris.examples.movielens.report.experiments import (
     distillation_sweep,
     fm_logit_tier,
     fm_probs,
+    init_row_losses,
     init_scores,
     masked,
     offline_codes,
@@ -303,6 +303,7 @@ def run_seed(
     # --- Table 1: every variant on every task ------------------------------------------------
     runner = VariantRunner(ctx, rows, cfg)
     test_i = runner.index["test"]
+    n = st.n_inits  # every VM figure is the mean of n initialisations
     table1: dict[str, dict] = {}
     row_losses: dict[str, dict[str, np.ndarray]] = {}
     kd_info: dict[str, dict] = {}
@@ -313,30 +314,32 @@ def run_seed(
         else:
             t_probs, mode = teacher, "auxiliary"
         kd = distillation_sweep(runner, task, t_probs, mode, st.kd_grid, st.n_inits)
-        multi = {"VM": kd.pop("vm_test"), "VM+KD": kd.pop("test")}
+        fits = {"VM": kd.pop("vm_test"), "VM+KD": kd.pop("test")}
         kd_info[task] = kd
-        single = {"FM": p_fm[task]}
-        single["VM+FM logits"] = runner.run(task, [logits])["test"]
-        single["VM+z (100% offline)"] = runner.run(task, [offline])["test"]
-        single["VM+SOLARIS tiers (served)"] = runner.run(
-            task, [tiers[n] for n in TIER_SETS["all"]]
-        )["test"]
-        for name, tier in placebos.items():
-            single[name] = runner.run(task, [tier])["test"]
-        got = {name: scores(y, p) for name, p in single.items()}
-        got.update({name: init_scores(y, ps) for name, ps in multi.items()})
-        losses = {name: row_log_loss(y, p) for name, p in single.items()}
-        losses.update(
-            {name: np.mean([row_log_loss(y, p) for p in ps], axis=0) for name, ps in multi.items()}
+        fits["VM+FM logits"] = runner.test_probs(task, n, [logits])
+        fits["VM+z (100% offline)"] = runner.test_probs(task, n, [offline])
+        fits["VM+SOLARIS tiers (served)"] = runner.test_probs(
+            task, n, [tiers[m] for m in TIER_SETS["all"]]
         )
-        table1[task] = {name: got[name] for name in ("FM", "VM", *TR_VARIANTS)}
-        row_losses[task] = {name: losses[name] for name in table1[task]}
+        for name, tier in placebos.items():
+            fits[name] = runner.test_probs(task, n, [tier])
+        table1[task] = {"FM": scores(y, p_fm[task])}
+        row_losses[task] = {"FM": row_log_loss(y, p_fm[task])}
+        for name in ("VM", *TR_VARIANTS):
+            table1[task][name] = init_scores(y, fits[name])
+            row_losses[task][name] = init_row_losses(y, fits[name])
         bar.update()
 
     # --- Table 2: random masking vs real misses, fresh codes vs served codes (own task) -------
     task = st.curve_task
     y = rows.labels(task)
     ll_vm = table1[task]["VM"]["logloss"]
+
+    def fitted(tier_list: list[Tier], **options) -> tuple[float, np.ndarray]:
+        """Mean test log-loss and per-row losses of ``n`` VMs on ``tier_list``."""
+        rows_ll = init_row_losses(y, runner.test_probs(task, n, tier_list, **options))
+        return float(rows_ll.mean()), rows_ll
+
     rng = np.random.default_rng(10_000 + seed)
     curve = []
     for c in st.coverages:
@@ -344,7 +347,7 @@ def run_seed(
             ll, cov = table1[task]["VM+z (100% offline)"]["logloss"], 1.0
         else:
             keep = rng.random(len(rows.rows)) < c
-            ll = log_loss(y, runner.run(task, [masked(offline, keep)])["test"])
+            ll = fitted([masked(offline, keep)])[0]
             cov = float(keep[test_i].mean())
         curve.append({"kind": "random", "coverage": cov, "logloss": ll, "gain": ll_vm - ll})
     pair_tiers = {}
@@ -357,7 +360,7 @@ def run_seed(
             ("real misses, fresh codes", masked(offline, served.present)),
             ("real misses, served codes", served),
         ):
-            ll = log_loss(y, runner.run(task, [tier])["test"])
+            ll = fitted([tier])[0]
             curve.append(
                 {
                     "kind": kind,
@@ -378,24 +381,22 @@ def run_seed(
             ll = table1[task]["VM+SOLARIS tiers (served)"]["logloss"]
             tier_losses[name] = row_losses[task]["VM+SOLARIS tiers (served)"]
         else:
-            p = runner.run(task, [tiers[m] for m in members])["test"]
-            ll = log_loss(y, p)
-            tier_losses[name] = row_log_loss(y, p)
+            ll, tier_losses[name] = fitted([tiers[m] for m in members])
         tier_rows.append(
             {"tiers": name, "coverage": float(present.mean()), "logloss": ll, "gain": ll_vm - ll}
         )
     imputed, imputed_losses = [], {}
     for name in IMPUTED:
         t = tiers[name]
-        p_imp = runner.run(task, [t])["test"]
-        p_real = runner.run(task, [masked(offline, t.present)])["test"]
-        imputed_losses[name] = {"imputed": row_log_loss(y, p_imp), "real": row_log_loss(y, p_real)}
+        ll_imp, rows_imp = fitted([t])
+        ll_real, rows_real = fitted([masked(offline, t.present)])
+        imputed_losses[name] = {"imputed": rows_imp, "real": rows_real}
         imputed.append(
             {
                 "tier": name,
                 "coverage": float(t.present[test_i].mean()),
-                "gain_imputed": ll_vm - log_loss(y, p_imp),
-                "gain_real": ll_vm - log_loss(y, p_real),
+                "gain_imputed": ll_vm - ll_imp,
+                "gain_real": ll_vm - ll_real,
             }
         )
     # The item aggregate on items the FM never trained on vs items it knows.
@@ -414,8 +415,7 @@ def run_seed(
     keep = float(served.present[runner.index["train"]].mean())
     drop = {}
     for label, k in (("no dropout", 1.0), (f"dropout keep={keep:.2f}", keep)):
-        pr = runner.run(task, [offline], keep=k, eval_tiers=[served])["test"]
-        drop[label] = scores(y, pr)
+        drop[label] = {"logloss": fitted([offline], keep=k, eval_tiers=[served])[0]}
     drop["trained on served misses"] = {
         "logloss": next(t["logloss"] for t in tier_rows if t["tiers"] == "pair")
     }

@@ -21,6 +21,10 @@ def _half(ci: list[float]) -> float:
     return (ci[1] - ci[0]) / 2
 
 
+def _pct_ci(ci: list[float]) -> str:
+    return f"[{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
+
+
 def _excludes_zero(ci: list[float]) -> bool:
     return ci[0] > 0 or ci[1] < 0
 
@@ -60,11 +64,22 @@ def _transfer(s: dict) -> list[str]:
             )
         for name in PLACEBOS:
             p = rows[name]
-            if abs(p["mean"]) > PLACEBO_BAND and _excludes_zero(p["user_bootstrap_ci95"]):
+            if abs(p["mean"]) <= PLACEBO_BAND or not _excludes_zero(p["user_bootstrap_ci95"]):
+                continue
+            if p["mean"] > 0:
+                item = rows[f"{Z} − {name}"]
                 out.append(
-                    f"Placebo not ≈ 0 on {task}: {name} transfers {100 * p['mean']:.0f}% "
-                    "(its interval excludes 0), so part of what the codes add there is not "
-                    "specific to the item."
+                    f"Placebo not ≈ 0 on {task}: {name} transfers {100 * p['mean']:.0f}% (its "
+                    "interval excludes 0). The codes carry the user (the FM's history and "
+                    "rating statistics, which the VM lacks), so that much of z's TR needs no "
+                    f"item-specific code; the item-specific part, z − placebo, is "
+                    f"{100 * item['mean']:.0f} pp, users {_pct_ci(item['user_bootstrap_ci95'])}."
+                )
+            else:
+                out.append(
+                    f"Placebo below 0 on {task}: {name} gives TR {100 * p['mean']:.0f}% (its "
+                    "interval excludes 0): codes without information cost the VM more than "
+                    "nothing, so 0 is not the floor of this comparison."
                 )
         if task == "like":
             continue
@@ -85,13 +100,26 @@ def _transfer(s: dict) -> list[str]:
 def _tiers(s: dict) -> list[str]:
     out = []
     for r in s["tier_value"]["imputed_vs_real"]:
+        gain = r["gain_imputed"]
         if r["ratio"] is None:
             out.append(
                 f"The {r['tier']} tier's value ratio is not given: the real codes' gain on its "
-                "rows is not distinguishable from zero."
+                f"rows ({1000 * r['gain_real']['mean']:.1f}e-3, users "
+                f"{_pct_ci([x * 10 for x in r['gain_real']['user_bootstrap_ci95']])}e-3) is not "
+                "above zero."
             )
-        elif r["ratio"]["user_bootstrap_ci95"][1] < 0:
-            out.append(f"The {r['tier']} tier hurts: its value ratio's interval is below zero.")
+        if gain["user_bootstrap_ci95"][0] <= 0:
+            out.append(
+                f"The {r['tier']} tier adds no measurable value: its gain over the VM is "
+                f"{1000 * gain['mean']:.1f}e-3, users "
+                f"{_pct_ci([x * 10 for x in gain['user_bootstrap_ci95']])}e-3."
+                + (
+                    " It duplicates the VM's own item features and the codes of the items it "
+                    "averages; serving keeps it only as the last fallback before zeros."
+                    if r["tier"] == "iagg"
+                    else ""
+                )
+            )
     return out
 
 

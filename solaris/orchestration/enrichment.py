@@ -162,8 +162,8 @@ def refresh_item_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
 
 def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     """``nbr``: the last TTL's candidates imputed from similar users' fresh codes, with the
-    newest neighbour table built at or before ``as_of`` (rebuilt as of ``as_of`` first when
-    ``cycle.neighbours_every_interval``)."""
+    neighbour table rebuilt as of ``as_of`` (``cycle.neighbours_every_interval``) or else the
+    newest one the clustering DAG built at or before it."""
     import pandas as pd
 
     from solaris.pipeline.enrich import neighbour_rows
@@ -171,19 +171,24 @@ def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
     ttl = round(cfg.selection.ttl_hours * 3600)
+    history = None
     if cfg.cycle.neighbours_every_interval:
         # 63% of pair misses came from users rating for the first time that day: a daily
-        # table does not hold them, one rebuilt from this interval's codes does.
-        rebuild_user_neighbours(cfg, as_of, dag_id=ENRICHMENT_DAG_ID)
-    table = layout.latest_neighbours(as_of)
+        # table does not hold them, one rebuilt from this interval's codes does. One read
+        # serves the table and the fill (each keeps only its own window of the codes).
+        history = pair_history(cfg, as_of, max(_neighbour_window(cfg), ttl))
+        neighbours, _ = _keep_user_neighbours(cfg, as_of, history, ENRICHMENT_DAG_ID, began)
+    else:
+        table = layout.latest_neighbours(as_of)
+        neighbours = None if table is None else read_parquet(table)
     rows = pd.DataFrame()
     codes_read = 0
-    if table is not None:
-        neighbours = read_parquet(table)
+    if neighbours is not None:
         recent = recent_requests(cfg, as_of, ttl)
         if len(recent) and len(neighbours):
-            history = pair_history(cfg, as_of, ttl)
-            codes_read = len(history.pairs)
+            if history is None:
+                history = pair_history(cfg, as_of, ttl)
+            codes_read = int((history.pairs["computed_at"].to_numpy() > as_of - ttl).sum())
             rows = neighbour_rows(
                 recent[["user_id", "item_id"]], neighbours, history, as_of, cfg, _fm_version(cfg)
             )
@@ -191,30 +196,34 @@ def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     return _record(ENRICHMENT_DAG_ID, cfg, as_of, "nbr", len(rows), began, codes_read=codes_read)
 
 
-def rebuild_user_neighbours(
-    cfg: SolarisConfig, as_of: int, dag_id: str = CLUSTERING_DAG_ID
-) -> dict[str, Any]:
+def _neighbour_window(cfg: SolarisConfig) -> int:
+    return round(cfg.store.unn_ttl_hours * 3600)
+
+
+def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     """``unn``: user embeddings over the neighbour window, cosine KNN; the table is kept
-    as ``neighbours/<as_of>.parquet`` for the enrichment DAG's neighbour fill. ``dag_id``
-    names the run record (the clustering DAG's, or the enrichment's when it rebuilds the
-    table before a fill)."""
+    as ``neighbours/<as_of>.parquet`` for the enrichment DAG's neighbour fill."""
+    began = time.perf_counter()
+    history = pair_history(cfg, as_of, _neighbour_window(cfg))
+    return _keep_user_neighbours(cfg, as_of, history, CLUSTERING_DAG_ID, began)[1]
+
+
+def _keep_user_neighbours(
+    cfg: SolarisConfig, as_of: int, history, dag_id: str, began: float
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The neighbour table as of ``as_of`` from ``history``: written to the ``unn`` view,
+    kept as ``neighbours/<as_of>.parquet`` and recorded under ``dag_id`` (the clustering
+    DAG's, or the enrichment's when it rebuilds the table before a fill). Returns the kept
+    table and the record."""
     from solaris.pipeline.enrich import user_neighbours
 
-    began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
-    window = round(cfg.store.unn_ttl_hours * 3600)
-    history = pair_history(cfg, as_of, window)
     rows = user_neighbours(history, as_of, cfg, _fm_version(cfg))
     if len(rows):
         _materialize(cfg, "unn", rows, f"cycle-{as_of}")
-    kept = write_parquet(rows.drop(columns=["event_ts"], errors="ignore"), layout.neighbours(as_of))
-    return _record(
-        dag_id,
-        cfg,
-        as_of,
-        "unn",
-        len(rows),
-        began,
-        codes_read=len(history.pairs),
-        wrote=(kept,),
+    table = rows.drop(columns=["event_ts"], errors="ignore")
+    kept = write_parquet(table, layout.neighbours(as_of))
+    record = _record(
+        dag_id, cfg, as_of, "unn", len(rows), began, codes_read=len(history.pairs), wrote=(kept,)
     )
+    return table, record

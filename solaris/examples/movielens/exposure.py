@@ -29,7 +29,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import roc_auc_score
 
 from solaris.evaluation.replay import interval_end, oracle_scores
-from solaris.examples.movielens.requests import DAY, RequestLog
+from solaris.examples.movielens.requests import DAY, HOUR, RequestLog, flat_ranges
 
 __all__ = [
     "FEATURES",
@@ -43,21 +43,15 @@ __all__ = [
     "within_request_auc",
 ]
 
-HOUR = 3600
 _SPAN = 1 << 33  # composite (key, time) sort keys: epoch seconds fit below this
 _GAP_CAP = 7 * DAY  # "never" for the time-since features
 _RECURRENCE_WINDOW = 6 * HOUR
 _HISTORY_ITEMS = 20  # the user's last items used by the history similarity
 _TRANSITION_STEPS = 5  # an item "follows" another if rated within this many later ratings
 
-FEATURES: tuple[str, ...] = (
-    "retrieval_score",
-    "retrieval_rank",
-    "retrieval_rank_share",
-    "retrieval_gap_to_top",
-    "pair_recent_requests",
-    "pair_seen_before",
-    "pair_since_last_s",
+# Item-item, latent-factor and transition similarities to the user's recent items
+# (:func:`_session_features`).
+_SESSION_FEATURES: tuple[str, ...] = (
     "session_sim_1h",
     "session_sim_1h_mean",
     "session_sim_6h",
@@ -76,6 +70,16 @@ FEATURES: tuple[str, ...] = (
     "svd_cos_hist",
     "svd_cos_1h",
     "svd_pmax_hist",
+)
+_BASE_FEATURES: tuple[str, ...] = (
+    "retrieval_score",
+    "retrieval_rank",
+    "retrieval_rank_share",
+    "retrieval_gap_to_top",
+    "pair_recent_requests",
+    "pair_seen_before",
+    "pair_since_last_s",
+    *_SESSION_FEATURES,
     "item_pop_1h",
     "item_pop_24h",
     "item_pop_7d",
@@ -85,34 +89,6 @@ FEATURES: tuple[str, ...] = (
     "user_ratings_total",
     "user_since_prev_request_s",
 )
-# Pair-level signals that also enter as their percentile within the request: selection ranks
-# inside a request, and a tree fit on raw values spends itself on which requests have many
-# positives (request-level variance no per-request budget can use).
-RELATIVE: tuple[str, ...] = (
-    "retrieval_score",
-    "session_sim_1h",
-    "session_sim_6h",
-    "history_sim_mean",
-    "history_sim_pmax",
-    "profile_sim_mean",
-    "transition_1h",
-    "transition_last",
-    "cosession_1h",
-    "cosession_hist",
-    "ease_profile",
-    "ease_hist",
-    "svd_profile",
-    "svd_hist",
-    "svd_1h",
-    "svd_cos_hist",
-    "svd_cos_1h",
-    "svd_pmax_hist",
-    "item_pop_1h",
-    "item_pop_24h",
-    "item_pop_7d",
-    "pair_seen_before",
-)
-FEATURES = FEATURES + tuple(f"{name}_pct" for name in RELATIVE)
 # What the scorer uses: within-request percentiles of the signals that rank a request's
 # candidates the same way in every period (raw pair values let the trees learn which users
 # were busy in the training weeks, which does not carry over), plus request-level context.
@@ -142,6 +118,14 @@ MODEL_FEATURES: tuple[str, ...] = (
     "user_ratings_total",
     "user_since_prev_request_s",
 )
+# The pair signals the scorer reads as their percentile within the request: selection ranks
+# inside a request, and a tree fit on raw values spends itself on which requests have many
+# positives (request-level variance no per-request budget can use).
+RELATIVE: tuple[str, ...] = tuple(
+    name.removesuffix("_pct") for name in MODEL_FEATURES if name.endswith("_pct")
+)
+FEATURES: tuple[str, ...] = _BASE_FEATURES + tuple(f"{name}_pct" for name in RELATIVE)
+
 _EASE_LAMBDA = 300.0  # ridge of the EASE item-item model
 _EASE_EVERY_DAYS = 7  # how often the EASE snapshot is refit (it is a matrix inverse)
 _PMAX = 8.0  # power of the soft maximum of similarities (sum of sim**p)**(1/p)
@@ -171,14 +155,6 @@ def _count_in(keys_sorted: np.ndarray, key: np.ndarray, lo: np.ndarray, hi: np.n
     return np.searchsorted(keys_sorted, base + hi, "left") - np.searchsorted(
         keys_sorted, base + lo, "left"
     )
-
-
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row index and flat positions of the concatenated ranges [starts[r], stops[r])."""
-    lengths = np.maximum(stops - starts, 0)
-    rows = np.repeat(np.arange(len(starts)), lengths)
-    offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return rows, np.repeat(starts, lengths) + offsets
 
 
 def _rank_within(values: np.ndarray, group: np.ndarray, ascending: bool) -> np.ndarray:
@@ -312,27 +288,7 @@ def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, n
     last_item = np.where(stop > start, h_items[np.maximum(stop - 1, 0)], -1)
 
     cand_items = cands["item_id"].to_numpy(np.int64)
-    names = (
-        "session_sim_1h",
-        "session_sim_1h_mean",
-        "session_sim_6h",
-        "history_sim_mean",
-        "history_sim_pmax",
-        "profile_sim_mean",
-        "transition_1h",
-        "transition_last",
-        "cosession_1h",
-        "cosession_hist",
-        "ease_profile",
-        "ease_hist",
-        "svd_profile",
-        "svd_hist",
-        "svd_1h",
-        "svd_cos_hist",
-        "svd_cos_1h",
-        "svd_pmax_hist",
-    )
-    out = {name: np.zeros(len(cands)) for name in names}
+    out = {name: np.zeros(len(cands)) for name in _SESSION_FEATURES}
     row_order = np.argsort(req_day[req_pos], kind="stable")
     row_days = req_day[req_pos][row_order]
 
@@ -389,7 +345,7 @@ def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, n
         u, t = req_users[batch], req_ts[batch]
 
         def recent(lo: np.ndarray, batch=batch, n=n) -> sp.csr_matrix:
-            rows, flat = _ranges(lo, stop[batch])
+            rows, flat = flat_ranges(lo, stop[batch])
             return sp.csr_matrix(
                 (np.ones(len(rows), np.float32), (rows, h_items[flat])), shape=(n, n_items)
             )

@@ -22,16 +22,19 @@ from solaris.examples.movielens.data import LIKE_THRESHOLD
 
 __all__ = [
     "DAY",
+    "HOUR",
     "RequestLog",
     "RequestLogStats",
     "bucket_requests",
     "build_request_log",
     "earlier_candidate_within",
+    "flat_ranges",
     "request_log_stats",
     "retrieve",
 ]
 
-DAY = 86_400
+HOUR = 3_600
+DAY = 24 * HOUR
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def _history_index(
     return keys, by_user["item_id"].to_numpy(), starts
 
 
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def flat_ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row index and flat positions of the concatenated ranges [starts[r], stops[r])."""
     lengths = np.maximum(stops - starts, 0)
     rows = np.repeat(np.arange(len(starts)), lengths)
@@ -166,11 +169,11 @@ def retrieve(
         pos = np.searchsorted(hist_keys, users * (1 << 32) + batch["ts"].to_numpy(), "left")
         n = len(batch)
         # Everything the user rated strictly before the request is excluded.
-        rows, flat = _ranges(user_starts[users], pos)
+        rows, flat = flat_ranges(user_starts[users], pos)
         rated = sp.csr_matrix(
             (np.ones(len(rows), np.float32), (rows, hist_items[flat])), shape=(n, n_items)
         )
-        recent_rows, recent_flat = _ranges(
+        recent_rows, recent_flat = flat_ranges(
             np.maximum(user_starts[users], pos - cfg.cooccurrence_history), pos
         )
         recent = sp.csr_matrix(

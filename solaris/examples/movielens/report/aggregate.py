@@ -149,15 +149,10 @@ def curve(seeds: list[dict]) -> dict:
     rand = df[df["kind"] == "random"].copy()
     rand["target"] = np.tile(np.arange((df["kind"] == "random").sum() // len(seeds)), len(seeds))
     real = df[df["kind"] != "random"].copy()
+    by_seed = {k: g.sort_values("coverage") for k, g in rand.groupby("seed")}
     real["gain_random"] = [
-        float(
-            np.interp(
-                row.coverage,
-                rand[rand["seed"] == row.seed].sort_values("coverage")["coverage"],
-                rand[rand["seed"] == row.seed].sort_values("coverage")["gain"],
-            )
-        )
-        for row in real.itertuples()
+        float(np.interp(c, by_seed[k]["coverage"], by_seed[k]["gain"]))
+        for k, c in zip(real["seed"], real["coverage"], strict=True)
     ]
     return {
         "random": [

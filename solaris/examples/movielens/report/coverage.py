@@ -14,7 +14,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
-from solaris.examples.movielens.requests import earlier_candidate_within
+from solaris.examples.movielens.requests import HOUR, earlier_candidate_within
 
 __all__ = [
     "HOUR",
@@ -24,8 +24,6 @@ __all__ = [
     "selection_sweeps",
     "selector_scores",
 ]
-
-HOUR = 3600
 
 
 def _point(res: ReplayResult, **labels: object) -> dict:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from solaris.config import SolarisConfig
 from solaris.examples.movielens.data import MovieLens
-from solaris.examples.movielens.exposure import exposure_features
+from solaris.examples.movielens.exposure import MODEL_FEATURES, exposure_features
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.fetch import fetch_movielens
 from solaris.examples.movielens.report.aggregate import summarise
@@ -86,7 +86,8 @@ def run_report(
     data = MovieLens.load(folder)
     log = build_request_log(data.ratings, cfg.requests)
     ctx = FeatureContext.from_config(data, cfg.model)
-    features = exposure_features(log)  # the same for every seed
+    # The same for every seed; only the scorer's columns travel to the seeds' processes.
+    features = exposure_features(log)[list(MODEL_FEATURES)]
     seeds = run_seeds(log, ctx, cfg, st, features)
     summary = summarise(seeds, st.n_boot)
 

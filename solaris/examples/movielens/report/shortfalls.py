@@ -21,8 +21,9 @@ def _half(ci: list[float]) -> float:
     return (ci[1] - ci[0]) / 2
 
 
-def _pct_ci(ci: list[float]) -> str:
-    return f"[{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
+def _ci(ci: list[float], scale: float = 100.0) -> str:
+    """An interval in percent (or, with ``scale=1000``, in units of 1e-3)."""
+    return f"[{scale * ci[0]:.0f}, {scale * ci[1]:.0f}]"
 
 
 def _excludes_zero(ci: list[float]) -> bool:
@@ -73,7 +74,7 @@ def _transfer(s: dict) -> list[str]:
                     "interval excludes 0). The codes carry the user (the FM's history and "
                     "rating statistics, which the VM lacks), so that much of z's TR needs no "
                     f"item-specific code; the item-specific part, z − placebo, is "
-                    f"{100 * item['mean']:.0f} pp, users {_pct_ci(item['user_bootstrap_ci95'])}."
+                    f"{100 * item['mean']:.0f} pp, users {_ci(item['user_bootstrap_ci95'])}."
                 )
             else:
                 out.append(
@@ -105,14 +106,14 @@ def _tiers(s: dict) -> list[str]:
             out.append(
                 f"The {r['tier']} tier's value ratio is not given: the real codes' gain on its "
                 f"rows ({1000 * r['gain_real']['mean']:.1f}e-3, users "
-                f"{_pct_ci([x * 10 for x in r['gain_real']['user_bootstrap_ci95']])}e-3) is not "
+                f"{_ci(r['gain_real']['user_bootstrap_ci95'], 1000)}e-3) is not "
                 "above zero."
             )
         if gain["user_bootstrap_ci95"][0] <= 0:
             out.append(
                 f"The {r['tier']} tier adds no measurable value: its gain over the VM is "
                 f"{1000 * gain['mean']:.1f}e-3, users "
-                f"{_pct_ci([x * 10 for x in gain['user_bootstrap_ci95']])}e-3."
+                f"{_ci(gain['user_bootstrap_ci95'], 1000)}e-3."
                 + (
                     " It duplicates the VM's own item features and the codes of the items it "
                     "averages; serving keeps it only as the last fallback before zeros."

@@ -115,7 +115,7 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
     with _timed(timings, "verifier_scores"):
         # The verifier predicts what selection needs, P(the pair is labelled while a code
         # selected now is fresh), from the logged candidates of the VM's window.
-        features = exposure_features(log)
+        features = exposure_features(log, cadence_seconds=cadence_s)
         ts = log.impressions["ts"].to_numpy()
         scorer = train_exposure_scorer(
             log,

@@ -8,9 +8,10 @@ predict it (it is conditioned on the pair being rated), so this module learns it
 from logged candidates with a small gradient-boosted classifier over cheap causal signals.
 
 Every feature of a candidate row uses data strictly before its request's time: ratings with
-``rating_ts < ts``, snapshots of data before the request's day, and the candidate sets of
-the same user's earlier requests. Nothing of the row's own request (its ratings, its labels,
-which of its rows retrieval returned) enters, so the scorer can run where selection runs.
+``rating_ts < ts``, snapshots of data before the request's day, the candidate sets of the
+same user's earlier requests, and the schedule (when the interval's codes become usable).
+Nothing of the row's own request (its ratings, its labels, which of its rows retrieval
+returned) enters, so the scorer can run where selection runs.
 
 Selection keeps the top share of each *request's* candidates, so ranking within a request is
 what matters; :func:`within_request_auc` measures exactly that.
@@ -88,6 +89,8 @@ _BASE_FEATURES: tuple[str, ...] = (
     "user_ratings_1h",
     "user_ratings_total",
     "user_since_prev_request_s",
+    "seconds_to_ready",
+    "ratings_before_ready",
 )
 # What the scorer uses: within-request percentiles of the signals that rank a request's
 # candidates the same way in every period (raw pair values let the trees learn which users
@@ -117,6 +120,10 @@ MODEL_FEATURES: tuple[str, ...] = (
     "user_ratings_1h",
     "user_ratings_total",
     "user_since_prev_request_s",
+    # When a code selected now becomes usable: what the user rates before then is lost to
+    # any selection, and it is the items the pair signals rank highest that go first.
+    "seconds_to_ready",
+    "ratings_before_ready",
 )
 # The pair signals the scorer reads as their percentile within the request: selection ranks
 # inside a request, and a tree fit on raw values spends itself on which requests have many
@@ -237,6 +244,21 @@ def _request_features(log: RequestLog) -> dict[str, np.ndarray]:
     per_request = pd.Series(gap.to_numpy(np.float64), index=req["request_id"].to_numpy())
     at = per_request.reindex(log.candidates["request_id"].to_numpy()).to_numpy()
     return {"user_since_prev_request_s": at}
+
+
+def _timing_features(
+    cands: pd.DataFrame, user_ratings_1h: np.ndarray, cadence_seconds: int
+) -> dict[str, np.ndarray]:
+    """How long until a code selected by this request is usable (the end of its scheduling
+    interval), and how many ratings the user makes in that time at the pace of their last
+    hour. An exposure before then counts for nothing (:func:`oracle_scores`), so the pairs
+    a busy user is about to rate are poor picks early in an interval and good ones late."""
+    ts = cands["ts"].to_numpy(np.int64)
+    to_ready = (interval_end(ts, cadence_seconds) - ts).astype(np.float64)
+    return {
+        "seconds_to_ready": to_ready,
+        "ratings_before_ready": to_ready * user_ratings_1h / HOUR,
+    }
 
 
 def _session_features(cands: pd.DataFrame, ratings: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -421,12 +443,15 @@ def _svd_snapshot(seen: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return dot, cos, np.maximum(cos, 0.0) ** _PMAX
 
 
-def exposure_features(log: RequestLog) -> pd.DataFrame:
+def exposure_features(log: RequestLog, *, cadence_seconds: int) -> pd.DataFrame:
     """Causal features of every row of ``log.candidates`` (float32, same row order).
 
-    ``log.candidates`` needs ``retrieval_score`` (as :func:`build_request_log` gives).
-    Columns are :data:`FEATURES`; see the ``_*_features`` helpers for what each means.
+    ``log.candidates`` needs ``retrieval_score`` (as :func:`build_request_log` gives);
+    ``cadence_seconds`` is the candidates DAG's interval (selections become usable at its
+    end). Columns are :data:`FEATURES`; see the ``_*_features`` helpers for what each means.
     """
+    if cadence_seconds <= 0:
+        raise ValueError(f"cadence_seconds must be positive, got {cadence_seconds}")
     cands = log.candidates
     ratings = _ratings(log)
     parts: dict[str, np.ndarray] = {}
@@ -434,6 +459,7 @@ def exposure_features(log: RequestLog) -> pd.DataFrame:
     parts.update(_recurrence_features(cands))
     parts.update(_popularity_features(cands, ratings))
     parts.update(_request_features(log))
+    parts.update(_timing_features(cands, parts["user_ratings_1h"], cadence_seconds))
     parts.update(_session_features(cands, ratings))
     req = cands["request_id"].to_numpy()
     n = pd.Series(req).groupby(req).transform("size").to_numpy(np.float64)

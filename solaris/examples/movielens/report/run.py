@@ -87,7 +87,9 @@ def run_report(
     log = build_request_log(data.ratings, cfg.requests)
     ctx = FeatureContext.from_config(data, cfg.model)
     # The same for every seed; only the scorer's columns travel to the seeds' processes.
-    features = exposure_features(log)[list(MODEL_FEATURES)]
+    features = exposure_features(log, cadence_seconds=int(st.base_cadence_minutes * 60))[
+        list(MODEL_FEATURES)
+    ]
     seeds = run_seeds(log, ctx, cfg, st, features)
     summary = summarise(seeds, st.n_boot)
 

@@ -105,15 +105,15 @@ def _future_changed(log: RequestLog, t: int, seed: int = 3) -> RequestLog:
 def test_features_ignore_everything_at_or_after_the_request(tiny_log):
     ts = tiny_log.requests["ts"].to_numpy()
     t = int(np.sort(ts)[len(ts) // 2])
-    before = exposure_features(tiny_log)
-    after = exposure_features(_future_changed(tiny_log, t))
+    before = exposure_features(tiny_log, cadence_seconds=CADENCE)
+    after = exposure_features(_future_changed(tiny_log, t), cadence_seconds=CADENCE)
     upto = tiny_log.candidates["ts"].to_numpy() <= t
     assert upto.sum() > 0 and (~upto).sum() > 0
     pd.testing.assert_frame_equal(before[upto], after[: int(upto.sum())])
 
 
 def test_features_are_float32_aligned_and_informative(tiny_log):
-    feats = exposure_features(tiny_log)
+    feats = exposure_features(tiny_log, cadence_seconds=CADENCE)
     assert list(feats.columns) == list(FEATURES)
     assert set(MODEL_FEATURES) <= set(FEATURES)
     assert len(feats) == len(tiny_log.candidates)
@@ -150,7 +150,7 @@ def test_train_mask_keeps_only_rows_whose_label_horizon_ends_before_train_end():
 
 
 def test_trained_scorer_does_not_read_past_train_end(tiny_log):
-    feats = exposure_features(tiny_log)
+    feats = exposure_features(tiny_log, cadence_seconds=CADENCE)
     ts = tiny_log.candidates["ts"].to_numpy()
     start, end = int(ts.min()), int(np.quantile(ts, 0.8))
     kw = dict(train_from=start, train_end=end, ttl_seconds=TTL, cadence_seconds=CADENCE, seed=0)
@@ -180,7 +180,7 @@ def test_within_request_auc_by_hand():
 
 
 def test_scorer_is_deterministic_for_a_seed(tiny_log):
-    feats = exposure_features(tiny_log)
+    feats = exposure_features(tiny_log, cadence_seconds=CADENCE)
     # A 3-day TTL: the tiny fake log has few positives at 6 h.
     y = exposure_labels(tiny_log.candidates, ttl_seconds=3 * 86_400, cadence_seconds=CADENCE)
     req = tiny_log.candidates["request_id"].to_numpy()
@@ -193,6 +193,21 @@ def test_scorer_is_deterministic_for_a_seed(tiny_log):
 
 
 def test_scorer_rejects_one_class_labels(tiny_log):
-    feats = exposure_features(tiny_log)
+    feats = exposure_features(tiny_log, cadence_seconds=CADENCE)
     with pytest.raises(ValueError, match="both classes"):
         ExposureScorer.fit(feats, np.zeros(len(feats), np.int8), 0)
+
+
+def test_timing_features_count_down_to_the_end_of_the_interval(tiny_log):
+    feats = exposure_features(tiny_log, cadence_seconds=CADENCE)
+    ts = tiny_log.candidates["ts"].to_numpy()
+    to_ready = feats["seconds_to_ready"].to_numpy()
+    np.testing.assert_array_equal(to_ready, (interval_end(ts, CADENCE) - ts).astype(np.float32))
+    assert ((to_ready >= 1) & (to_ready <= CADENCE)).all()
+    pace = feats["user_ratings_1h"].to_numpy() / HOUR
+    np.testing.assert_allclose(feats["ratings_before_ready"].to_numpy(), to_ready * pace, rtol=1e-6)
+
+
+def test_features_refuse_a_cadence_that_is_not_positive(tiny_log):
+    with pytest.raises(ValueError, match="cadence_seconds must be positive"):
+        exposure_features(tiny_log, cadence_seconds=0)

@@ -27,6 +27,7 @@ SMALL = ReportSettings(
     activity_powers=(1.0,),
     n_boot=20,
 )
+CADENCE = int(SMALL.base_cadence_minutes * 60)
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def tiny_setup(tiny_ml, tmp_path):
 
 def test_same_seed_gives_the_same_report_numbers(tiny_setup):
     log, ctx, cfg = tiny_setup
-    features = exposure_features(log)
+    features = exposure_features(log, cadence_seconds=CADENCE)
     a = run_seed(0, log, ctx, cfg, SMALL, features)
     b = run_seed(0, log, ctx, cfg, SMALL, features)
     assert a["table1"] == b["table1"]
@@ -62,7 +63,7 @@ def test_same_seed_gives_the_same_report_numbers(tiny_setup):
 
 def test_one_tiny_seed_renders_every_section_of_the_report(tiny_setup, tmp_path):
     log, ctx, cfg = tiny_setup
-    result = run_seed(0, log, ctx, cfg, SMALL, exposure_features(log))
+    result = run_seed(0, log, ctx, cfg, SMALL, exposure_features(log, cadence_seconds=CADENCE))
     summary = summarise([result], SMALL.n_boot)
     summary["bounds"] = bounds(log, cfg, SMALL)
     summary["shortfalls"] = shortfalls(summary)
@@ -98,7 +99,7 @@ def test_one_tiny_seed_renders_every_section_of_the_report(tiny_setup, tmp_path)
 
 def test_seeds_run_in_processes_give_the_numbers_of_one_process(tiny_setup):
     log, ctx, cfg = tiny_setup
-    features = exposure_features(log)
+    features = exposure_features(log, cadence_seconds=CADENCE)
     both = SMALL.model_copy(update={"seeds": (0, 1), "processes": 2})
     parallel = run_seeds(log, ctx, cfg, both, features)
     serial = run_seeds(log, ctx, cfg, both.model_copy(update={"processes": 1}), features)

@@ -306,7 +306,7 @@ def report_command(
     config: ConfigOption = None,
     seeds: Annotated[
         str, typer.Option(help="comma-separated seeds (at least 3 for the report)")
-    ] = "0,1,2,3",
+    ] = "0,1,2,3,4,5",
     out: Annotated[Path, typer.Option(help="folder of the report and its plots")] = Path("reports"),
 ) -> None:
     """Reproduce the paper's tables on the MovieLens-100K replay -> reports/solaris_report.md."""

@@ -12,7 +12,7 @@ class ReportSettings(BaseModel):
 
     model_config = {"frozen": True}
 
-    seeds: tuple[int, ...] = (0, 1, 2, 3)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4, 5)
     # Seeds run in this many processes at once (1: in this process).
     processes: int = Field(2, ge=1)
     # The VM's tasks: one the FM trained on, and two it never saw (the second one is not
@@ -21,7 +21,7 @@ class ReportSettings(BaseModel):
     unseen_tasks: tuple[str, ...] = ("dislike", "neutral")
     # Every VM figure is the mean of n_inits initialisations. Distillation weights λ (0 = the
     # plain VM): the weight with the lowest mean validation log-loss wins.
-    kd_grid: tuple[float, ...] = (0.0, 1.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
+    kd_grid: tuple[float, ...] = (0.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)
     n_inits: int = Field(5, ge=1)
     coverages: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
     shares: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5)

@@ -60,14 +60,14 @@ def _transfer(s: dict) -> list[str]:
         if seed_half > KD_HALF_WIDTH:
             out.append(
                 f"Target missed on {task}: the distillation TR's seed interval is "
-                f"±{100 * seed_half:.0f} pp, above ±{100 * KD_HALF_WIDTH:.0f} pp."
+                f"±{100 * seed_half:.1f} pp, above ±{100 * KD_HALF_WIDTH:.0f} pp."
             )
         if user_half > KD_HALF_WIDTH:
             out.append(
                 f"Target missed on {task} for the user interval: the distillation TR is "
-                f"±{100 * seed_half:.0f} pp over seeds but ±{100 * user_half:.0f} pp over "
+                f"±{100 * seed_half:.1f} pp over seeds but ±{100 * user_half:.1f} pp over "
                 "users. That width is the test period's users (z's own user interval there "
-                f"is ±{100 * _half(rows[Z]['user_bootstrap_ci95']):.0f} pp), not the fits; "
+                f"is ±{100 * _half(rows[Z]['user_bootstrap_ci95']):.1f} pp), not the fits; "
                 "only a longer test period narrows it."
             )
         for name in PLACEBOS:

@@ -22,8 +22,8 @@ def test_a_stable_distillation_tr_is_not_a_shortfall():
 
 def test_distillation_shortfalls_name_the_seed_and_the_user_interval_apart():
     seed_wide = _transfer(_summary(_row(0.4, 0.15, 0.09)))
-    assert len(seed_wide) == 1 and "seed interval is ±15 pp" in seed_wide[0]
+    assert len(seed_wide) == 1 and "seed interval is ±15.0 pp" in seed_wide[0]
     user_wide = _transfer(_summary(_row(0.4, 0.08, 0.25)))
     assert len(user_wide) == 1
-    assert "±8 pp over seeds but ±25 pp over users" in user_wide[0]
-    assert "z's own user interval there is ±20 pp" in user_wide[0]
+    assert "±8.0 pp over seeds but ±25.0 pp over users" in user_wide[0]
+    assert "z's own user interval there is ±20.0 pp" in user_wide[0]

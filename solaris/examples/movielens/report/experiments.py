@@ -251,8 +251,10 @@ def distillation_sweep(
     log-loss averaged over the initialisations is chosen (never on test).
 
     ``λ = 0`` is the plain VM: its runs are returned as ``vm_test`` and serve as the VM
-    row, so "no distillation" competes on the same footing. ``at_edge``: the largest
-    weight won, so the grid may be too narrow.
+    row, so "no distillation" competes on the same footing. ``test_by_weight`` holds every
+    weight's test probabilities, for a choice pooled over seeds
+    (:func:`solaris.examples.movielens.report.aggregate.pool_distillation`). ``at_edge``:
+    the largest weight won, so the grid may be too narrow.
     """
     if 0.0 not in grid:
         raise ValueError(f"the distillation grid {grid} must hold 0 (the plain VM)")
@@ -272,6 +274,7 @@ def distillation_sweep(
         "n_inits": n_inits,
         "test": [r["test"] for r in runs[best]],
         "vm_test": [r["test"] for r in runs[0.0]],
+        "test_by_weight": {str(k): [r["test"] for r in rs] for k, rs in runs.items()},
     }
 
 

@@ -260,9 +260,11 @@ def _table1(s: dict) -> list[str]:
         kd = s["kd"][task]
         lines += [
             "",
-            f"Distillation weight λ chosen per seed on validation log-loss averaged over "
-            f"{kd['n_inits']} VM initialisations: {kd['chosen']} (λ = 0: no distillation); "
-            f"at the top of the grid: {kd['at_edge']}.",
+            f"Distillation weight λ = {kd['chosen']:g}, chosen on validation log-loss averaged "
+            f"over {kd['n_seeds']} seeds × {kd['n_inits']} VM initialisations (λ = 0: no "
+            "distillation)"
+            + ("; it is the top of the grid, which may be too narrow" if kd["at_edge"] else "")
+            + f". Chosen per seed it would have been {kd['per_seed_choice']}.",
             "",
         ]
     return lines

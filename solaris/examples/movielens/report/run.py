@@ -27,7 +27,7 @@ from solaris.examples.movielens.data import MovieLens
 from solaris.examples.movielens.exposure import MODEL_FEATURES, exposure_features
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.fetch import fetch_movielens
-from solaris.examples.movielens.report.aggregate import summarise
+from solaris.examples.movielens.report.aggregate import pool_distillation, summarise
 from solaris.examples.movielens.report.coverage import retrieval_bound
 from solaris.examples.movielens.report.render import markdown, plots
 from solaris.examples.movielens.report.seed import run_seed
@@ -71,7 +71,7 @@ def provenance(cfg: SolarisConfig, st: ReportSettings, folder: Path) -> dict:
 
 
 def _jsonable(seed_result: dict) -> dict:
-    arrays = ("row_losses", "tier_row_losses", "test_users")
+    arrays = ("row_losses", "kd_row_losses", "tier_row_losses", "test_users")
     return {k: v for k, v in seed_result.items() if k not in arrays}
 
 
@@ -90,7 +90,8 @@ def run_report(
     features = exposure_features(log, cadence_seconds=int(st.base_cadence_minutes * 60))[
         list(MODEL_FEATURES)
     ]
-    seeds = run_seeds(log, ctx, cfg, st, features)
+    # One distillation weight for all seeds, so the seeds' own rows say what the report uses.
+    seeds = pool_distillation(run_seeds(log, ctx, cfg, st, features))
     summary = summarise(seeds, st.n_boot)
 
     summary["bounds"] = bounds(log, cfg, st)

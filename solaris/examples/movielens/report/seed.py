@@ -307,6 +307,9 @@ def run_seed(
     table1: dict[str, dict] = {}
     row_losses: dict[str, dict[str, np.ndarray]] = {}
     kd_info: dict[str, dict] = {}
+    # Every distillation weight's test figures: the report chooses one weight over all seeds.
+    kd_scores: dict[str, dict[str, dict]] = {}
+    kd_row_losses: dict[str, dict[str, np.ndarray]] = {}
     for task in tasks:
         y = rows.labels(task)
         if task in fm_tasks:
@@ -315,6 +318,9 @@ def run_seed(
             t_probs, mode = teacher, "auxiliary"
         kd = distillation_sweep(runner, task, t_probs, mode, st.kd_grid, st.n_inits)
         fits = {"VM": kd.pop("vm_test"), "VM+KD": kd.pop("test")}
+        by_weight = kd.pop("test_by_weight")
+        kd_scores[task] = {w: init_scores(y, p) for w, p in by_weight.items()}
+        kd_row_losses[task] = {w: init_row_losses(y, p) for w, p in by_weight.items()}
         kd_info[task] = kd
         fits["VM+FM logits"] = runner.test_probs(task, n, [logits])
         fits["VM+z (100% offline)"] = runner.test_probs(task, n, [offline])
@@ -428,6 +434,7 @@ def run_seed(
         "fm_metrics": models.metrics,
         "table1": table1,
         "kd": kd_info,
+        "kd_scores": kd_scores,
         "selector_auc": selector_auc,
         "sweeps": sweeps.to_dict("records"),
         "curve": curve,
@@ -439,5 +446,6 @@ def run_seed(
         "dropout": {"served_train_coverage": keep, "variants": drop},
         "test_users": test["user_id"].to_numpy(),
         "row_losses": row_losses,
+        "kd_row_losses": kd_row_losses,
         "tier_row_losses": {"vm": row_losses[task]["VM"], **imputed_losses},
     }

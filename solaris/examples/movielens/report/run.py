@@ -87,9 +87,7 @@ def run_report(
     log = build_request_log(data.ratings, cfg.requests)
     ctx = FeatureContext.from_config(data, cfg.model)
     # The same for every seed; only the scorer's columns travel to the seeds' processes.
-    features = exposure_features(log, cadence_seconds=int(st.base_cadence_minutes * 60))[
-        list(MODEL_FEATURES)
-    ]
+    features = exposure_features(log, cadence_seconds=st.base_cadence_seconds)[list(MODEL_FEATURES)]
     # One distillation weight for all seeds, so the seeds' own rows say what the report uses.
     seeds = pool_distillation(run_seeds(log, ctx, cfg, st, features))
     summary = summarise(seeds, st.n_boot)
@@ -146,7 +144,7 @@ def bounds(log, cfg: SolarisConfig, st: ReportSettings) -> dict[str, float]:
         "recurrence_with_prior": stats.recurrence_with_prior,
         "retrieval_recall_all": stats.retrieval_recall,
         "retrieval_recall_base_ttl": retrieval_bound(
-            log.candidates, eval_from, int(st.base_ttl_hours * 3600)
+            log.candidates, eval_from, st.base_ttl_seconds
         ),
     }
     for h in st.ttls_hours:

@@ -15,7 +15,7 @@ from solaris.examples.movielens.exposure import (
     within_request_auc,
 )
 from solaris.examples.movielens.features import FeatureContext
-from solaris.examples.movielens.report.coverage import HOUR, selection_sweeps
+from solaris.examples.movielens.report.coverage import selection_sweeps
 from solaris.examples.movielens.report.experiments import (
     VariantRunner,
     VMRows,
@@ -43,7 +43,7 @@ from solaris.examples.movielens.report.tiers import (
     neighbour_diagnostics,
     served_aggregate_tiers,
 )
-from solaris.examples.movielens.requests import RequestLog
+from solaris.examples.movielens.requests import HOUR, RequestLog
 from solaris.examples.movielens.train import score_candidates, train_models
 from solaris.pipeline.embed import encode_pairs
 
@@ -103,7 +103,7 @@ def _selectors(
 ) -> tuple[dict[str, np.ndarray], dict]:
     """The verifier (the exposure scorer, trained on the VM's window of logged candidates)
     and its baselines, with their AUCs against the oracle label on the test period."""
-    ttl, cad = int(st.base_ttl_hours * HOUR), int(st.base_cadence_minutes * 60)
+    ttl, cad = st.base_ttl_seconds, st.base_cadence_seconds
     scorer = train_exposure_scorer(
         log,
         features,
@@ -142,7 +142,7 @@ def _served_tiers(
     r = rows.rows
     users, items = r["user_id"].to_numpy(np.int64), r["item_id"].to_numpy(np.int64)
     ts = r["ts"].to_numpy(np.int64)
-    ttl, cad = int(st.base_ttl_hours * HOUR), int(st.base_cadence_minutes * 60)
+    ttl, cad = st.base_ttl_seconds, st.base_cadence_seconds
     window = int(cfg.store.uagg_window_hours * HOUR)
     nbr_window = int(cfg.store.unn_ttl_hours * HOUR)
     exact = build_tiers(
@@ -275,7 +275,7 @@ def run_seed(
     bar.update()
 
     # --- codes and tiers of the base replay (verifier, base share / TTL / cadence) ----------
-    ttl = int(st.base_ttl_hours * HOUR)
+    ttl = st.base_ttl_seconds
     base = by_share[st.base_share].selections
     since = int(rows.rows["ts"].min()) - 2 * 86_400
     base = base[base["computed_at"].to_numpy() >= since]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from solaris.examples.movielens.requests import HOUR
+
 __all__ = ["ReportSettings"]
 
 
@@ -37,3 +39,11 @@ class ReportSettings(BaseModel):
     base_cadence_minutes: float = 15.0
     curve_task: str = "like"
     n_boot: int = Field(1000, gt=0)
+
+    @property
+    def base_ttl_seconds(self) -> int:
+        return int(self.base_ttl_hours * HOUR)
+
+    @property
+    def base_cadence_seconds(self) -> int:
+        return int(self.base_cadence_minutes * 60)

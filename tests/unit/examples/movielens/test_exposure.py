@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from solaris.config import RequestLogConfig
 from solaris.evaluation.replay import interval_end, oracle_scores
 from solaris.examples.movielens.exposure import (
     FEATURES,
@@ -27,20 +26,9 @@ from solaris.examples.movielens.exposure import (
     train_mask,
     within_request_auc,
 )
-from solaris.examples.movielens.requests import RequestLog, build_request_log, retrieve
+from solaris.examples.movielens.requests import HOUR, RequestLog, retrieve
 
-HOUR = 3600
 TTL, CADENCE = 6 * HOUR, 900
-
-
-@pytest.fixture
-def log_cfg() -> RequestLogConfig:
-    return RequestLogConfig(retrieval_k=8, popularity_window_days=5, cooccurrence_history=5)
-
-
-@pytest.fixture
-def tiny_log(tiny_ml, log_cfg) -> RequestLog:
-    return build_request_log(tiny_ml.ratings, log_cfg)
 
 
 # --- retrieval_score on every candidate --------------------------------------------------

@@ -25,17 +25,6 @@ from solaris.examples.movielens.requests import (
 HOUR = 3600
 
 
-@pytest.fixture
-def log_cfg() -> RequestLogConfig:
-    # A small k so that retrieval really has to rank (the fixture has only 40 items).
-    return RequestLogConfig(retrieval_k=8, popularity_window_days=5, cooccurrence_history=5)
-
-
-@pytest.fixture
-def tiny_log(tiny_ml, log_cfg) -> RequestLog:
-    return build_request_log(tiny_ml.ratings, log_cfg)
-
-
 def _items_by_request(frame: pd.DataFrame) -> dict[int, set[int]]:
     return {int(r): set(g.tolist()) for r, g in frame.groupby("request_id")["item_id"]}
 

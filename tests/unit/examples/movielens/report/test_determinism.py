@@ -27,7 +27,7 @@ SMALL = ReportSettings(
     activity_powers=(1.0,),
     n_boot=20,
 )
-CADENCE = int(SMALL.base_cadence_minutes * 60)
+CADENCE = SMALL.base_cadence_seconds
 
 
 @pytest.fixture

@@ -345,6 +345,15 @@ class CycleConfig(Section):
         description="start_date of every DAG (ISO 8601 with a UTC offset); the MovieLens-100K "
         "log starts then",
     )
+    partitions: int = Field(
+        1,
+        ge=1,
+        le=16_384,
+        description="partitions of the users (solaris.store.partitions: contiguous ranges of "
+        "the Redis Cluster slot of each user's {u:<id>} tag); the embedding shards and the "
+        "enrichment's per-user work are split by partition, so a task holds one partition's "
+        "rows; a multiple of the cluster's node count keeps a partition's writes on one node",
+    )
     shard_rows: int = Field(2_000, gt=0, description="pairs per mapped embedding task")
     embed_retries: int = Field(3, ge=0)
     retry_delay_seconds: float = Field(30.0, gt=0, description="first retry delay (doubles)")

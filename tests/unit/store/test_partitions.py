@@ -1,0 +1,96 @@
+"""The partition of a user follows the Redis Cluster slot of the store's ``{u:<id>}`` tag."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from redis.crc import key_slot
+
+from solaris.store.contract import PAIR
+from solaris.store.keys import partition_key, view_key
+from solaris.store.partitions import (
+    SLOTS,
+    PartitionError,
+    Partitioning,
+    user_slot,
+    user_slots,
+)
+
+IDS = np.array(
+    [0, 1, 7, 42, 943, 1682, 99_999, 10**9, -1, -42, 2**62, -(2**63), 2**63 - 1], dtype=np.int64
+)
+
+
+def test_a_users_slot_is_the_cluster_slot_of_their_online_keys() -> None:
+    for user in IDS.tolist():
+        key = partition_key(view_key("proj", PAIR), PAIR, user)
+        assert user_slot(user) == key_slot(key.encode())
+
+
+def test_the_vectorised_slots_equal_the_scalar_reference() -> None:
+    rng = np.random.default_rng(0)
+    ids = np.concatenate([IDS, rng.integers(-(2**62), 2**62, 5_000), np.arange(2_000)])
+    assert user_slots(ids).tolist() == [user_slot(u) for u in ids.tolist()]
+    assert user_slots(ids.astype(np.int32)[-2_000:]).tolist() == list(map(user_slot, range(2_000)))
+
+
+def test_partitions_are_contiguous_slot_ranges_that_cover_every_slot() -> None:
+    for count in (1, 2, 3, 8, 7, 16_384):
+        parts = Partitioning(count)
+        ranges = [parts.slot_range(k) for k in range(count)]
+        assert ranges[0].start == 0 and ranges[-1].stop == SLOTS
+        assert all(a.stop == b.start for a, b in itertools.pairwise(ranges))
+        ids = np.arange(20_000)
+        of = parts.of(ids)
+        slots = user_slots(ids)
+        for k in {0, count - 1, count // 2}:
+            assert np.all((slots[of == k] >= ranges[k].start) & (slots[of == k] < ranges[k].stop))
+
+
+def test_each_user_is_in_exactly_one_partition_and_split_keeps_row_order() -> None:
+    parts = Partitioning(8)
+    ids = np.random.default_rng(1).integers(0, 10**6, 10_000)
+    split = parts.split(ids)
+    assert sorted(np.concatenate(split).tolist()) == list(range(len(ids)))
+    for k, rows in enumerate(split):
+        assert np.all(np.diff(rows) > 0)
+        assert np.all(parts.of(ids[rows]) == k)
+        assert all(parts.of_user(int(u)) == k for u in ids[rows[:20]])
+    sizes = np.array([len(r) for r in split])
+    assert sizes.min() > 0.8 * sizes.mean()  # the slot hash spreads users evenly
+
+
+def test_one_partition_holds_everyone() -> None:
+    assert Partitioning(1).of(IDS).tolist() == [0] * len(IDS)
+    assert Partitioning(1).slot_range(0) == range(SLOTS)
+
+
+@pytest.mark.parametrize("count", [0, -1, SLOTS + 1, 1.5, True, "8", None])
+def test_a_bad_partition_count_is_refused_by_name(count: object) -> None:
+    with pytest.raises(PartitionError, match=r"cycle\.partitions"):
+        Partitioning(count)  # type: ignore[arg-type]
+
+
+def test_bad_indices_and_ids_are_refused() -> None:
+    parts = Partitioning(4)
+    with pytest.raises(PartitionError, match=r"partition 4 is not in \[0, 4\)"):
+        parts.slot_range(4)
+    with pytest.raises(PartitionError, match="must be an integer"):
+        parts.check("1")
+    with pytest.raises(PartitionError, match="integers"):
+        parts.of(np.array([1.5]))
+    with pytest.raises(PartitionError, match="1-D"):
+        parts.of(np.zeros((2, 2), np.int64))
+
+
+def test_the_setting_is_validated_with_the_configuration() -> None:
+    from pydantic import ValidationError
+
+    from solaris.config import CycleConfig
+
+    assert CycleConfig().partitions == 1
+    assert CycleConfig(partitions=8).partitions == 8
+    with pytest.raises(ValidationError):
+        CycleConfig(partitions=0)

@@ -1,8 +1,13 @@
 """Coverage beyond the selected pairs, refreshed on every ``pair_embeddings`` event.
 
-User aggregates (24 h code sum and count), item aggregates, and the neighbour fill for the
-candidates the verifier did not select (from the clustering DAG's newest neighbour table),
-each as of the newest interval end that triggered the run.
+User aggregates (24 h code sum and count) and item aggregates, partitioned by user: the
+partitions (``SOLARIS_CYCLE__PARTITIONS``) are grouped by their codes in the window
+(``plan_partitions``), each group is one mapped task that reads only its partitions' codes
+and writes its users' ``uagg`` rows and its share of the item sums
+(``partition_aggregates``), and one small task adds the shares up into ``iagg``
+(``aggregates``). Beside them, the neighbour fill for the candidates the verifier did not
+select (from a neighbour table rebuilt as of the interval, or the clustering DAG's newest).
+Everything is as of the newest interval end that triggered the run.
 """
 
 from __future__ import annotations
@@ -29,17 +34,20 @@ NEIGHBOUR_FILL = Asset(runs.NEIGHBOUR_FILL)
     doc_md=__doc__,
 )
 def solaris_enrichment():
-    @task(outlets=[USER_AGGREGATES])
-    def user_aggregates(params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[USER_AGGREGATES].extra = enrichment.user_aggregates(
-            params, triggering_asset_events
-        )
+    @task
+    def plan_partitions(params=None, triggering_asset_events=None):
+        return enrichment.plan_partitions(params, triggering_asset_events)
 
-    @task(outlets=[ITEM_AGGREGATES])
-    def item_aggregates(params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[ITEM_AGGREGATES].extra = enrichment.item_aggregates(
-            params, triggering_asset_events
-        )
+    @task
+    def partition_aggregates(group):
+        return enrichment.partition_aggregates(group)
+
+    @task(outlets=[USER_AGGREGATES, ITEM_AGGREGATES])
+    def aggregates(results, params=None, triggering_asset_events=None, outlet_events=None):
+        (
+            outlet_events[USER_AGGREGATES].extra,
+            outlet_events[ITEM_AGGREGATES].extra,
+        ) = enrichment.aggregates(params, results, triggering_asset_events)
 
     @task(outlets=[NEIGHBOUR_FILL])
     def neighbour_fill(params=None, triggering_asset_events=None, outlet_events=None):
@@ -47,8 +55,7 @@ def solaris_enrichment():
             params, triggering_asset_events
         )
 
-    user_aggregates()
-    item_aggregates()
+    aggregates(partition_aggregates.expand(group=plan_partitions()))
     neighbour_fill()
 
 

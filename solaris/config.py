@@ -355,6 +355,12 @@ class CycleConfig(Section):
         "rows; a multiple of the cluster's node count keeps a partition's writes on one node",
     )
     shard_rows: int = Field(2_000, gt=0, description="pairs per mapped embedding task")
+    enrich_rows: int = Field(
+        2_000_000,
+        gt=0,
+        description="codes of the aggregates' window per mapped enrichment task: quiet "
+        "partitions share a task, a busier one has its own (a partition is never split)",
+    )
     embed_retries: int = Field(3, ge=0)
     retry_delay_seconds: float = Field(30.0, gt=0, description="first retry delay (doubles)")
     gpu_pool: str = Field("gpu", description="Airflow pool of the embedding tasks")

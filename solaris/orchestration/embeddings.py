@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from solaris.config import SolarisConfig
 from solaris.files import atomic_write_json, remove_tree
 from solaris.namespace import Namespace
-from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
+from solaris.orchestration.layout import CycleLayout, Interval, shard_coverage, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
     cycle_redis,
@@ -113,36 +113,55 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     folder of a new generation (see the module docstring); an interval's finished codes stay
     where they are until :func:`publish` swaps the new ones in.
 
+    Shards follow the partitions (``cycle.partitions``, :mod:`solaris.store.partitions`):
+    the pairs are ordered by their user's partition and cut into shards of whole
+    partitions (quiet ones together, so a small interval is one shard) or pieces of one
+    busy partition, and the plan records which partitions each shard holds, so the
+    enrichment of one partition reads only its shards.
+
     Returns one dict per shard (the mapped tasks' argument): ``interval_start``,
-    ``interval_end``, ``shard``, ``rows`` and ``generation``.
+    ``interval_end``, ``shard``, ``rows``, ``partitions`` (first, last) and ``generation``.
     """
+    import numpy as np
     import pyarrow as pa
 
     from solaris.data.schemas import write_table
+    from solaris.store.partitions import Partitioning, pack
 
     layout = CycleLayout(Namespace.of(cfg))
     ledgers = {i: _ledger(layout, i) for i in work_intervals(cfg, intervals)}  # all, first
     generation = uuid.uuid4().hex[:12]
+    partitioning = Partitioning(cfg.cycle.partitions)
     shards = []
     for interval, ledger in ledgers.items():
         _remove_other_generations(layout, interval)  # earlier runs' unfinished work: never read
         pairs = ledger.drop_duplicates(["user_id", "item_id"], ignore_index=True)
         pairs["label"] = pairs["label"].astype("Int8")
-        size = cfg.cycle.shard_rows
-        count = 0
-        for index, lo in enumerate(range(0, len(pairs), size)):
-            part = pa.Table.from_pandas(pairs.iloc[lo : lo + size], preserve_index=False)
+        # Pairs in partition order (stable): a shard holds whole partitions, or a piece of
+        # one, so a partition's readers open only the shards that hold it.
+        members = partitioning.split(pairs["user_id"].to_numpy(np.int64))
+        pairs = pairs.iloc[np.concatenate(members)].reset_index(drop=True)
+        chunks = pack(np.array([len(m) for m in members]), cfg.cycle.shard_rows, split=True)
+        for index, chunk in enumerate(chunks):
+            rows = pairs.iloc[chunk.start : chunk.stop].sort_values("ts", kind="stable")
+            part = pa.Table.from_pandas(rows, preserve_index=False)  # a shard is in time order
             write_table(part, layout.shard(interval, index, generation), "candidates")
             shards.append(
                 {
                     **interval.as_dict(),
                     "shard": index,
-                    "rows": min(size, len(pairs) - lo),
+                    "rows": chunk.stop - chunk.start,
+                    "partitions": [chunk.first, chunk.last],
                     "generation": generation,
                 }
             )
-            count += 1
-        plan = {"generation": generation, "shards": count}
+        plan = {
+            "generation": generation,
+            "shards": len(chunks),
+            "partitions": partitioning.count,
+            "coverage": [[c.first, c.last] for c in chunks],
+            "rows": [c.stop - c.start for c in chunks],
+        }
         atomic_write_json(layout.plan(interval, generation), plan)
     return shards
 
@@ -211,12 +230,12 @@ def swap_in_embeddings(cfg: SolarisConfig, interval: Interval, generation: str) 
     from solaris.store.offline import offline_dir
 
     layout = CycleLayout(Namespace.of(cfg))
-    count = _staged_shards(layout, interval, generation)
+    plan = _staged_shards(layout, interval, generation)
+    count = plan["shards"]
     offline = offline_dir(feature_store(cfg, cycle_redis(cfg)), "pair")  # before committing
     replaced = layout.published_codes(interval)
     if replaced is None or replaced.generation != generation:
-        marker = {"generation": generation, "shards": count}
-        atomic_write_json(layout.embeddings_done(interval), marker)
+        atomic_write_json(layout.embeddings_done(interval), plan)  # the marker: the plan
     _remove_other_generations(layout, interval, keep=generation)
     if replaced is not None and replaced.generation is None:  # codes from before generations
         legacy = (layout.root / "shards" / interval.key).glob("shard-*.parquet")
@@ -307,24 +326,31 @@ def _generation(
     )
 
 
-def _staged_shards(layout: CycleLayout, interval: Interval, generation: str) -> int:
-    """The shard count of ``generation``'s plan of ``interval``, once every shard has its
-    codes (:class:`~solaris.orchestration.resources.CycleInputError` otherwise)."""
-    plan = layout.plan(interval, generation)
+def _staged_shards(layout: CycleLayout, interval: Interval, generation: str) -> dict[str, Any]:
+    """``generation``'s plan of ``interval`` (``generation``, ``shards`` and, since
+    partitions, ``partitions`` and ``coverage``), once every shard has its codes
+    (:class:`~solaris.orchestration.resources.CycleInputError` otherwise)."""
+    path = layout.plan(interval, generation)
     try:
-        count = int(json.loads(plan.read_text())["shards"])
+        plan = json.loads(path.read_text())
+        count = int(plan["shards"])
+        partitions, coverage = shard_coverage(plan, count)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CycleInputError(
-            f"interval {interval.key}: no plan of generation {generation} at {plan} "
+            f"interval {interval.key}: no plan of generation {generation} at {path} "
             f"(a later run replanned it?): {exc}"
         ) from exc
+    rows = plan.get("rows")
+    plan = {"generation": generation, "shards": count}
+    if coverage is not None:
+        plan |= {"partitions": partitions, "coverage": [list(c) for c in coverage], "rows": rows}
     missing = [k for k in range(count) if not layout.embeddings(interval, k, generation).is_file()]
     if missing:
         raise CycleInputError(
             f"interval {interval.key}: shards {missing} of generation {generation} have no "
             "codes; the interval keeps its earlier codes"
         )
-    return count
+    return plan
 
 
 def summarize_embeddings(

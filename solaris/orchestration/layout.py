@@ -54,6 +54,7 @@ __all__ = [
     "read_all_run_records",
     "read_run_records",
     "run_metrics",
+    "shard_coverage",
     "write_run_record",
 ]
 
@@ -93,11 +94,31 @@ class Interval:
 @dataclass(frozen=True)
 class PublishedCodes:
     """The codes in force for one interval: the generation its marker names (None for codes
-    written before generations existed), their folder, and every shard file, in order."""
+    written before generations existed), their folder, and every shard file, in order.
+
+    ``partitions`` is the partition count the plan split the pairs by and ``coverage`` the
+    partitions ``(first, last)`` each shard holds (None: codes from before partitions, any
+    shard may hold any user)."""
 
     generation: str | None
     folder: StatePath
     files: tuple[StatePath, ...]
+    partitions: int | None = None
+    coverage: tuple[tuple[int, int], ...] | None = None
+    rows: tuple[int, ...] | None = None
+
+    def files_of(self, partition: int, count: int) -> tuple[tuple[StatePath, ...], bool]:
+        """The shard files holding partition ``partition`` of ``count``, and whether any of
+        them holds other partitions' pairs too (the reader then keeps its own rows). Codes
+        split by another partition count are all read, and filtered."""
+        if self.coverage is None or self.partitions != count:
+            return self.files, count > 1
+        picked = [
+            (path, first != last)
+            for path, (first, last) in zip(self.files, self.coverage, strict=True)
+            if first <= partition <= last
+        ]
+        return tuple(p for p, _ in picked), any(mixed for _, mixed in picked)
 
 
 @dataclass(frozen=True)
@@ -171,10 +192,20 @@ class CycleLayout:
             generation, shards = _checked(payload["generation"]), payload["shards"]
             if not isinstance(shards, int) or isinstance(shards, bool) or shards < 0:
                 raise ValueError(f"shards {shards!r} is not a count")
+            partitions, coverage = shard_coverage(payload, shards)
+            rows = payload.get("rows")
+            if rows is not None and (
+                not isinstance(rows, list)
+                or len(rows) != shards
+                or not all(isinstance(n, int) and n >= 0 for n in rows)
+            ):
+                raise ValueError(f"rows {rows!r} are not {shards} shard sizes")
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{marker}: not a completion marker ({exc})") from exc
         files = tuple(self.embeddings(interval, k, generation) for k in range(shards))
-        return PublishedCodes(generation, self.embeddings_dir(interval, generation), files)
+        folder = self.embeddings_dir(interval, generation)
+        sizes = None if rows is None else tuple(rows)
+        return PublishedCodes(generation, folder, files, partitions, coverage, sizes)
 
     def published_generation(self, interval: Interval) -> str | None:
         """The generation whose codes are in force for ``interval`` (None: none, or codes
@@ -209,6 +240,11 @@ class CycleLayout:
             for g in self.generations(interval)
             if g != published and self.plan(interval, g).is_file()
         ]
+
+    def item_partials(self, as_of: int, partition: int) -> StatePath:
+        """Partition ``partition``'s ``iagg`` partial sums as of ``as_of`` (the enrichment's
+        mapped aggregates tasks write them, its reduction reads them)."""
+        return self.root / "iagg_partials" / f"{as_of:011d}" / f"{partition:05d}.parquet"
 
     def neighbours(self, as_of: int) -> StatePath:
         return self.root / "neighbours" / f"{as_of:011d}.parquet"
@@ -271,6 +307,29 @@ class CycleLayout:
 
 
 _GENERATION = re.compile(r"^[0-9a-f]{6,32}$")
+
+
+def shard_coverage(
+    payload: Mapping[str, Any], shards: int
+) -> tuple[int | None, tuple[tuple[int, int], ...] | None]:
+    """The ``partitions`` and per-shard ``coverage`` of a plan or marker (both None when it
+    predates partitions); ``ValueError`` when they are present but inconsistent."""
+    if "coverage" not in payload:
+        return None, None
+    partitions, coverage = payload["partitions"], payload["coverage"]
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ValueError(f"partitions {partitions!r} is not a count")
+    if not isinstance(coverage, list) or len(coverage) != shards:
+        raise ValueError(f"coverage must list {shards} (first, last) partitions")
+    ranges = []
+    for entry in coverage:
+        first, last = entry  # a 2-list of ints
+        if not (
+            isinstance(first, int) and isinstance(last, int) and 0 <= first <= last < partitions
+        ):
+            raise ValueError(f"coverage entry {entry!r} is not a partition range")
+        ranges.append((first, last))
+    return partitions, tuple(ranges)
 
 
 def _checked(generation: object) -> str:

@@ -25,10 +25,12 @@ All functions are pure and vectorised (no Python loop over rows).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from solaris.store.codec import f16_round
 from solaris.store.contract import (
@@ -43,9 +45,13 @@ from solaris.store.contract import (
 )
 
 __all__ = [
+    "ItemPartials",
     "check_codes",
     "check_pairs",
     "item_aggregate",
+    "item_partial_sums",
+    "item_rows",
+    "reduce_item_partials",
     "select_window",
     "user_aggregate",
     "vectors",
@@ -235,6 +241,101 @@ def user_aggregate(
     )
 
 
+def item_partial_sums(
+    pairs: pd.DataFrame,
+    z: np.ndarray,
+    *,
+    as_of: int,
+    window_seconds: int,
+    fm_version: str,
+) -> ItemPartials:
+    """One partition's share of ``iagg``: per item, the float64 sum and the count of the
+    float16-rounded pair codes of the partition's users in the window.
+
+    Same selection as :func:`user_aggregate`. A pair belongs to its user's partition, so the
+    partitions' partials add up to the whole population's (:func:`reduce_item_partials`),
+    and exactly: every summand is a float16 value (a multiple of 2^-24 below 2^16 in
+    magnitude), so float64 sums of them are exact in any order for codes below 16 in
+    magnitude, far past any realistic count, and P partitions give the bits one pass gives.
+    """
+    rows, z16 = select_window(
+        pairs, z, as_of=as_of, window_seconds=window_seconds, fm_version=fm_version
+    )
+    items, sums, counts = _group_sums(rows["item_id"].to_numpy(), z16)
+    return ItemPartials(items.astype(np.int64), sums, counts)
+
+
+@dataclass(frozen=True)
+class ItemPartials:
+    """Per item: ``items [M]`` int64 ascending, ``sums [M, d]`` float64, ``counts [M]`` int64."""
+
+    items: np.ndarray
+    sums: np.ndarray
+    counts: np.ndarray
+
+    def to_table(self) -> pa.Table:
+        """As an Arrow table (``item_id``, ``z_sum`` fixed-size list of float64, ``count``)."""
+        d = self.sums.shape[1] if self.sums.ndim == 2 else 0
+        flat = pa.array(np.ascontiguousarray(self.sums, dtype=np.float64).reshape(-1))
+        return pa.table(
+            {
+                ITEM_ID: pa.array(self.items, pa.int64()),
+                Z_SUM: pa.FixedSizeListArray.from_arrays(flat, d),
+                COUNT: pa.array(self.counts, pa.int64()),
+            }
+        )
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> ItemPartials:
+        """The inverse of :meth:`to_table`."""
+        column = table[Z_SUM].combine_chunks()
+        d = column.type.list_size
+        sums = column.flatten().to_numpy(zero_copy_only=False).reshape(len(table), d)
+        return cls(
+            table[ITEM_ID].to_numpy().astype(np.int64),
+            sums.astype(np.float64, copy=False),
+            table[COUNT].to_numpy().astype(np.int64),
+        )
+
+
+def reduce_item_partials(partials: Iterable[ItemPartials], *, z_dim: int) -> ItemPartials:
+    """The sum of partitions' :class:`ItemPartials`, merged one at a time (memory: the
+    running total and one partial)."""
+    items = np.zeros(0, np.int64)
+    sums = np.zeros((0, z_dim))
+    counts = np.zeros(0, np.int64)
+    for part in partials:
+        if part.sums.ndim == 2 and len(part.items) and part.sums.shape[1] != z_dim:
+            raise ValueError(f"item partial sums have {part.sums.shape[1]} columns, not {z_dim}")
+        keys = np.concatenate([items, part.items])
+        values = np.concatenate([sums, part.sums.reshape(len(part.items), z_dim)])
+        weights = np.concatenate([counts, part.counts])
+        if len(keys) == 0:
+            continue
+        order = np.argsort(keys, kind="stable")
+        k = keys[order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        items = k[starts]
+        sums = np.add.reduceat(values[order], starts, axis=0)
+        counts = np.add.reduceat(weights[order], starts)
+    return ItemPartials(items, sums, counts)
+
+
+def item_rows(partials: ItemPartials, *, as_of: int, fm_version: str) -> pd.DataFrame:
+    """``iagg`` rows from the population's :class:`ItemPartials` (see :func:`item_aggregate`)."""
+    n = len(partials.items)
+    means = partials.sums.reshape(n, -1) / np.maximum(partials.counts, 1)[:, None]
+    return pd.DataFrame(
+        {
+            ITEM_ID: partials.items.astype(np.int64),
+            Z_MEAN: vectors(means),
+            COUNT: partials.counts.astype(np.int64),
+            FM_VERSION: np.full(n, _check_version(fm_version), dtype=object),
+            EVENT_TS: _event_ts(int(as_of), n),
+        }
+    )
+
+
 def item_aggregate(
     pairs: pd.DataFrame,
     z: np.ndarray,
@@ -247,20 +348,10 @@ def item_aggregate(
 
     Same selection as :func:`user_aggregate`. Columns: ``item_id`` int64, ``z_mean`` (float32
     ``[d]`` per row), ``count`` int64 (users averaged), ``fm_version``, ``event_ts`` (UTC,
-    ``as_of``). Sorted by ``item_id``.
+    ``as_of``). Sorted by ``item_id``. One partition's :func:`item_partial_sums` turned
+    into rows: the partitioned cycle's partial sums and their reduction give the same rows.
     """
-    rows, z16 = select_window(
+    partials = item_partial_sums(
         pairs, z, as_of=as_of, window_seconds=window_seconds, fm_version=fm_version
     )
-    items, sums, counts = _group_sums(rows["item_id"].to_numpy(), z16)
-    n = len(items)
-    means = sums / np.maximum(counts, 1)[:, None]
-    return pd.DataFrame(
-        {
-            ITEM_ID: items.astype(np.int64),
-            Z_MEAN: vectors(means),
-            COUNT: counts,
-            FM_VERSION: np.full(n, fm_version, dtype=object),
-            EVENT_TS: _event_ts(int(as_of), n),
-        }
-    )
+    return item_rows(partials, as_of=as_of, fm_version=fm_version)

@@ -16,10 +16,22 @@ import pyarrow as pa
 
 from solaris.config import SolarisConfig
 from solaris.data.schemas import pair_codes
-from solaris.pipeline.aggregate import item_aggregate, user_aggregate
+from solaris.pipeline.aggregate import (
+    ItemPartials,
+    item_aggregate,
+    item_partial_sums,
+    user_aggregate,
+)
 from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
 
-__all__ = ["PairHistory", "item_aggregates", "neighbour_rows", "user_aggregates", "user_neighbours"]
+__all__ = [
+    "PairHistory",
+    "item_aggregates",
+    "item_partials",
+    "neighbour_rows",
+    "user_aggregates",
+    "user_neighbours",
+]
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,17 @@ def item_aggregates(
 ) -> pd.DataFrame:
     """``iagg`` rows: each item's mean code over users in the 24 h window."""
     return _aggregate(item_aggregate, history, as_of, cfg, fm_version)
+
+
+def item_partials(
+    history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
+) -> ItemPartials:
+    """One partition's share of ``iagg``: per item, the sum and count of its users' codes in
+    the 24 h window (:func:`~solaris.pipeline.aggregate.reduce_item_partials` adds them up)."""
+    window = int(cfg.store.uagg_window_hours * 3600)
+    return item_partial_sums(
+        history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
+    )
 
 
 def user_neighbours(

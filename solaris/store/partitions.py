@@ -31,7 +31,15 @@ import numpy as np
 from solaris.errors import SolarisError
 from solaris.store.contract import USER
 
-__all__ = ["SLOTS", "PartitionError", "Partitioning", "user_slot", "user_slots"]
+__all__ = [
+    "SLOTS",
+    "Chunk",
+    "PartitionError",
+    "Partitioning",
+    "pack",
+    "user_slot",
+    "user_slots",
+]
 
 SLOTS = 16_384
 """Redis Cluster's hash slots."""
@@ -167,3 +175,50 @@ class Partitioning:
         order = np.argsort(parts, kind="stable")
         bounds = np.searchsorted(parts[order], np.arange(self.count + 1))
         return [order[bounds[k] : bounds[k + 1]] for k in range(self.count)]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows ``[start, stop)`` of a partition-ordered table, holding partitions ``first`` to
+    ``last`` (one chunk never splits a partition unless it is the only one in it)."""
+
+    start: int
+    stop: int
+    first: int
+    last: int
+
+
+def pack(sizes: np.ndarray, max_rows: int, *, split: bool) -> list[Chunk]:
+    """Units of work over partitions of ``sizes[k]`` rows, in partition order.
+
+    Consecutive partitions share a unit while their rows add up to at most ``max_rows`` (so
+    a quiet interval is one unit, one task start, whatever the partition count); a partition
+    with more rows is a unit of its own, cut into pieces of ``max_rows`` rows when ``split``
+    (embedding shards) or kept whole when not (a partition's enrichment). Units without rows
+    are left out. ``start``/``stop`` count rows of the partition-ordered table.
+    """
+    if isinstance(max_rows, bool) or not isinstance(max_rows, numbers.Integral) or max_rows <= 0:
+        raise PartitionError(f"max_rows must be a positive integer, got {max_rows!r}")
+    sizes = np.asarray(sizes, dtype=np.int64)
+    bounds = np.r_[0, np.cumsum(sizes)].tolist()
+    units: list[Chunk] = []
+
+    def close(first: int, last: int) -> None:
+        if last >= first and bounds[last + 1] > bounds[first]:
+            units.append(Chunk(bounds[first], bounds[last + 1], first, last))
+
+    first = 0
+    for k, size in enumerate(sizes.tolist()):
+        if size > max_rows:
+            close(first, k - 1)
+            step = max_rows if split else size
+            units += [
+                Chunk(bounds[k] + lo, bounds[k] + min(lo + step, size), k, k)
+                for lo in range(0, size, step)
+            ]
+            first = k + 1
+        elif bounds[k + 1] - bounds[first] > max_rows:
+            close(first, k - 1)
+            first = k
+    close(first, len(sizes) - 1)
+    return units

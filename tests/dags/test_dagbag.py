@@ -122,9 +122,17 @@ def test_enrichment_follows_pair_embeddings_and_daily_dags_follow_their_crons(da
     enrichment = dags["solaris_enrichment"]
     assert _scheduled_on(enrichment) == {"solaris://pair_embeddings"}
     assert {t.task_id for t in enrichment.tasks} == {
-        "user_aggregates",
-        "item_aggregates",
+        "plan_partitions",
+        "partition_aggregates",
+        "aggregates",
         "neighbour_fill",
+    }
+    # The aggregates: one mapped task per group of partitions, then the item reduction.
+    assert enrichment.get_task("partition_aggregates").upstream_task_ids == {"plan_partitions"}
+    assert enrichment.get_task("aggregates").upstream_task_ids == {"partition_aggregates"}
+    assert {o.name for o in enrichment.get_task("aggregates").outlets} == {
+        "solaris://uagg",
+        "solaris://iagg",
     }
     assert dags["solaris_clustering"].timetable.expression == "15 3 * * *"
     # In a replay, clustering waits for the enrichment as of its time.

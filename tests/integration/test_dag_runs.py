@@ -41,14 +41,11 @@ DAG_IDS = (
 )
 
 
-@pytest.fixture(scope="module")
-def cycle(
-    tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config
-) -> Iterator[tuple[SolarisConfig, dict]]:
-    """(settings as the task runs read them, the demo's summary)."""
+def _demo(tmp: Path, write_movielens, tiny_config, **cycle: object) -> tuple[SolarisConfig, dict]:
+    """``solaris demo`` on the tiny MovieLens in ``tmp``, with ``cycle`` settings added:
+    (settings as the task runs read them, the demo's summary)."""
     from solaris.examples.movielens.demo import run_demo
 
-    tmp = tmp_path_factory.mktemp("cycle")
     write_movielens(tmp / "ml-100k")
     project = f"dag_{uuid.uuid4().hex[:8]}"
     path = tmp / "solaris.yaml"
@@ -62,6 +59,7 @@ def cycle(
         "demo_cadence_minutes": 360,
         "shard_rows": 40,  # several mapped shards per interval
         "training_window_days": 10,
+        **cycle,
     }
     path.write_text(yaml.safe_dump(config))
     cfg = SolarisConfig.load(path)
@@ -70,8 +68,35 @@ def cycle(
     summary["printed"] = "\n".join(printed)
     # What the task runs read (the demo's copy: absolute paths, the demo cadence).
     run_cfg = SolarisConfig.load(Path(cfg.artifacts_dir).resolve() / "airflow" / "solaris.yaml")
-    yield run_cfg, summary
-    delete_project_keys(redis_client(REDIS), project)
+    return run_cfg, summary
+
+
+@pytest.fixture(scope="module")
+def cycle(
+    tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config
+) -> Iterator[tuple[SolarisConfig, dict]]:
+    """(settings as the task runs read them, the demo's summary), one partition."""
+    cfg, summary = _demo(tmp_path_factory.mktemp("cycle"), write_movielens, tiny_config)
+    yield cfg, summary
+    delete_project_keys(redis_client(REDIS), Namespace.of(cfg).project)
+
+
+@pytest.fixture(scope="module")
+def partitioned_cycle(
+    tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config
+) -> Iterator[tuple[SolarisConfig, dict]]:
+    """The same demo with 8 partitions and small enrichment units (several mapped
+    aggregates tasks per interval)."""
+    cfg, summary = _demo(
+        tmp_path_factory.mktemp("partitioned"),
+        write_movielens,
+        tiny_config,
+        partitions=8,
+        shard_rows=10,
+        enrich_rows=20,
+    )
+    yield cfg, summary
+    delete_project_keys(redis_client(REDIS), Namespace.of(cfg).project)
 
 
 def _intervals(summary: dict) -> int:
@@ -336,3 +361,122 @@ def test_the_neighbour_table_is_rebuilt_at_every_enrichment_interval(cycle) -> N
     built = {int(p.name.removesuffix(".parquet")) for p in folder.iterdir()}
     assert ends <= built
     assert any(end % 86_400 for end in ends)  # tables between the midnights too
+
+
+# -- partitions ------------------------------------------------------------------------------
+
+
+def _served_values(client, project: str) -> dict[str, bytes]:
+    """Every view key of ``project`` (the prefix dropped) with its value: hashes as their
+    sorted (field, record) pairs, strings as they are."""
+    out = {}
+    for key in client.scan_iter(match=f"{project}:*"):
+        name = key.decode().removeprefix(f"{project}:")
+        if client.type(key) == b"hash":
+            out[name] = sorted(client.hgetall(key).items())
+        elif client.type(key) == b"string":
+            out[name] = client.get(key)
+    return out
+
+
+def test_eight_partitions_serve_the_features_and_coverage_of_one(cycle, partitioned_cycle) -> None:
+    """The same replay with ``cycle.partitions`` 1 and 8: the Feast-served coverage of every
+    tier is the same impression for impression, equal to the library replay's, and every
+    key of the online store holds the same bytes; with 8 partitions the aggregates ran as
+    several mapped tasks and the shards record the partitions they hold."""
+    cfg1, one = cycle
+    cfg8, eight = partitioned_cycle
+    assert eight["airflow"]["coverage"] == one["airflow"]["coverage"]
+    assert eight["airflow"]["labelled_impressions"] == one["airflow"]["labelled_impressions"]
+    assert eight["airflow"]["coverage"]["pair"] == pytest.approx(
+        eight["airflow"]["library_replay_pair_coverage"], abs=1e-12
+    )
+    client = redis_client(REDIS)
+    served1 = _served_values(client, Namespace.of(cfg1).project)
+    served8 = _served_values(client, Namespace.of(cfg8).project)
+    assert served1 and served1.keys() == served8.keys()
+    assert {k for k in served1 if served1[k] != served8[k]} == set()
+
+    from solaris.orchestration.layout import read_run_records
+
+    layout = CycleLayout(Namespace.of(cfg8))
+    records = read_run_records(layout.root)["solaris_enrichment"]
+    tasks = [r["tasks"] for r in records if r.get("view") == "uagg"]
+    assert tasks and max(tasks) > 1  # the busy intervals' partitions were spread over tasks
+    coverage = [
+        codes.coverage
+        for r in eight["airflow"]["candidates_intervals"]
+        if (codes := layout.published_codes(Interval(r["interval_start"], r["interval_end"])))
+    ]
+    assert coverage and all(c is not None for c in coverage)
+    assert any(len({first for first, _ in c}) > 1 for c in coverage)  # shards by partition
+
+
+def test_a_partitions_aggregates_task_touches_only_that_partitions_files_and_keys(
+    partitioned_cycle,
+) -> None:
+    """One partition's aggregates, rerun as of the last interval: it reads only the shards
+    that hold that partition (the others are moved away and it still succeeds), writes
+    only uagg keys of that partition's users (seen through Redis keyspace notifications)
+    and only that partition's files."""
+    import shutil
+    import time
+
+    import numpy as np
+
+    from solaris.orchestration.enrichment import aggregate_partitions, pair_history
+    from solaris.store.partitions import Partitioning
+
+    cfg, summary = partitioned_cycle
+    namespace = Namespace.of(cfg)
+    layout = CycleLayout(namespace)
+    parts = Partitioning(cfg.cycle.partitions)
+    as_of = max(r["interval_end"] for r in summary["airflow"]["candidates_intervals"])
+    window = round(cfg.store.uagg_window_hours * 3600)
+    held = [
+        (path, rng)
+        for interval in layout.embedded_intervals(ending_after=as_of - window, ending_by=as_of)
+        for path, rng in zip(*_shards(layout, interval), strict=True)
+    ]
+    users = pair_history(cfg, as_of, window).pairs["user_id"].to_numpy()
+    mine = int(np.bincount(parts.of(users)).argmax())  # a partition with codes in the window
+    away = [path for path, (first, last) in held if not first <= mine <= last]
+    assert away  # other partitions' shards exist, and are not needed
+    hidden = Path(cfg.artifacts_dir) / "hidden"
+    hidden.mkdir(exist_ok=True)
+    client = redis_client(REDIS)
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    client.config_set("notify-keyspace-events", "KA")
+    pubsub = client.pubsub()
+    pubsub.psubscribe(f"__keyspace@{db}__:{namespace.project}:*")
+    before = _files(namespace.cycle_root, namespace.offline_root)
+    moved = [(p, Path(shutil.move(p, hidden / f"{i}.parquet"))) for i, p in enumerate(away)]
+    try:
+        figures = aggregate_partitions(cfg, as_of, [mine])
+    finally:
+        for original, now in moved:
+            shutil.move(now, original)
+        client.config_set("notify-keyspace-events", "")
+    touched = set()
+    deadline = time.monotonic() + 2
+    while (message := pubsub.get_message(timeout=0.2)) or time.monotonic() < deadline:
+        if message and message["type"] == "pmessage":
+            touched.add(message["channel"].decode().split(":", 1)[1].split("__:", 1)[-1])
+    pubsub.close()
+    assert figures["uagg_rows"] > 0 and figures["partitions"] == [mine]
+    assert touched and all(k.startswith(f"{namespace.project}:uagg:{{u:") for k in touched)
+    users = np.array([int(k.rsplit(":", 1)[1].rstrip("}")) for k in touched])
+    assert set(parts.of(users).tolist()) == {mine}
+    after = _files(namespace.cycle_root, namespace.offline_root)
+    changed = {p for p in after if before.get(p) != after[p]}
+    assert {Path(p).name for p in changed} <= {
+        f"{mine:05d}.parquet",
+        f"batch-cycle-{as_of}-p{mine:05d}.parquet",
+    }, changed
+    assert str(layout.item_partials(as_of, mine)) in changed
+
+
+def _shards(layout: CycleLayout, interval: Interval) -> tuple[tuple, tuple]:
+    codes = layout.published_codes(interval)
+    assert codes is not None and codes.coverage is not None
+    return codes.files, codes.coverage

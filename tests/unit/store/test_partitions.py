@@ -12,8 +12,10 @@ from solaris.store.contract import PAIR
 from solaris.store.keys import partition_key, view_key
 from solaris.store.partitions import (
     SLOTS,
+    Chunk,
     PartitionError,
     Partitioning,
+    pack,
     user_slot,
     user_slots,
 )
@@ -94,3 +96,35 @@ def test_the_setting_is_validated_with_the_configuration() -> None:
     assert CycleConfig(partitions=8).partitions == 8
     with pytest.raises(ValidationError):
         CycleConfig(partitions=0)
+
+
+def test_pack_puts_quiet_partitions_together_and_cuts_busy_ones() -> None:
+    sizes = np.array([3, 0, 4, 12, 1, 1, 0, 0])
+    shards = pack(sizes, 5, split=True)
+    assert [(c.start, c.stop, c.first, c.last) for c in shards] == [
+        (0, 3, 0, 1),
+        (3, 7, 2, 2),
+        (7, 12, 3, 3),
+        (12, 17, 3, 3),
+        (17, 19, 3, 3),
+        (19, 21, 4, 7),
+    ]
+    groups = pack(sizes, 5, split=False)
+    assert [(c.first, c.last) for c in groups] == [(0, 1), (2, 2), (3, 3), (4, 7)]
+    assert pack(np.array([2, 2, 2]), 100, split=True) == [Chunk(0, 6, 0, 2)]
+    assert pack(np.zeros(4, np.int64), 10, split=True) == []
+    with pytest.raises(PartitionError, match="max_rows"):
+        pack(sizes, 0, split=True)
+
+
+def test_pack_covers_every_row_once_in_order() -> None:
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        sizes = rng.integers(0, 30, rng.integers(1, 20))
+        for split in (True, False):
+            units = pack(sizes, int(rng.integers(1, 40)), split=split)
+            rows = [r for u in units for r in range(u.start, u.stop)]
+            assert rows == list(range(int(sizes.sum())))
+            bounds = np.r_[0, np.cumsum(sizes)]
+            for u in units:  # a unit's rows are exactly those of its partitions (or a piece)
+                assert bounds[u.first] <= u.start < u.stop <= bounds[u.last + 1]

@@ -1,13 +1,19 @@
 """Coverage beyond the selected pairs, refreshed on every ``pair_embeddings`` event.
 
-User aggregates (24 h code sum and count) and item aggregates, partitioned by user: the
-partitions (``SOLARIS_CYCLE__PARTITIONS``) are grouped by their codes in the window
-(``plan_partitions``), each group is one mapped task that reads only its partitions' codes
-and writes its users' ``uagg`` rows and its share of the item sums
-(``partition_aggregates``), and one small task adds the shares up into ``iagg``
-(``aggregates``). Beside them, the neighbour fill for the candidates the verifier did not
-select (from a neighbour table rebuilt as of the interval, or the clustering DAG's newest).
-Everything is as of the newest interval end that triggered the run.
+User aggregates (24 h code sum and count), item aggregates, the user neighbour table and
+the neighbour fill for the candidates the verifier did not select, as of the newest
+interval end that triggered the run, partitioned by user (``SOLARIS_CYCLE__PARTITIONS``):
+
+1. ``enrich`` groups the partitions by their codes in the window. A quiet interval is one
+   group: the task then does the whole enrichment itself, one partition at a time, and
+   the mapped tasks below have nothing to do (one task start per interval).
+2. ``partition_aggregates``, one mapped task per group: its users' ``uagg`` rows, its share
+   of the item sums and its users' embeddings, reading only its partitions' codes.
+3. ``aggregates``: the item sums added up into ``iagg``; the user KNN index built once over
+   every partition's users.
+4. ``partition_neighbours``, one mapped task per group: its users' neighbours (``unn``) from
+   the index, and the neighbour fill of its users' candidates.
+5. ``neighbours``: the fill's record and event.
 """
 
 from __future__ import annotations
@@ -35,28 +41,36 @@ NEIGHBOUR_FILL = Asset(runs.NEIGHBOUR_FILL)
 )
 def solaris_enrichment():
     @task
-    def plan_partitions(params=None, triggering_asset_events=None):
-        return enrichment.plan_partitions(params, triggering_asset_events)
+    def enrich(params=None, triggering_asset_events=None):
+        return enrichment.enrich(params, triggering_asset_events)
 
     @task
     def partition_aggregates(group):
         return enrichment.partition_aggregates(group)
 
-    @task(outlets=[USER_AGGREGATES, ITEM_AGGREGATES])
+    # none_failed: after a quiet interval (no mapped task) it publishes what enrich did.
+    @task(outlets=[USER_AGGREGATES, ITEM_AGGREGATES], trigger_rule="none_failed")
     def aggregates(results, params=None, triggering_asset_events=None, outlet_events=None):
-        (
-            outlet_events[USER_AGGREGATES].extra,
-            outlet_events[ITEM_AGGREGATES].extra,
-        ) = enrichment.aggregates(params, results, triggering_asset_events)
-
-    @task(outlets=[NEIGHBOUR_FILL])
-    def neighbour_fill(params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[NEIGHBOUR_FILL].extra = enrichment.neighbour_fill(
-            params, triggering_asset_events
+        return enrichment.aggregates(
+            params,
+            results,
+            triggering_asset_events,
+            outlet_events[USER_AGGREGATES],
+            outlet_events[ITEM_AGGREGATES],
         )
 
-    aggregates(partition_aggregates.expand(group=plan_partitions()))
-    neighbour_fill()
+    @task
+    def partition_neighbours(group):
+        return enrichment.partition_neighbours(group)
+
+    @task(outlets=[NEIGHBOUR_FILL], trigger_rule="none_failed")
+    def neighbours(results, params=None, triggering_asset_events=None, outlet_events=None):
+        outlet_events[NEIGHBOUR_FILL].extra = enrichment.neighbours(
+            params, results, triggering_asset_events
+        )
+
+    units = aggregates(partition_aggregates.expand(group=enrich()))
+    neighbours(partition_neighbours.expand(group=units))
 
 
 solaris_enrichment()

@@ -53,59 +53,131 @@ __all__ = [
     "ENRICHMENT_DAG_ID",
     "aggregate_partitions",
     "aggregates",
-    "neighbour_fill",
+    "build_neighbour_index",
+    "enrich",
+    "enrich_inline",
+    "fill_partitions",
+    "neighbours",
     "pair_history",
     "partition_aggregates",
     "partition_groups",
-    "plan_partitions",
+    "partition_neighbours",
     "rebuild_user_neighbours",
     "recent_requests",
+    "record_neighbours",
     "reduce_aggregates",
-    "refresh_item_aggregates",
-    "refresh_neighbour_fill",
-    "refresh_user_aggregates",
+    "refresh_enrichment",
+    "useful_history",
 ]
 
 ENRICHMENT_DAG_ID = "solaris_enrichment"
 CLUSTERING_DAG_ID = "solaris_clustering"
 
 
-def plan_partitions(params: Params, events: Any = None) -> list[dict[str, Any]]:
-    """The aggregates' units of work: for each namespace that triggered the run, groups of
-    consecutive partitions sized by their codes in the window (:func:`partition_groups`);
-    one mapped :func:`partition_aggregates` task each."""
-    return [
-        run.extra({"interval_end": run.as_of, "partitions": group})
-        for run in task_runs(params, events, PAIR_EMBEDDINGS)
-        for group in partition_groups(run.cfg, run.as_of)
-    ]
+def enrich(params: Params, events: Any = None) -> list[dict[str, Any]]:
+    """The interval's enrichment, or its plan: for each namespace that triggered the run,
+    the partitions are grouped by their codes in the window (:func:`partition_groups`).
+    When they make one group (a quiet interval, whatever ``cycle.partitions`` is), the whole
+    enrichment runs here, partition by partition (:func:`enrich_inline`): one task start.
+    Otherwise the groups are returned, one mapped :func:`partition_aggregates` task each."""
+    units = []
+    for run in task_runs(params, events, PAIR_EMBEDDINGS):
+        groups = partition_groups(run.cfg, run.as_of)
+        if len(groups) == 1:
+            enrich_inline(run.cfg, run.as_of)
+        else:
+            units += [run.extra({"interval_end": run.as_of, "partitions": g}) for g in groups]
+    return units
 
 
 def partition_aggregates(group: Mapping[str, Any]) -> dict[str, Any]:
-    """``uagg`` of the group's partitions, and their share of ``iagg`` (a mapped task)."""
+    """``uagg`` of the group's partitions, their share of ``iagg`` and their users'
+    embeddings (a mapped task)."""
     cfg, as_of = _group_run(group)
     first, last = group["partitions"]
-    return aggregate_partitions(cfg, as_of, range(first, last + 1))
+    return {**group, **aggregate_partitions(cfg, as_of, range(first, last + 1))}
 
 
 def aggregates(
-    params: Params, results: Sequence[Mapping[str, Any] | None], events: Any = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Reduce the partitions' ``iagg`` sums into the item view; record both aggregates.
-    Returns the extras of the ``uagg`` and ``iagg`` events."""
-    done = [results[i] for i in range(len(results))]  # indexing: Airflow's lazy sequence
-    user, item = [], []
+    params: Params,
+    results: Sequence[Mapping[str, Any] | None],
+    events: Any = None,
+    uagg_event: Any = None,
+    iagg_event: Any = None,
+) -> list[dict[str, Any]]:
+    """Reduce the partitions' ``iagg`` sums into the item view, build the neighbour index
+    from their user embeddings, record both aggregates, and set the ``uagg`` and ``iagg``
+    events' extras. Returns the neighbour fill's units (the groups again). A run that
+    :func:`enrich` did whole has its records already: they are the extras."""
+    done = _results(results)
+    user, item, units = [], [], []
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
-        mine = [r for r in done if r and r["namespace"] == run.cfg.namespace]
-        uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
+        mine = [r for r in done if r["namespace"] == run.cfg.namespace]
+        if mine:
+            uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
+            build_neighbour_index(run.cfg, run.as_of)
+            units += [
+                run.extra({"interval_end": run.as_of, "partitions": r["partitions"]})
+                for r in mine
+            ]
+        else:
+            uagg, iagg = (_recorded(run.cfg, run.as_of, view) for view in ("uagg", "iagg"))
         user.append(run.extra(uagg))
         item.append(run.extra(iagg))
-    return combine_extras(user), combine_extras(item)
+    for event, extras in ((uagg_event, user), (iagg_event, item)):
+        if event is not None:
+            event.extra = combine_extras(extras)
+    return units
 
 
-def neighbour_fill(params: Params, events: Any = None) -> dict[str, Any]:
-    runs = task_runs(params, events, PAIR_EMBEDDINGS)
-    return combine_extras([run.extra(refresh_neighbour_fill(run.cfg, run.as_of)) for run in runs])
+def partition_neighbours(group: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``unn`` rows and the neighbour fill of the group's partitions (a mapped task)."""
+    cfg, as_of = _group_run(group)
+    first, last = group["partitions"]
+    return {**group, **fill_partitions(cfg, as_of, range(first, last + 1))}
+
+
+def neighbours(
+    params: Params, results: Sequence[Mapping[str, Any] | None], events: Any = None
+) -> dict[str, Any]:
+    """Record the neighbour fill of every partition; the ``nbr`` event's extra."""
+    done = _results(results)
+    extras = []
+    for run in task_runs(params, events, PAIR_EMBEDDINGS):
+        mine = [r for r in done if r["namespace"] == run.cfg.namespace]
+        record = (
+            record_neighbours(run.cfg, run.as_of, mine)
+            if mine
+            else _recorded(run.cfg, run.as_of, "nbr")
+        )
+        extras.append(run.extra(record))
+    return combine_extras(extras)
+
+
+def _results(results: Sequence[Mapping[str, Any] | None]) -> list[Mapping[str, Any]]:
+    """Mapped tasks' results (indexing: iterating Airflow's lazy sequence probes one past
+    its end and logs the probe's 404 as an error); skipped ones are left out."""
+    return [r for i in range(len(results)) if (r := results[i])]
+
+
+def _recorded(cfg: SolarisConfig, as_of: int, view: str) -> dict[str, Any]:
+    """The run record of ``view`` as of ``as_of`` (written by :func:`enrich_inline`)."""
+    import json
+
+    layout = CycleLayout(Namespace.of(cfg))
+    path = layout.run_record(ENRICHMENT_DAG_ID, f"{as_of:011d}-{view}")
+    record = json.loads(path.read_text())
+    return {k: v for k, v in record.items() if k not in ("dag_id", "key")}
+
+
+def enrich_inline(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:
+    """Every enrichment view as of ``as_of`` in this process, one partition at a time (the
+    DAG's mapped tasks' work, done in order): returns the records by view."""
+    every = range(cfg.cycle.partitions)
+    uagg, iagg = reduce_aggregates(cfg, as_of, [aggregate_partitions(cfg, as_of, every)])
+    build_neighbour_index(cfg, as_of)
+    nbr = record_neighbours(cfg, as_of, [fill_partitions(cfg, as_of, every)])
+    return {"uagg": uagg, "iagg": iagg, "nbr": nbr}
 
 
 def _group_run(group: Mapping[str, Any]) -> tuple[SolarisConfig, int]:
@@ -158,16 +230,27 @@ def _fm_version(cfg: SolarisConfig) -> str:
     return read_manifest(Namespace.of(cfg).models_dir).fm_version
 
 
-def recent_requests(cfg: SolarisConfig, as_of: int, window_s: int) -> pd.DataFrame:
-    """The logged requests of the intervals ending in ``(as_of - window_s, as_of]``."""
+def recent_requests(
+    cfg: SolarisConfig, as_of: int, window_s: int, partition: int | None = None
+) -> pd.DataFrame:
+    """The logged requests of the intervals ending in ``(as_of - window_s, as_of]``; only
+    those of partition ``partition``'s users when given (filtered file by file)."""
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
     from solaris.data.schemas import read_table
+    from solaris.store.partitions import Partitioning
 
     layout = CycleLayout(Namespace.of(cfg))
+    parts = Partitioning(cfg.cycle.partitions)
     found = layout.intervals("request_log", ending_after=as_of - window_s, ending_by=as_of)
-    tables = [read_table(layout.request_log(i), "request_log") for i in found]
+    tables = []
+    for interval in found:
+        table = read_table(layout.request_log(interval), "request_log")
+        if partition is not None and parts.count > 1:
+            table = table.filter(parts.of(table["user_id"].to_numpy()) == np.int32(partition))
+        tables.append(table)
     if not tables:
         return pd.DataFrame({"user_id": [], "item_id": []}, dtype="int64")
     return pa.concat_tables(tables).to_pandas()
@@ -245,25 +328,33 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
     partial sums, kept as ``iagg_partials/<as_of>/<partition>.parquet`` for
     :func:`reduce_aggregates`. Returns the figures the reduction records."""
     from solaris.files import atomic_write_parquet
-    from solaris.pipeline.enrich import item_partials, user_aggregates
+    from solaris.pipeline.enrich import item_partials, user_aggregates, user_embedding_table
 
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
     window = round(cfg.store.uagg_window_hours * 3600)
+    if cfg.cycle.neighbours_every_interval:  # one read serves the aggregates and the index
+        window = max(window, _neighbour_window(cfg))
     version = _fm_version(cfg)
-    figures = {"partitions": [], "uagg_rows": 0, "codes_read": 0}
+    done: list[int] = []
+    uagg_rows = codes_read = 0
     for partition in partitions:
         history = pair_history(cfg, as_of, window, partition)
         rows = user_aggregates(history, as_of, cfg, version)
         _materialize(cfg, "uagg", rows, _batch_id(cfg, as_of, partition))
         partials = item_partials(history, as_of, cfg, version)
         atomic_write_parquet(layout.item_partials(as_of, partition), partials.to_table())
-        figures["partitions"].append(partition)
-        figures["uagg_rows"] += len(rows)
-        figures["codes_read"] += len(history.pairs)
+        if cfg.cycle.neighbours_every_interval:
+            embeddings = user_embedding_table(history, as_of, cfg, version)
+            atomic_write_parquet(layout.user_embeddings(as_of, partition), embeddings)
+        done.append(partition)
+        uagg_rows += len(rows)
+        codes_read += len(history.pairs)
     return {
         "namespace": cfg.namespace,
-        **figures,
+        "partitions_run": [done[0], done[-1]] if done else [],
+        "uagg_rows": uagg_rows,
+        "codes_read": codes_read,
         "seconds": round(time.perf_counter() - began, 3),
     }
 
@@ -291,7 +382,7 @@ def reduce_aggregates(
     total = reduce_item_partials(partials, z_dim=cfg.model.z_dim)
     rows = item_rows(total, as_of=as_of, fm_version=_fm_version(cfg))
     _materialize(cfg, "iagg", rows, f"cycle-{as_of}")
-    _remove_older_partials(layout, as_of)
+    _remove_older(layout, "iagg_partials", as_of)
     codes = sum(int(r["codes_read"]) for r in results)
     seconds = sum(float(r["seconds"]) for r in results)
     uagg = _record(
@@ -331,65 +422,166 @@ def _read_table(path):
     return pq.read_table(where, filesystem=filesystem)
 
 
-def _remove_older_partials(layout: CycleLayout, as_of: int) -> None:
-    """Partial sums of earlier interval ends: reduced already, never read again."""
-    from solaris.files import remove_tree
-
-    folder = layout.item_partials(as_of, 0).parent.parent
-    for entry in folder.iterdir() if folder.is_dir() else ():
-        if entry.name.isdigit() and int(entry.name) < as_of:
-            remove_tree(entry)
+def refresh_enrichment(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:
+    """Every enrichment view as of ``as_of`` in this process (:func:`enrich_inline`)."""
+    return enrich_inline(cfg, as_of)
 
 
-def refresh_user_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
-    """``uagg`` and ``iagg`` as of ``as_of``, every partition in this process; returns the
-    ``uagg`` record."""
-    results = [aggregate_partitions(cfg, as_of, range(cfg.cycle.partitions))]
-    return reduce_aggregates(cfg, as_of, results)[0]
+def build_neighbour_index(cfg: SolarisConfig, as_of: int) -> int | None:
+    """The user KNN index as of ``as_of`` over every partition's user embeddings (users in
+    ascending id order, so the index does not depend on the partition count), kept as one
+    blob (``neighbour_index/<as_of>.npz``) for the partitions' fills; returns the number of
+    users (None: the fill uses the clustering DAG's table, ``neighbours_every_interval``
+    off). Memory: one ``[U, d]`` float32 matrix."""
+    import numpy as np
+    import pyarrow as pa
+
+    from solaris.files import atomic_write_bytes
+    from solaris.pipeline.neighbors import UserIndex
+
+    if not cfg.cycle.neighbours_every_interval:
+        return None
+    layout = CycleLayout(Namespace.of(cfg))
+    tables = [_read_table(layout.user_embeddings(as_of, k)) for k in range(cfg.cycle.partitions)]
+    table = pa.concat_tables(tables)
+    users = table["user_id"].to_numpy()
+    emb = table["emb"].combine_chunks().flatten().to_numpy().reshape(len(users), cfg.model.z_dim)
+    order = np.argsort(users, kind="stable")
+    index = UserIndex.build(users[order], emb[order])
+    atomic_write_bytes(layout.neighbour_index(as_of), index.to_bytes())
+    _remove_older(layout, "user_embeddings", as_of)
+    _remove_older(layout, "neighbour_index", as_of)
+    return len(users)
 
 
-def refresh_item_aggregates(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
-    """``uagg`` and ``iagg`` as of ``as_of`` (see :func:`refresh_user_aggregates`); returns
-    the ``iagg`` record."""
-    results = [aggregate_partitions(cfg, as_of, range(cfg.cycle.partitions))]
-    return reduce_aggregates(cfg, as_of, results)[1]
-
-
-def refresh_neighbour_fill(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
-    """``nbr``: the last TTL's candidates imputed from similar users' fresh codes, with the
-    neighbour table rebuilt as of ``as_of`` (``cycle.neighbours_every_interval``) or else the
-    newest one the clustering DAG built at or before it."""
+def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict:
+    """For each partition in turn: its users' ``unn`` rows from the neighbour index built as
+    of ``as_of`` (or, with ``neighbours_every_interval`` off, the clustering DAG's newest
+    table), then ``nbr`` for the partition's candidates of the last TTL that the verifier
+    did not select, from their neighbours' fresh codes (any partition's: the codes of the
+    TTL window are scanned shard by shard and only the codes that match one of this
+    partition's targets are kept, :func:`~solaris.pipeline.neighbors.useful_codes`).
+    Writes the partition's keys only. Returns the figures :func:`record_neighbours` sums."""
+    import numpy as np
     import pandas as pd
 
     from solaris.pipeline.enrich import neighbour_rows
+    from solaris.pipeline.neighbors import UserIndex
+    from solaris.store.partitions import Partitioning
 
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
+    parts = Partitioning(cfg.cycle.partitions)
     ttl = round(cfg.selection.ttl_hours * 3600)
-    history = None
+    version = _fm_version(cfg)
+    index = table = None
     if cfg.cycle.neighbours_every_interval:
-        # 63% of pair misses came from users rating for the first time that day: a daily
-        # table does not hold them, one rebuilt from this interval's codes does. One read
-        # serves the table and the fill (each keeps only its own window of the codes).
-        history = pair_history(cfg, as_of, max(_neighbour_window(cfg), ttl))
-        neighbours, _ = _keep_user_neighbours(cfg, as_of, history, ENRICHMENT_DAG_ID, began)
-    else:
-        table = layout.latest_neighbours(as_of)
-        neighbours = None if table is None else read_parquet(table)
-    rows = pd.DataFrame()
-    codes_read = 0
-    if neighbours is not None:
-        recent = recent_requests(cfg, as_of, ttl)
-        if len(recent) and len(neighbours):
-            if history is None:
-                history = pair_history(cfg, as_of, ttl)
-            codes_read = int((history.pairs["computed_at"].to_numpy() > as_of - ttl).sum())
-            rows = neighbour_rows(
-                recent[["user_id", "item_id"]], neighbours, history, as_of, cfg, _fm_version(cfg)
-            )
-            _materialize(cfg, "nbr", rows, f"cycle-{as_of}")
-    seconds = time.perf_counter() - began
-    return _record(ENRICHMENT_DAG_ID, cfg, as_of, "nbr", len(rows), seconds, codes_read=codes_read)
+        index = UserIndex.from_bytes(layout.neighbour_index(as_of).read_bytes())
+    elif (newest := layout.latest_neighbours(as_of)) is not None:
+        table = read_parquet(newest)
+    done: list[int] = []
+    figures = {"nbr_rows": 0, "unn_rows": 0, "codes_read": 0, "targets": 0}
+    for partition in partitions:
+        done.append(partition)
+        if index is not None:
+            users = index.user_ids[parts.of(index.user_ids) == partition]
+            unn = index.query(users, cfg.store.n_neighbors)
+            if len(unn):
+                stamped = unn.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
+                _materialize(cfg, "unn", stamped, _batch_id(cfg, as_of, partition))
+            figures["unn_rows"] += len(unn)
+        elif table is not None:
+            unn = table[parts.of(table["user_id"].to_numpy(np.int64)) == partition]
+        else:
+            continue
+        recent = recent_requests(cfg, as_of, ttl, partition)
+        if not (len(recent) and len(unn)):
+            continue
+        targets = recent[["user_id", "item_id"]].drop_duplicates(ignore_index=True)
+        history = useful_history(cfg, as_of, ttl, targets, unn)
+        rows = neighbour_rows(targets, unn, history, as_of, cfg, version)
+        if len(rows):
+            _materialize(cfg, "nbr", rows, _batch_id(cfg, as_of, partition))
+        figures["nbr_rows"] += len(rows)
+        figures["codes_read"] += len(history.pairs)
+        figures["targets"] += len(targets)
+    return {
+        "namespace": cfg.namespace,
+        "partitions_run": [done[0], done[-1]] if done else [],
+        **figures,
+        "seconds": round(time.perf_counter() - began, 3),
+    }
+
+
+def useful_history(
+    cfg: SolarisConfig, as_of: int, window_s: int, targets: pd.DataFrame, neighbours: pd.DataFrame
+):
+    """The codes of ``(as_of - window_s, as_of]`` that can serve ``targets`` (their users'
+    own codes, or a neighbour's code of a target's item), read one shard at a time: memory
+    is what is kept, not the window's codes."""
+    from solaris.data.schemas import read_table
+    from solaris.pipeline.enrich import PairHistory, useful_codes
+
+    layout = CycleLayout(Namespace.of(cfg))
+    kept = []
+    for interval in layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of):
+        codes = layout.published_codes(interval)
+        for path in () if codes is None else codes.files:
+            table = read_table(path, "pair_embeddings", z_dim=cfg.model.z_dim)
+            pairs = table.select(["user_id", "item_id"]).to_pandas()
+            kept.append(table.filter(useful_codes(targets, neighbours, pairs)))
+    if not kept:
+        return PairHistory.from_table(read_table([], "pair_embeddings", z_dim=cfg.model.z_dim))
+    import pyarrow as pa
+
+    return PairHistory.from_table(pa.concat_tables(kept))
+
+
+def record_neighbours(
+    cfg: SolarisConfig, as_of: int, results: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The run records of ``unn`` (rebuilt this interval) and ``nbr`` as of ``as_of``, from
+    the partitions' figures; returns the ``nbr`` record."""
+    seconds = sum(float(r["seconds"]) for r in results)
+    codes = sum(int(r["codes_read"]) for r in results)
+    if cfg.cycle.neighbours_every_interval:
+        layout = CycleLayout(Namespace.of(cfg))
+        unn_rows = sum(int(r["unn_rows"]) for r in results)
+        _record(
+            ENRICHMENT_DAG_ID,
+            cfg,
+            as_of,
+            "unn",
+            unn_rows,
+            seconds,
+            codes_read=codes,
+            wrote=(layout.neighbour_index(as_of),),
+        )
+    nbr_rows = sum(int(r["nbr_rows"]) for r in results)
+    return _record(
+        ENRICHMENT_DAG_ID,
+        cfg,
+        as_of,
+        "nbr",
+        nbr_rows,
+        seconds,
+        codes_read=codes,
+        tasks=len(results),
+    )
+
+
+def _remove_older(layout: CycleLayout, kind: str, as_of: int) -> None:
+    """Files or folders of ``kind`` named by an earlier interval end: never read again."""
+    from solaris.files import remove_tree
+
+    folder = layout.root / kind
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        stem = entry.name.split(".", 1)[0]
+        if stem.isdigit() and int(stem) < as_of:
+            if entry.is_dir():
+                remove_tree(entry)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 def _neighbour_window(cfg: SolarisConfig) -> int:

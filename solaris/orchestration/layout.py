@@ -246,6 +246,16 @@ class CycleLayout:
         mapped aggregates tasks write them, its reduction reads them)."""
         return self.root / "iagg_partials" / f"{as_of:011d}" / f"{partition:05d}.parquet"
 
+    def user_embeddings(self, as_of: int, partition: int) -> StatePath:
+        """Partition ``partition``'s user embeddings as of ``as_of`` (the neighbour index
+        is built from every partition's)."""
+        return self.root / "user_embeddings" / f"{as_of:011d}" / f"{partition:05d}.parquet"
+
+    def neighbour_index(self, as_of: int) -> StatePath:
+        """The user KNN index built as of ``as_of`` over every partition's users
+        (:class:`~solaris.pipeline.neighbors.UserIndex`, one blob), queried per partition."""
+        return self.root / "neighbour_index" / f"{as_of:011d}.npz"
+
     def neighbours(self, as_of: int) -> StatePath:
         return self.root / "neighbours" / f"{as_of:011d}.parquet"
 

@@ -29,7 +29,9 @@ __all__ = [
     "item_aggregates",
     "item_partials",
     "neighbour_rows",
+    "useful_codes",
     "user_aggregates",
+    "user_embedding_table",
     "user_neighbours",
 ]
 
@@ -93,6 +95,49 @@ def item_partials(
     window = int(cfg.store.uagg_window_hours * 3600)
     return item_partial_sums(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
+    )
+
+
+def useful_codes(
+    targets: pd.DataFrame, neighbours: pd.DataFrame, pairs: pd.DataFrame
+) -> np.ndarray:
+    """Which rows of ``pairs`` (user_id, item_id of some codes) can serve a neighbour fill
+    of ``targets``: a target's own code, or a code ``(v, i)`` of a neighbour ``v`` of a
+    target user ``u`` whose target ``(u, i)`` it is. A function of ``(user, item)`` alone,
+    so every version of a useful pair is kept and :func:`neighbour_rows` over the kept rows
+    equals it over all of them; it lets a partition's fill scan the window's codes shard by
+    shard and keep only what it needs. Returns a boolean mask ``[len(pairs)]``."""
+    from solaris.pipeline.neighbors import _candidates, _explode_neighbors
+
+    tg = targets[["user_id", "item_id"]].astype(np.int64).drop_duplicates()
+    codes = pairs[["user_id", "item_id"]].astype(np.int64)
+    own = codes.merge(tg.assign(_own=True), on=["user_id", "item_id"], how="left")["_own"]
+    keep = own.notna().to_numpy()
+    if len(tg) == 0 or len(codes) == 0:
+        return keep
+    edges = _explode_neighbors(neighbours, tg["user_id"].unique())
+    usable = codes.assign(_row=np.arange(len(codes)))
+    usable = usable[usable["item_id"].isin(tg["item_id"].unique())]
+    matched = _candidates(tg, edges, usable)["_row"].to_numpy(np.int64)
+    keep[matched] = True
+    return keep
+
+
+def user_embedding_table(
+    history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
+) -> pa.Table:
+    """The users' embeddings over the neighbour window (what :func:`user_neighbours`
+    indexes) as a table: ``user_id`` int64 ascending, ``emb`` fixed-size list of float32."""
+    window = int(cfg.store.unn_ttl_hours * 3600)
+    users, emb = user_embeddings(
+        history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
+    )
+    flat = pa.array(np.ascontiguousarray(emb, dtype=np.float32).reshape(-1))
+    return pa.table(
+        {
+            "user_id": pa.array(users, pa.int64()),
+            "emb": pa.FixedSizeListArray.from_arrays(flat, int(cfg.model.z_dim)),
+        }
     )
 
 

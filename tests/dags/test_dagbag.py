@@ -122,18 +122,23 @@ def test_enrichment_follows_pair_embeddings_and_daily_dags_follow_their_crons(da
     enrichment = dags["solaris_enrichment"]
     assert _scheduled_on(enrichment) == {"solaris://pair_embeddings"}
     assert {t.task_id for t in enrichment.tasks} == {
-        "plan_partitions",
+        "enrich",
         "partition_aggregates",
         "aggregates",
-        "neighbour_fill",
+        "partition_neighbours",
+        "neighbours",
     }
-    # The aggregates: one mapped task per group of partitions, then the item reduction.
-    assert enrichment.get_task("partition_aggregates").upstream_task_ids == {"plan_partitions"}
+    # Partitions: mapped aggregates, the reduction (and index), mapped neighbour fills.
+    assert enrichment.get_task("partition_aggregates").upstream_task_ids == {"enrich"}
     assert enrichment.get_task("aggregates").upstream_task_ids == {"partition_aggregates"}
+    assert enrichment.get_task("partition_neighbours").upstream_task_ids == {"aggregates"}
+    assert enrichment.get_task("neighbours").upstream_task_ids == {"partition_neighbours"}
     assert {o.name for o in enrichment.get_task("aggregates").outlets} == {
         "solaris://uagg",
         "solaris://iagg",
     }
+    assert [o.name for o in enrichment.get_task("neighbours").outlets] == ["solaris://nbr"]
+    assert enrichment.get_task("aggregates").trigger_rule == "none_failed"
     assert dags["solaris_clustering"].timetable.expression == "15 3 * * *"
     # In a replay, clustering waits for the enrichment as of its time.
     assert dags["solaris_clustering"].get_task("cluster_users").upstream_task_ids == {

@@ -357,9 +357,13 @@ def test_the_neighbour_table_is_rebuilt_at_every_enrichment_interval(cycle) -> N
     assert run_cfg.cycle.neighbours_every_interval
     eval_from = summary["models"]["val_end"]
     ends = {i.end for i in window_intervals(eval_from - 86_400, eval_from + 36 * 3600, 6 * 3600)}
-    folder = CycleLayout(Namespace.of(run_cfg)).root / "neighbours"
-    built = {int(p.name.removesuffix(".parquet")) for p in folder.iterdir()}
+    layout = CycleLayout(Namespace.of(run_cfg))
+    folder = layout.root / "runs" / "solaris_enrichment"
+    built = {int(p.name.removesuffix("-unn.json")) for p in folder.glob("*-unn.json")}
     assert ends <= built
+    newest = max(ends)
+    assert layout.neighbour_index(newest).is_file()  # the newest index is kept, older removed
+    assert not any(layout.neighbour_index(end).exists() for end in ends - {newest})
     assert any(end % 86_400 for end in ends)  # tables between the midnights too
 
 
@@ -412,7 +416,7 @@ def test_eight_partitions_serve_the_features_and_coverage_of_one(cycle, partitio
     assert any(len({first for first, _ in c}) > 1 for c in coverage)  # shards by partition
 
 
-def test_a_partitions_aggregates_task_touches_only_that_partitions_files_and_keys(
+def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
     partitioned_cycle,
 ) -> None:
     """One partition's aggregates, rerun as of the last interval: it reads only the shards
@@ -420,11 +424,14 @@ def test_a_partitions_aggregates_task_touches_only_that_partitions_files_and_key
     only uagg keys of that partition's users (seen through Redis keyspace notifications)
     and only that partition's files."""
     import shutil
-    import time
 
     import numpy as np
 
-    from solaris.orchestration.enrichment import aggregate_partitions, pair_history
+    from solaris.orchestration.enrichment import (
+        aggregate_partitions,
+        fill_partitions,
+        pair_history,
+    )
     from solaris.store.partitions import Partitioning
 
     cfg, summary = partitioned_cycle
@@ -457,13 +464,8 @@ def test_a_partitions_aggregates_task_touches_only_that_partitions_files_and_key
         for original, now in moved:
             shutil.move(now, original)
         client.config_set("notify-keyspace-events", "")
-    touched = set()
-    deadline = time.monotonic() + 2
-    while (message := pubsub.get_message(timeout=0.2)) or time.monotonic() < deadline:
-        if message and message["type"] == "pmessage":
-            touched.add(message["channel"].decode().split(":", 1)[1].split("__:", 1)[-1])
-    pubsub.close()
-    assert figures["uagg_rows"] > 0 and figures["partitions"] == [mine]
+    touched = _keys_touched(pubsub)
+    assert figures["uagg_rows"] > 0 and figures["partitions_run"] == [mine, mine]
     assert touched and all(k.startswith(f"{namespace.project}:uagg:{{u:") for k in touched)
     users = np.array([int(k.rsplit(":", 1)[1].rstrip("}")) for k in touched])
     assert set(parts.of(users).tolist()) == {mine}
@@ -474,6 +476,40 @@ def test_a_partitions_aggregates_task_touches_only_that_partitions_files_and_key
         f"batch-cycle-{as_of}-p{mine:05d}.parquet",
     }, changed
     assert str(layout.item_partials(as_of, mine)) in changed
+
+    # The partition's neighbour fill reads every partition's codes (its users' neighbours
+    # are anywhere) but writes only its own users' unn and nbr keys and batch files.
+    client.config_set("notify-keyspace-events", "KA")
+    pubsub = client.pubsub()
+    pubsub.psubscribe(f"__keyspace@{db}__:{namespace.project}:*")
+    before = _files(namespace.cycle_root, namespace.offline_root)
+    try:
+        filled = fill_partitions(cfg, as_of, [mine])
+    finally:
+        client.config_set("notify-keyspace-events", "")
+    touched = _keys_touched(pubsub)
+    assert filled["unn_rows"] > 0
+    views = {k.split(":")[1] for k in touched}
+    assert views <= {"unn", "nbr"} and "unn" in views
+    users = np.array([int(k.rsplit(":", 1)[1].rstrip("}")) for k in touched])
+    assert set(parts.of(users).tolist()) == {mine}
+    after = _files(namespace.cycle_root, namespace.offline_root)
+    changed = {Path(p).name for p in after if before.get(p) != after[p]}
+    assert changed <= {f"batch-cycle-{as_of}-p{mine:05d}.parquet"}, changed
+
+
+def _keys_touched(pubsub) -> set[str]:
+    """The keys named by the keyspace notifications ``pubsub`` received (drained for up to
+    two seconds), then closes it."""
+    import time
+
+    touched = set()
+    deadline = time.monotonic() + 2
+    while (message := pubsub.get_message(timeout=0.2)) or time.monotonic() < deadline:
+        if message and message["type"] == "pmessage":
+            touched.add(message["channel"].decode().split("__:", 1)[1])
+    pubsub.close()
+    return touched
 
 
 def _shards(layout: CycleLayout, interval: Interval) -> tuple[tuple, tuple]:

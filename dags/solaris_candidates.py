@@ -6,20 +6,20 @@ the next interval on. A run works in one namespace (``SOLARIS_NAMESPACE``, defau
 a run's conf may name another, e.g. a replay of history) and on one interval (its data
 interval, or the ``interval_start``/``interval_end`` of its conf, on the cadence grid).
 
-``select_candidates``, one sensor task:
-
-1. it waits until the previous interval's embeddings and enrichment of the namespace are
-   published (:func:`~solaris.orchestration.candidates.previous_published`, poked every
-   5 s), so intervals (a backfill too) run strictly in order;
-2. then (in a replay namespace, first serving the interval's requests from the traffic
-   source through the serving client, which logs them) it drains the interval's request
-   log into its table, drains the miss stream and selects the top share of each request by
-   the logged verifier score. It emits ``request_log`` (the drained interval) and
-   ``candidates`` (the selection), whose extras tell the embeddings DAG what to embed.
-
-The wait and the selection are one task, not two, because the wait is almost always over
-at its first poke: a second task would cost every interval a task start and a scheduler
-hop (about 0.35 s under the real scheduler, ``docs/scaling.md``).
+1. ``select_candidates``, a sensor: it waits until the previous interval's embeddings and
+   enrichment of the namespace are published
+   (:func:`~solaris.orchestration.candidates.previous_published`, poked every 5 s), so
+   intervals (a backfill too) run strictly in order; then (in a replay namespace, first
+   serving the interval's requests from the traffic source through the serving client,
+   which logs them) it drains the miss stream and groups the partitions
+   (``SOLARIS_CYCLE__PARTITIONS``) by the requests their streams hold. A quiet interval
+   is one group, and the sensor selects it itself: one task start per interval.
+2. ``select_partitions``, one mapped task per group otherwise: it drains its partitions'
+   request streams into their tables and selects the top share of each request by the
+   logged verifier score, against its partitions' own ledgers.
+3. ``publish``: the interval's record, and the ``request_log`` (the drained interval) and
+   ``candidates`` (the selection) events, whose extras tell the embeddings DAG what to
+   embed.
 """
 
 from __future__ import annotations
@@ -44,24 +44,33 @@ CANDIDATES = Asset(runs.CANDIDATES)
     doc_md=__doc__,
 )
 def solaris_candidates():
-    @task.sensor(
-        poke_interval=5,
-        timeout=SETTINGS.cycle.wait_previous_minutes * 60,
-        mode="poke",
-        outlets=[REQUEST_LOG, CANDIDATES],
-    )
-    def select_candidates(
-        params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
+    @task.sensor(poke_interval=5, timeout=SETTINGS.cycle.wait_previous_minutes * 60, mode="poke")
+    def select_candidates(params=None, data_interval_start=None, data_interval_end=None):
+        return candidates.select_when_published(params, data_interval_start, data_interval_end)
+
+    @task
+    def select_partitions(unit):
+        return candidates.select_group(unit)
+
+    # none_failed: after a quiet interval (no mapped task) it publishes what the sensor did.
+    @task(outlets=[REQUEST_LOG, CANDIDATES], trigger_rule="none_failed")
+    def publish(
+        results,
+        params=None,
+        data_interval_start=None,
+        data_interval_end=None,
+        outlet_events=None,
     ):
-        return candidates.select_when_published(
+        candidates.publish(
             params,
             data_interval_start,
             data_interval_end,
+            results,
             outlet_events[REQUEST_LOG],
             outlet_events[CANDIDATES],
         )
 
-    select_candidates()
+    publish(select_partitions.expand(unit=select_candidates()))
 
 
 solaris_candidates()

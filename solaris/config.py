@@ -355,6 +355,12 @@ class CycleConfig(Section):
         "rows; a multiple of the cluster's node count keeps a partition's writes on one node",
     )
     shard_rows: int = Field(2_000, gt=0, description="pairs per mapped embedding task")
+    select_requests: int = Field(
+        20_000,
+        gt=0,
+        description="logged requests per mapped selection task: quiet partitions share a "
+        "task, a busier one has its own (a partition is never split)",
+    )
     enrich_rows: int = Field(
         2_000_000,
         gt=0,

@@ -35,6 +35,7 @@ from solaris.files import StatePath, state_path
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
+    from solaris.store.partitions import Partitioning
 
 __all__ = ["LIVE", "NAME_PATTERN", "OFFLINE_FOLDER", "Namespace"]
 
@@ -91,6 +92,19 @@ class Namespace:
     @property
     def request_stream(self) -> str:
         return f"{self.name}:requests"
+
+    def request_stream_of(self, partition: int, partitions: Partitioning) -> str:
+        """Partition ``partition``'s request-log stream: :attr:`request_stream` with one
+        partition, else ``<name>:requests:{u:<anchor>}``, in the partition's Redis Cluster
+        slots (:meth:`~solaris.store.partitions.Partitioning.anchor`), so serving's appends
+        and the partition's drain go to the node of its users' keys."""
+        if partitions.count == 1:
+            return self.request_stream
+        return f"{self.request_stream}:{{u:{partitions.anchor(partition)}}}"
+
+    def request_streams(self, partitions: Partitioning) -> list[str]:
+        """Every partition's request-log stream, in partition order."""
+        return [self.request_stream_of(k, partitions) for k in range(partitions.count)]
 
     @property
     def serving_metrics_stream(self) -> str:

@@ -22,6 +22,7 @@ and usable through ``end + ttl``. So a backfill selects the same pairs as
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
@@ -44,10 +45,16 @@ __all__ = [
     "DAG_ID",
     "drain_interval_misses",
     "drain_request_log",
+    "finish_interval",
     "ledger_cache",
+    "prepare",
+    "prepare_interval",
     "previous_published",
+    "publish",
     "select",
+    "select_group",
     "select_interval",
+    "select_partitions",
     "select_when_published",
     "serve_replay",
     "with_misses",
@@ -89,28 +96,102 @@ def previous_published(params: Params, start: object, end: object) -> bool:
     return all(layout.run_record(CLUSTERING_DAG_ID, f"{t:011d}-unn").is_file() for t in due)
 
 
-def select_when_published(
-    params: Params, start: object, end: object, request_log_event: Any, candidates_event: Any
-) -> bool:
-    """The poke of the DAG's one sensor task: False (nothing done) until
-    :func:`previous_published` holds, then :func:`select`, its extras set on the task's
-    ``request_log`` and ``candidates`` events, and True."""
+def select_when_published(params: Params, start: object, end: object) -> Any:
+    """The poke of the DAG's sensor task: False (nothing done) until
+    :func:`previous_published` holds, then :func:`prepare` and its units as the task's
+    result (an Airflow ``PokeReturnValue``)."""
+    from airflow.sdk import PokeReturnValue
+
     if not previous_published(params, start, end):
         return False
-    request_log_event.extra, candidates_event.extra = select(params, start, end)
-    return True
+    return PokeReturnValue(is_done=True, xcom_value=prepare(params, start, end))
+
+
+def prepare(params: Params, start: object, end: object) -> list[dict[str, Any]]:
+    """The run's selection, or its plan: per interval, a replay's serving and the miss
+    drain (:func:`prepare_interval`); then the partitions are grouped by their request
+    streams' lengths. One group (a quiet interval, whatever ``cycle.partitions`` is), or a
+    run of several intervals (each interval's selection skips what the previous one
+    selected, so they go in order): everything is selected here. Otherwise the groups are
+    returned, one mapped :func:`select_group` task each."""
+    run = task_run(params, start, end, grid=True)
+    units = []
+    for interval in run.intervals:
+        served, groups = prepare_interval(run.cfg, interval)
+        if len(groups) <= 1 or len(run.intervals) > 1:
+            every = range(run.cfg.cycle.partitions)
+            finish_interval(
+                run.cfg, interval, served, [select_partitions(run.cfg, interval, every)]
+            )
+            continue
+        units += [
+            run.extra({**interval.as_dict(), "served": served, "partitions": g}) for g in groups
+        ]
+    return units
+
+
+def select_group(unit: Mapping[str, Any]) -> dict[str, Any]:
+    """The selection of one group of partitions (a mapped task)."""
+    run = task_run(
+        {
+            "namespace": unit["namespace"],
+            "replay": unit["replay"],
+            "interval_start": unit["interval_start"],
+            "interval_end": unit["interval_end"],
+        }
+    )
+    first, last = unit["partitions"]
+    interval = run.intervals[0]
+    return {**unit, **select_partitions(run.cfg, interval, range(first, last + 1))}
+
+
+def publish(
+    params: Params,
+    start: object,
+    end: object,
+    results: Sequence[Mapping[str, Any] | None],
+    request_log_event: Any,
+    candidates_event: Any,
+) -> None:
+    """The run's ``request_log`` and ``candidates`` events: each interval's run record,
+    written here from the mapped groups' figures (:func:`finish_interval`), or by
+    :func:`prepare` when it selected the interval itself."""
+    run = task_run(params, start, end, grid=True)
+    done = [r for i in range(len(results)) if (r := results[i])]  # Airflow's lazy sequence
+    records = []
+    for interval in run.intervals:
+        mine = [r for r in done if r["interval_end"] == interval.end]
+        if mine:
+            records.append(finish_interval(run.cfg, interval, mine[0]["served"], mine))
+        else:
+            records.append(_recorded(run.cfg, interval))
+    logs = [r.pop("request_log") for r in records]
+    request_log_event.extra = run.extra(
+        _combine(logs, ("requests", "rows", "late", "stale_dropped"))
+    )
+    candidates_event.extra = run.extra(_combine(records, ("selected", "candidates", "requests")))
+
+
+def _recorded(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
+    """The run record :func:`prepare` wrote for ``interval``."""
+    import json
+
+    path = CycleLayout(Namespace.of(cfg)).run_record(DAG_ID, interval.key)
+    record = json.loads(path.read_text())
+    return {k: v for k, v in record.items() if k not in ("dag_id", "key")}
 
 
 def select(params: Params, start: object, end: object) -> tuple[dict, dict]:
-    """Selection for the run's interval(s); returns the extras of the ``request_log`` event
-    (the drained interval) and of the ``candidates`` event (the selection)."""
+    """Selection for the run's interval(s) in this process, every partition in order;
+    returns the extras of the ``request_log`` and ``candidates`` events."""
+    from types import SimpleNamespace
+
     run = task_run(params, start, end, grid=True)
-    records = [select_interval(run.cfg, interval) for interval in run.intervals]
-    logs = [r.pop("request_log") for r in records]
-    return (
-        run.extra(_combine(logs, ("requests", "rows", "late", "stale_dropped"))),
-        run.extra(_combine(records, ("selected", "candidates", "requests"))),
-    )
+    for interval in run.intervals:
+        select_interval(run.cfg, interval)
+    log_event, candidates_event = SimpleNamespace(extra=None), SimpleNamespace(extra=None)
+    publish(params, start, end, [], log_event, candidates_event)
+    return log_event.extra, candidates_event.extra
 
 
 def _combine(records: list[dict[str, Any]], summed: tuple[str, ...]) -> dict[str, Any]:
@@ -196,11 +277,12 @@ def serve_replay(
 
 
 def drain_request_log(
-    cfg: SolarisConfig, redis: str, interval: Interval
+    cfg: SolarisConfig, redis: str, interval: Interval, partition: int = 0
 ) -> tuple[pd.DataFrame, dict]:
-    """The interval's request log, drained from the namespace's stream exactly once.
+    """Partition ``partition``'s request log of the interval, drained from its stream
+    (:meth:`~solaris.namespace.Namespace.request_stream_of`) exactly once.
 
-    Entries with ``ts`` before the interval's end are added to ``request_log/<key>.parquet``
+    Entries with ``ts`` before the interval's end are added to its ``request_log`` file
     (merged with what an earlier attempt of this run stored) before they are deleted from
     the stream, so a retried run keeps what it drained. Entries from after the interval stay
     for the next run. Late entries (before the interval's start: logged late, or of an
@@ -215,11 +297,15 @@ def drain_request_log(
     from solaris.data.schemas import read_table, request_log_frame, write_table
     from solaris.serving.request_log import delete_entries, read_request_log
     from solaris.store.connection import redis_client
+    from solaris.store.partitions import Partitioning
 
-    path = CycleLayout(Namespace.of(cfg)).request_log(interval)
+    parts = Partitioning(cfg.cycle.partitions)
+    namespace = Namespace.of(cfg)
+    path = CycleLayout(namespace).request_log(interval, _part(parts, partition))
+    stream = namespace.request_stream_of(partition, parts)
     client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        batch = read_request_log(client, Namespace.of(cfg).request_stream, before=interval.end)
+        batch = read_request_log(client, stream, before=interval.end)
         rows = batch.rows
         ts = rows["ts"].to_numpy()
         stale = ts < interval.start - round(cfg.selection.ttl_hours * 3600)
@@ -232,7 +318,7 @@ def drain_request_log(
         fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
         columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
         write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")
-        delete_entries(client, Namespace.of(cfg).request_stream, batch.ids)
+        delete_entries(client, stream, batch.ids)
     finally:
         client.close()
     figures = {
@@ -286,16 +372,33 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
             )
     finally:
         client.close()
+    return _interval_misses(cfg, interval, misses)
+
+
+def _interval_misses(
+    cfg: SolarisConfig, interval: Interval, misses: pd.DataFrame, partition: int | None = None
+) -> pd.DataFrame:
+    """The drained misses a code computed at the interval's end can serve (stamped within a
+    TTL before its end), of partition ``partition``'s users when given."""
+    import numpy as np
+
+    from solaris.store.partitions import Partitioning
+
     oldest = interval.start - round(cfg.selection.ttl_hours * 3600)
     ts = misses["ts"].to_numpy()
-    return misses[(ts >= oldest) & (ts < interval.end)].reset_index(drop=True)
+    keep = (ts >= oldest) & (ts < interval.end)
+    if partition is not None and cfg.cycle.partitions > 1:
+        users = misses["user_id"].to_numpy(np.int64)
+        keep &= Partitioning(cfg.cycle.partitions).of(users) == partition
+    return misses[keep].reset_index(drop=True)
 
 
-def with_misses(requests: pd.DataFrame, misses: pd.DataFrame) -> pd.DataFrame:
+def with_misses(requests: pd.DataFrame, misses: pd.DataFrame, partition: int = 0) -> pd.DataFrame:
     """The interval's logged candidates plus the missed pairs the log does not hold.
 
     Each (user, ts) group of new misses becomes one pseudo-request (unlabelled, no logged
-    score), so the per-request selection budget applies to it as to any request.
+    score), so the per-request selection budget applies to it as to any request; their ids
+    start at ``PSEUDO_REQUEST_BASE + partition · 2^32``, so partitions never share one.
     """
     import numpy as np
     import pandas as pd
@@ -310,7 +413,7 @@ def with_misses(requests: pd.DataFrame, misses: pd.DataFrame) -> pd.DataFrame:
         return requests
     group = fresh.groupby(["user_id", "ts"], sort=True).ngroup().to_numpy(np.int64)
     pseudo = fresh.assign(
-        request_id=PSEUDO_REQUEST_BASE + group,
+        request_id=PSEUDO_REQUEST_BASE + (partition << 32) + group,
         label=pd.array([pd.NA] * len(fresh), "Int8"),
         score=np.float32(np.nan),
     )[list(requests.columns)]
@@ -318,19 +421,34 @@ def with_misses(requests: pd.DataFrame, misses: pd.DataFrame) -> pd.DataFrame:
     return combined.sort_values("ts", kind="stable", ignore_index=True)
 
 
-def ledger_cache(layout: CycleLayout, interval: Interval, ttl_s: int) -> pd.DataFrame:
+def ledger_cache(
+    layout: CycleLayout,
+    interval: Interval,
+    ttl_s: int,
+    partition: int | None = None,
+    partitions: int = 1,
+) -> pd.DataFrame:
     """Pairs selected by earlier intervals that are still fresh at some point of this one:
     a code computed at ``end`` is fresh through ``end + ttl_s`` inclusive, so every interval
-    with ``end >= interval.start - ttl_s`` counts."""
+    with ``end >= interval.start - ttl_s`` counts. Only partition ``partition``'s pairs
+    (of ``partitions``) when given: its own ledger files, or its rows of a whole one."""
     import numpy as np
     import pandas as pd
+
+    from solaris.store.partitions import Partitioning
 
     earlier = layout.intervals(
         "selections", ending_after=interval.start - ttl_s - 1, ending_by=interval.start
     )
-    frames = [
-        read_parquet(layout.selections(i), ["user_id", "item_id", "expires_at"]) for i in earlier
-    ]
+    frames = []
+    for i in earlier:
+        files, mixed = layout.interval_files("selections", i, partition)
+        for path in files:
+            frame = read_parquet(path, ["user_id", "item_id", "expires_at"])
+            if mixed and partitions > 1:
+                users = frame["user_id"].to_numpy(np.int64)
+                frame = frame[Partitioning(partitions).of(users) == partition]
+            frames.append(frame)
     if not frames:
         return pd.DataFrame(
             {c: np.zeros(0, np.int64) for c in ("user_id", "item_id", "expires_at")}
@@ -351,65 +469,161 @@ def code_age(layout: CycleLayout, interval: Interval, ttl_s: int) -> int | None:
     return interval.end - embedded[-1].end if embedded else None
 
 
-def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
-    """One interval of the candidates DAG (see the module docstring). Returns the run's
-    figures (also its run record), with the request-log drain's under ``request_log``."""
+def _part(parts: Any, partition: int) -> int | None:
+    """The file of partition ``partition`` (None: one file for the interval, one partition)."""
+    return None if parts.count == 1 else partition
+
+
+def prepare_interval(cfg: SolarisConfig, interval: Interval) -> tuple[dict, list[list[int]]]:
+    """What comes before an interval's per-partition selection, in one task: a replay's
+    serving of the interval (it logs the requests into the partitions' streams), the miss
+    stream's drain, and the groups of consecutive partitions whose request streams hold
+    at most ``cycle.select_requests`` requests (a busier partition is a group of its own).
+    Returns the serving figures and the groups."""
     import numpy as np
 
-    from solaris import adapters
-    from solaris.orchestration.resources import feature_store
     from solaris.pipeline.codes import read_manifest
-    from solaris.pipeline.select import select_candidates
-    from solaris.serving.metrics import read_window
+    from solaris.store.connection import redis_client
+    from solaris.store.partitions import Partitioning, pack
 
     began = time.perf_counter()
     namespace = Namespace.of(cfg)
-    layout = CycleLayout(namespace)
+    redis = cycle_redis(cfg)
+    served: dict[str, Any] = {"began": time.time()}
+    if cfg.replay:
+        from solaris.orchestration.resources import feature_store
+
+        version = read_manifest(CycleLayout(namespace).models_dir).fm_version
+        served |= serve_replay(cfg, feature_store(cfg, redis), redis, version, interval)
+    drain_interval_misses(cfg, redis, interval)  # kept in misses/<key>.parquet
+    parts = Partitioning(cfg.cycle.partitions)
+    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for stream in namespace.request_streams(parts):
+            pipe.xlen(stream)
+        sizes = np.array(pipe.execute(), dtype=np.int64)
+    finally:
+        client.close()
+    units = pack(np.maximum(sizes, 1), cfg.cycle.select_requests, split=False)
+    served["prepare_seconds"] = time.perf_counter() - began
+    return served, [[u.first, u.last] for u in units]
+
+
+def select_partitions(
+    cfg: SolarisConfig, interval: Interval, partitions: Iterable[int]
+) -> dict[str, Any]:
+    """Partition by partition (memory: one partition's requests and ledgers): drain its
+    request stream, add its users' drained misses, score with the verifier, select the
+    top share of each request against its own ledger cache, and write its ledger. Returns
+    the summed figures :func:`finish_interval` records."""
+    import numpy as np
+    import pandas as pd
+
+    from solaris import adapters
+    from solaris.pipeline.select import select_candidates
+    from solaris.store.partitions import Partitioning
+
+    began = time.perf_counter()
+    layout = CycleLayout(Namespace.of(cfg))
+    parts = Partitioning(cfg.cycle.partitions)
     ttl_s = round(cfg.selection.ttl_hours * 3600)
     redis = cycle_redis(cfg)
-    version = read_manifest(layout.models_dir).fm_version
+    verifier = adapters.verifier(cfg)
+    path = layout.misses(interval)
+    drained_misses = read_parquet(path) if path.is_file() else pd.DataFrame(columns=_KEY)
+    figures: dict[str, Any] = dict.fromkeys(_DRAIN_FIGURES + _SELECT_FIGURES, 0)
+    for partition in partitions:
+        logged, drained = drain_request_log(cfg, redis, interval, partition)
+        misses = _interval_misses(cfg, interval, drained_misses, partition)
+        batch = with_misses(logged, misses, partition)
+        scores = verifier.score(batch) if len(batch) else np.zeros(0, np.float32)
+        cache = ledger_cache(layout, interval, ttl_s, partition, parts.count)
+        selected = select_candidates(
+            batch.drop(columns="score"), scores, share=cfg.selection.share, cache=cache
+        )
+        ledger = selected.assign(
+            computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
+        )
+        write_parquet(ledger, layout.selections(interval, _part(parts, partition)))
+        for key in _DRAIN_FIGURES:
+            figures[key] += drained[key]
+        figures["candidates"] += len(batch)
+        figures["misses_drained"] += len(misses)
+        figures["miss_candidates_added"] += len(batch) - len(logged)
+        figures["selected"] += len(ledger)
+        figures["fm_passes"] += int(ledger[["user_id", "item_id"]].drop_duplicates().shape[0])
+    return {
+        **interval.as_dict(),
+        **figures,
+        "verifier": verifier.version,
+        "seconds": round(time.perf_counter() - began, 3),
+    }
+
+
+_DRAIN_FIGURES = ("requests", "rows", "late", "stale_dropped", "left_for_later", "unreadable")
+_SELECT_FIGURES = (
+    "candidates",
+    "misses_drained",
+    "miss_candidates_added",
+    "selected",
+    "fm_passes",
+)
+
+
+def finish_interval(
+    cfg: SolarisConfig,
+    interval: Interval,
+    served: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The interval's run record from the serving figures and its partitions' selection
+    figures (the next runs and the SOLARIS page read it). Returns it, with the request-log
+    drain's figures under ``request_log``."""
+    from solaris.serving.metrics import read_window
+
+    namespace = Namespace.of(cfg)
+    layout = CycleLayout(namespace)
+    ttl_s = round(cfg.selection.ttl_hours * 3600)
+    summed = {k: sum(int(r[k]) for r in results) for k in _DRAIN_FIGURES + _SELECT_FIGURES}
+    drained = {**interval.as_dict(), **{k: summed[k] for k in _DRAIN_FIGURES}}
+    serving = {k: v for k, v in served.items() if k not in ("began", "prepare_seconds")}
     record: dict[str, Any] = {
         **interval.as_dict(),
         "namespace": namespace.name,
         "replay": cfg.replay,
-    }
-    if cfg.replay:
-        store = feature_store(cfg, redis)
-        record.update(serve_replay(cfg, store, redis, version, interval))
-    logged, drained = drain_request_log(cfg, redis, interval)
-    misses = drain_interval_misses(cfg, redis, interval)
-    batch = with_misses(logged, misses)
-    verifier = adapters.verifier(cfg)
-    scores = verifier.score(batch) if len(batch) else np.zeros(0, np.float32)
-    selected = select_candidates(
-        batch.drop(columns="score"),
-        scores,
-        share=cfg.selection.share,
-        cache=ledger_cache(layout, interval, ttl_s),
-    )
-    ledger = selected.assign(
-        computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
-    )
-    write_parquet(ledger, layout.selections(interval))
-    record.update(
-        requests=drained["requests"],
-        freshness_s=code_age(layout, interval, ttl_s),
-        candidates=len(batch),
-        misses_drained=len(misses),
-        miss_candidates_added=len(batch) - len(logged),
-        selected=len(ledger),
-        fm_passes=int(ledger[["user_id", "item_id"]].drop_duplicates().shape[0]),
-        verifier=verifier.version,
-        serving=read_window(
-            redis, namespace, interval.start, interval.end, redis_type=cfg.store.redis_type
+        **serving,
+        "requests": summed["requests"],
+        "freshness_s": code_age(layout, interval, ttl_s),
+        **{k: summed[k] for k in _SELECT_FIGURES},
+        "verifier": results[0]["verifier"] if results else None,
+        "tasks": len(results),
+        "serving": read_window(
+            cycle_redis(cfg),
+            namespace,
+            interval.start,
+            interval.end,
+            redis_type=cfg.store.redis_type,
         ),
-        seconds=round(time.perf_counter() - began, 3),
+        "seconds": round(
+            float(served.get("prepare_seconds", 0.0)) + sum(float(r["seconds"]) for r in results),
+            3,
+        ),
+    }
+    parts = cfg.cycle.partitions
+    wrote = (
+        layout.interval_files("selections", interval)[0]
+        if parts > 1
+        else (layout.selections(interval),)
     )
-    write_run_record(
-        layout,
-        DAG_ID,
-        interval.key,
-        {**record, "request_log": drained},
-        wrote=(layout.selections(interval),),
-    )
+    write_run_record(layout, DAG_ID, interval.key, {**record, "request_log": drained}, wrote=wrote)
     return {**record, "request_log": drained}
+
+
+def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
+    """One interval of the candidates DAG in this process (see the module docstring):
+    :func:`prepare_interval`, every partition's :func:`select_partitions`, and the record.
+    Returns the run's figures, with the request-log drain's under ``request_log``."""
+    served, _ = prepare_interval(cfg, interval)
+    every = range(cfg.cycle.partitions)
+    return finish_interval(cfg, interval, served, [select_partitions(cfg, interval, every)])

@@ -167,14 +167,19 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
 
 
 def _ledger(layout: CycleLayout, interval: Interval) -> pd.DataFrame:
+    """The interval's selection ledger: its one file, or its partitions' files together."""
+    import pandas as pd
+
     path = layout.selections(interval)
-    if not path.is_file():
+    if not layout.has_interval("selections", interval):
         raise CycleInputError(
             f"interval {interval.key}: no selection ledger at {path} (run the candidates DAG "
             "for it first); nothing was planned or removed for any interval of this run"
         )
     try:
-        return read_parquet(path, _CANDIDATE_COLUMNS)
+        files = layout.interval_files("selections", interval)[0]
+        frames = [read_parquet(p, _CANDIDATE_COLUMNS) for p in files]
+        return pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
     except CycleInputError as exc:
         raise CycleInputError(
             f"interval {interval.key}: {exc}; nothing was planned or removed for any interval "

@@ -117,8 +117,7 @@ def aggregates(
             uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
             build_neighbour_index(run.cfg, run.as_of)
             units += [
-                run.extra({"interval_end": run.as_of, "partitions": r["partitions"]})
-                for r in mine
+                run.extra({"interval_end": run.as_of, "partitions": r["partitions"]}) for r in mine
             ]
         else:
             uagg, iagg = (_recorded(run.cfg, run.as_of, view) for view in ("uagg", "iagg"))
@@ -247,10 +246,13 @@ def recent_requests(
     found = layout.intervals("request_log", ending_after=as_of - window_s, ending_by=as_of)
     tables = []
     for interval in found:
-        table = read_table(layout.request_log(interval), "request_log")
-        if partition is not None and parts.count > 1:
-            table = table.filter(parts.of(table["user_id"].to_numpy()) == np.int32(partition))
-        tables.append(table)
+        files, mixed = layout.interval_files("request_log", interval, partition)
+        for path in files:
+            table = read_table(path, "request_log")
+            if mixed and parts.count > 1:
+                users = table["user_id"].to_numpy()
+                table = table.filter(parts.of(users) == np.int32(partition))
+            tables.append(table)
     if not tables:
         return pd.DataFrame({"user_id": [], "item_id": []}, dtype="int64")
     return pa.concat_tables(tables).to_pandas()

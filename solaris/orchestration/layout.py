@@ -135,12 +135,44 @@ class CycleLayout:
     def models_dir(self) -> Path:
         return self.namespace.models_dir
 
-    def request_log(self, interval: Interval) -> StatePath:
-        """The requests serving logged in ``interval``, drained from the request stream."""
-        return self.root / "request_log" / f"{interval.key}.parquet"
+    def request_log(self, interval: Interval, partition: int | None = None) -> StatePath:
+        """The requests serving logged in ``interval``, drained from the request stream:
+        one file (one partition), or partition ``partition``'s file in the interval's
+        folder (several)."""
+        return self._per_interval("request_log", interval, partition)
 
-    def selections(self, interval: Interval) -> StatePath:
-        return self.root / "selections" / f"{interval.key}.parquet"
+    def selections(self, interval: Interval, partition: int | None = None) -> StatePath:
+        """The verifier's selection (ledger) of ``interval``: one file, or partition
+        ``partition``'s file in the interval's folder."""
+        return self._per_interval("selections", interval, partition)
+
+    def _per_interval(self, kind: str, interval: Interval, partition: int | None) -> StatePath:
+        if partition is None:
+            return self.root / kind / f"{interval.key}.parquet"
+        return self.root / kind / interval.key / f"{partition:05d}.parquet"
+
+    def interval_files(
+        self, kind: str, interval: Interval, partition: int | None = None
+    ) -> tuple[tuple[StatePath, ...], bool]:
+        """The ``request_log`` or ``selections`` files of ``interval`` that hold partition
+        ``partition`` (every file: None), and whether they hold other partitions' rows too
+        (one file of the whole interval: the reader keeps its own rows)."""
+        whole = self._per_interval(kind, interval, None)
+        if whole.is_file():
+            return (whole,), partition is not None
+        folder = whole.parent / interval.key
+        if partition is not None:
+            mine = self._per_interval(kind, interval, partition)
+            return ((mine,) if mine.is_file() else ()), False
+        if not folder.is_dir():
+            return (), False
+        return tuple(sorted(folder.glob("[0-9]*.parquet"))), False
+
+    def has_interval(self, kind: str, interval: Interval) -> bool:
+        """Whether ``interval`` has its ``request_log`` or ``selections`` (a file or a
+        folder of partitions' files)."""
+        whole = self._per_interval(kind, interval, None)
+        return whole.is_file() or (whole.parent / interval.key).is_dir()
 
     def misses(self, interval: Interval) -> StatePath:
         return self.root / "misses" / f"{interval.key}.parquet"

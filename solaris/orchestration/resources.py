@@ -82,15 +82,15 @@ def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
     from solaris.namespace import Namespace
     from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
+    from solaris.store.partitions import Partitioning
 
     namespace = Namespace.of(cfg)
     remove_tree(namespace.cycle_root)
     remove_tree(namespace.offline_root)
     client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        delete_project_keys(
-            client, namespace.project, extra_keys=[namespace.miss_stream, namespace.request_stream]
-        )
+        streams = namespace.request_streams(Partitioning(cfg.cycle.partitions))
+        delete_project_keys(client, namespace.project, extra_keys=[namespace.miss_stream, *streams])
     finally:
         client.close()
 

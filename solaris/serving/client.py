@@ -67,6 +67,7 @@ from solaris.serving.misses import append_misses
 from solaris.serving.request_log import append_request
 from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
 from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, REQUEST_TS, USER_ID, epoch_seconds
+from solaris.store.partitions import Partitioning
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -647,8 +648,10 @@ class SolarisFeatures:
         request-log stream, off the request path.
 
         The candidates DAG drains the stream each interval into the training rows of the next
-        verifier (:mod:`solaris.serving.request_log`); the entry goes to the namespace's
-        ``<namespace>:requests`` stream, bounded by ``store.request_log_maxlen`` entries. The
+        verifier (:mod:`solaris.serving.request_log`); the entry goes to the request stream
+        of the user's partition (``<namespace>:requests`` with one partition,
+        :meth:`~solaris.namespace.Namespace.request_stream_of`), each bounded by
+        ``store.request_log_maxlen`` entries. The
         arguments are checked here, on the calling thread; the ``XADD`` runs on the writer
         thread of the miss stream (:meth:`flush` waits for it), so a slow or dead Redis never
         delays the caller: the entry is dropped and counted (``stats.requests_dropped``).
@@ -679,15 +682,19 @@ class SolarisFeatures:
         self._submit(self._write_request, rid, user, items, values, ts, dropped="requests_dropped")
 
     @cached_property
-    def _request_log(self) -> tuple[str, int]:
-        """The request-log stream of this client's namespace, and its ``MAXLEN``."""
-        return self.namespace.request_stream, self.cfg.store.request_log_maxlen
+    def _partitions(self) -> Partitioning:
+        return Partitioning(self.cfg.cycle.partitions)
+
+    def _request_log(self, user: int) -> str:
+        """The request-log stream of ``user``'s partition in this client's namespace."""
+        parts = self._partitions
+        return self.namespace.request_stream_of(parts.of_user(user), parts)
 
     def _write_request(
         self, rid: int, user: int, items: np.ndarray, scores: np.ndarray, ts: int
     ) -> None:
         try:
-            stream, maxlen = self._request_log
+            stream, maxlen = self._request_log(user), self.cfg.store.request_log_maxlen
             append_request(self._misses_client(), stream, maxlen, rid, user, items, scores, ts)
         except Exception as exc:  # the log is best effort; serving goes on
             self._bump(requests_dropped=1)

@@ -23,6 +23,7 @@ most 22 byte positions), about 40 ns per id; :func:`user_slot` is the scalar ref
 
 from __future__ import annotations
 
+import functools
 import numbers
 from dataclasses import dataclass
 
@@ -168,6 +169,14 @@ class Partitioning:
         index = self.check(index)
         return range(-(-index * SLOTS // self.count), -(-(index + 1) * SLOTS // self.count))
 
+    def anchor(self, index: int) -> int:
+        """The smallest non-negative user id in partition ``index``: a key tagged
+        ``{u:<anchor>}`` (a partition's request stream) lives in the partition's slots, on
+        the node that holds its users' keys."""
+        index = self.check(index)
+        slots = self.slot_range(index)
+        return int(_first_ids()[slots.start : slots.stop].min())
+
     def split(self, user_ids: np.ndarray) -> list[np.ndarray]:
         """The row positions of ``user_ids`` in each partition, in row order: ``count``
         arrays of int64 positions (a stable sort by partition, one pass)."""
@@ -175,6 +184,17 @@ class Partitioning:
         order = np.argsort(parts, kind="stable")
         bounds = np.searchsorted(parts[order], np.arange(self.count + 1))
         return [order[bounds[k] : bounds[k + 1]] for k in range(self.count)]
+
+
+@functools.cache
+def _first_ids() -> np.ndarray:
+    """The smallest non-negative user id of every slot ``[SLOTS]`` (ids below 2^18 reach
+    every slot; checked)."""
+    ids = np.arange(1 << 18, dtype=np.int64)
+    slots, first = np.unique(user_slots(ids), return_index=True)
+    if len(slots) != SLOTS:  # pragma: no cover - a property of CRC16 over these ids
+        raise PartitionError("user ids below 2^18 do not reach every Redis Cluster slot")
+    return ids[first]
 
 
 @dataclass(frozen=True)

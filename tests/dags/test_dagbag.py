@@ -98,11 +98,17 @@ def test_candidates_runs_on_the_cadence_after_the_previous_interval_and_emits_bo
     # Time only: it emits request_log itself, so it must not be scheduled on it.
     assert isinstance(dag.timetable, DeltaDataIntervalTimetable)
     assert dag.timetable.delta == timedelta(minutes=7)
-    # One sensor task waits for the previous interval, then selects.
-    assert [t.task_id for t in dag.tasks] == ["select_candidates"]
+    # A sensor waits for the previous interval, then selects (or plans the partitions'
+    # mapped selections); the last task publishes both events.
+    assert [t.task_id for t in dag.tasks] == ["select_candidates", "select_partitions", "publish"]
     select = dag.get_task("select_candidates")
     assert select.mode == "poke" and select.timeout == 60 * 60  # cycle.wait_previous_minutes
-    assert [o.name for o in select.outlets] == ["solaris://request_log", "solaris://candidates"]
+    assert not select.outlets
+    assert dag.get_task("select_partitions").upstream_task_ids == {"select_candidates"}
+    publish = dag.get_task("publish")
+    assert publish.upstream_task_ids == {"select_partitions"}
+    assert publish.trigger_rule == "none_failed"
+    assert [o.name for o in publish.outlets] == ["solaris://request_log", "solaris://candidates"]
 
 
 def test_embeddings_map_shards_on_the_gpu_pool_with_backoff_retries(dags) -> None:

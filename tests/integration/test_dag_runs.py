@@ -93,6 +93,7 @@ def partitioned_cycle(
         tiny_config,
         partitions=8,
         shard_rows=10,
+        select_requests=3,
         enrich_rows=20,
     )
     yield cfg, summary
@@ -404,9 +405,14 @@ def test_eight_partitions_serve_the_features_and_coverage_of_one(cycle, partitio
     from solaris.orchestration.layout import read_run_records
 
     layout = CycleLayout(Namespace.of(cfg8))
-    records = read_run_records(layout.root)["solaris_enrichment"]
-    tasks = [r["tasks"] for r in records if r.get("view") == "uagg"]
+    records = read_run_records(layout.root)
+    tasks = [r["tasks"] for r in records["solaris_enrichment"] if r.get("view") == "uagg"]
     assert tasks and max(tasks) > 1  # the busy intervals' partitions were spread over tasks
+    assert max(r["tasks"] for r in records["solaris_candidates"]) > 1  # selection too
+    interval = Interval(*max(_interval(r) for r in eight["airflow"]["candidates_intervals"]))
+    files = layout.interval_files("selections", interval)[0]  # a ledger per partition
+    assert [p.name for p in files] == [f"{k:05d}.parquet" for k in range(8)]
+    assert len(layout.interval_files("request_log", interval)[0]) == 8
     coverage = [
         codes.coverage
         for r in eight["airflow"]["candidates_intervals"]
@@ -510,6 +516,10 @@ def _keys_touched(pubsub) -> set[str]:
             touched.add(message["channel"].decode().split("__:", 1)[1])
     pubsub.close()
     return touched
+
+
+def _interval(record: dict) -> tuple[int, int]:
+    return record["interval_start"], record["interval_end"]
 
 
 def _shards(layout: CycleLayout, interval: Interval) -> tuple[tuple, tuple]:

@@ -80,7 +80,6 @@ def test_a_candidates_run_waits_for_the_previous_intervals_embeddings_and_enrich
 def test_the_sensors_poke_selects_nothing_while_the_previous_interval_is_unpublished(
     tmp_path, monkeypatch
 ) -> None:
-    from types import SimpleNamespace
 
     from solaris.orchestration import candidates
     from solaris.orchestration.layout import write_run_record
@@ -88,20 +87,19 @@ def test_the_sensors_poke_selects_nothing_while_the_previous_interval_is_unpubli
     monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path))
     layout = CycleLayout(Namespace("replay_x", tmp_path, tmp_path))
     write_run_record(layout, "solaris_candidates", Interval(0, 900).key, {})
-    selected = []
-    monkeypatch.setattr(candidates, "select", lambda *args: selected.append(args) or ("a", "b"))
-    log_event, candidates_event = SimpleNamespace(extra=None), SimpleNamespace(extra=None)
+    planned = []
+    monkeypatch.setattr(candidates, "prepare", lambda *args: planned.append(args) or ["unit"])
     conf = {"namespace": "replay_x", "interval_start": 900, "interval_end": 1_800}
 
-    assert not candidates.select_when_published(conf, None, None, log_event, candidates_event)
-    assert selected == [] and log_event.extra is None and candidates_event.extra is None
+    assert not candidates.select_when_published(conf, None, None)
+    assert planned == []
 
     layout.embeddings_done(Interval(0, 900)).parent.mkdir(parents=True)
     layout.embeddings_done(Interval(0, 900)).touch()
     for view in ("uagg", "iagg", "nbr"):
         write_run_record(layout, "solaris_enrichment", f"{900:011d}-{view}", {})
-    assert candidates.select_when_published(conf, None, None, log_event, candidates_event)
-    assert len(selected) == 1 and (log_event.extra, candidates_event.extra) == ("a", "b")
+    done = candidates.select_when_published(conf, None, None)
+    assert len(planned) == 1 and done.is_done and done.xcom_value == ["unit"]
 
 
 def test_a_replay_also_waits_for_the_clustering_due_between_two_intervals(

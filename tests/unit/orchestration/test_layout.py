@@ -77,3 +77,59 @@ def test_only_a_generation_with_its_plan_in_may_be_published(layout) -> None:
 
     assert layout.generations(A) == ["bbbbbb", "cccccc"]
     assert layout.staged_generations(A) == ["cccccc"]
+
+
+def test_a_marker_of_partitions_names_the_shards_that_hold_each_partition(layout) -> None:
+    marker = {
+        "generation": "aaaaaa",
+        "shards": 3,
+        "partitions": 4,
+        "coverage": [[0, 1], [2, 2], [2, 3]],
+        "rows": [5, 7, 2],
+    }
+    _write(layout.embeddings_done(A), json.dumps(marker))
+    codes = layout.published_codes(A)
+    assert codes.coverage == ((0, 1), (2, 2), (2, 3)) and codes.rows == (5, 7, 2)
+    names = lambda files: [f.name for f in files]  # noqa: E731
+    files, mixed = codes.files_of(0, 4)
+    assert names(files) == ["shard-0000.parquet"] and mixed  # shared with partition 1
+    files, mixed = codes.files_of(2, 4)
+    assert names(files) == ["shard-0001.parquet", "shard-0002.parquet"] and mixed
+    # Read with another partition count: every shard, filtered.
+    assert codes.files_of(1, 8) == (codes.files, True)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"partitions": 4, "coverage": [[0, 1], [2, 4]]},  # beyond the count
+        {"partitions": 4, "coverage": [[1, 0], [2, 3]]},  # backwards
+        {"partitions": 4, "coverage": [[0, 3]]},  # one range for two shards
+        {"partitions": 0, "coverage": [[0, 0], [0, 0]]},
+        {"partitions": 4, "coverage": [[0, 1], [2, 3]], "rows": [1]},
+    ],
+)
+def test_an_inconsistent_partition_marker_is_an_error_naming_it(layout, extra) -> None:
+    _write(layout.embeddings_done(A), json.dumps({"generation": "aaaaaa", "shards": 2, **extra}))
+    with pytest.raises(ValueError, match="not a completion marker"):
+        layout.published_codes(A)
+
+
+def test_an_intervals_request_log_is_one_file_or_a_file_per_partition(layout) -> None:
+    _write(layout.request_log(A))
+    assert layout.interval_files("request_log", A) == ((layout.request_log(A),), False)
+    assert layout.interval_files("request_log", A, 3) == ((layout.request_log(A),), True)
+    B = Interval(900, 1_800)
+    assert not layout.has_interval("selections", B)
+    for k in (0, 2):
+        _write(layout.selections(B, k))
+    assert layout.has_interval("selections", B)
+    assert layout.interval_files("selections", B) == (
+        (layout.selections(B, 0), layout.selections(B, 2)),
+        False,
+    )
+    assert layout.interval_files("selections", B, 2) == ((layout.selections(B, 2),), False)
+    assert layout.interval_files("selections", B, 1) == ((), False)
+    assert [i.key for i in layout.intervals("selections", ending_after=0, ending_by=2_000)] == [
+        B.key
+    ]

@@ -2,6 +2,7 @@
 
     python -m bench.gpu                      # 10^6 pairs; about 2 minutes on one GPU
     python -m bench.gpu --pairs 200000 --json out.json
+    python -m bench.gpu --prefetch 8         # the CUDA cycle with 8 feature threads
 
 Needs a CUDA device (it exits with a message otherwise). On the seeded synthetic log (the
 generator of ``bench.scale``) it takes the distinct (user, item) pairs of the first
@@ -13,14 +14,23 @@ standing in for a real FM, whose arithmetic a GPU is for.
 Per FM, timed as medians of ``--reps`` interleaved runs after a warm-up (CUDA synchronised):
 
 * ``cycle embed_pairs`` on CPU (float32) and on CUDA (``device="cuda"``: the same call the
-  embedding task makes, bf16 autocast), features built on the CPU per batch as in the cycle;
+  embedding task makes, bf16 autocast), features built on the CPU ahead of the GPU by
+  ``embed.prefetch_batches`` worker threads (``--prefetch``), and once more on CUDA with
+  ``prefetch=0``, the sequential loop (each batch's features built, then encoded);
 * ``forward only`` on CUDA, bf16 and float32: the FM's shared layers and the autoencoder on
   batches already on the GPU (what the GPU itself can do).
+
+Per FM, the report gives the CUDA cycle's rate as a share of the bf16 forward-only rate
+(the GPU kept busy: the target is at least 50% for the wide FM), and how many batches were
+prefetched.
 
 Codes: the CUDA bf16 codes against the CPU float32 codes (max and mean absolute difference,
 relative L2 error, cosine similarity), beside the CUDA float32 codes against CPU (device
 arithmetic alone) and the float16 rounding every stored code already gets (the ``pair``
-view's codec), the yardstick for whether bf16 matters downstream.
+view's codec), the yardstick for whether bf16 matters downstream; and the prefetched CUDA
+codes against the sequential CUDA codes (the same kernels: expected equal or nearly).
+
+``DEVICE = "cpu"`` (set on the module) smoke-tests the script's logic without a GPU.
 """
 
 from __future__ import annotations
@@ -96,21 +106,26 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     }
 
 
-def _timed(variants: dict[str, Callable[[], object]], reps: int, seed: int) -> dict[str, float]:
-    """Median seconds of ``reps`` runs of each variant, interleaved in a shuffled order."""
+def _synchronize() -> None:
     import torch
 
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(variants: dict[str, Callable[[], object]], reps: int, seed: int) -> dict[str, float]:
+    """Median seconds of ``reps`` runs of each variant, interleaved in a shuffled order."""
     for run in variants.values():  # warm-up: CUDA context, kernels, allocator
         run()
-    torch.cuda.synchronize()
+    _synchronize()
     order = [name for name in variants for _ in range(reps)]
     random.Random(seed).shuffle(order)
     times: dict[str, list[float]] = {name: [] for name in variants}
     for name in order:
-        torch.cuda.synchronize()
+        _synchronize()
         start = time.perf_counter()
         variants[name]()
-        torch.cuda.synchronize()
+        _synchronize()
         times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
@@ -118,7 +133,7 @@ def _timed(variants: dict[str, Callable[[], object]], reps: int, seed: int) -> d
 def bench_fm(name: str, shape: dict[str, int], args, spec, log, pairs, end) -> dict[str, Any]:
     import torch
 
-    from solaris.pipeline.embed import embed_pairs
+    from solaris.pipeline.embed import embed_pairs, prefetch_batches
     from solaris.store.codec import f16_round
 
     fm, ae = _models(spec, log, shape, args.z_dim, args.seed)
@@ -126,13 +141,21 @@ def bench_fm(name: str, shape: dict[str, int], args, spec, log, pairs, end) -> d
     items = pairs["item_id"].to_numpy(np.int64)
     ts = np.full(len(pairs), end, np.int64)
 
-    def cycle(device: str):
+    def cycle(device: str, prefetch: int | None = None):
         return embed_pairs(
-            pairs, fm=fm, autoencoder=ae, computed_at=end, fm_version=FM_VERSION, device=device
+            pairs,
+            fm=fm,
+            autoencoder=ae,
+            computed_at=end,
+            fm_version=FM_VERSION,
+            device=device,
+            prefetch=prefetch,
         )
 
+    prefetch = prefetch_batches(DEVICE, args.prefetch)  # what the CUDA cycle below uses
     cpu_codes = _codes(cycle("cpu"))
-    gpu_codes = _codes(cycle(DEVICE))  # leaves the models on the GPU
+    sequential_codes = _codes(cycle(DEVICE, prefetch=0))
+    gpu_codes = _codes(cycle(DEVICE, args.prefetch))  # leaves the models on the GPU
     batches = [
         fm.features(users[s : s + BATCH_SIZE], items[s : s + BATCH_SIZE], ts[s : s + BATCH_SIZE])
         for s in range(0, len(pairs), BATCH_SIZE)
@@ -146,7 +169,8 @@ def bench_fm(name: str, shape: dict[str, int], args, spec, log, pairs, end) -> d
     seconds = _timed(
         {
             "cycle embed_pairs, CPU fp32": lambda: (fm.to("cpu"), cycle("cpu")),
-            "cycle embed_pairs, CUDA bf16": lambda: cycle(DEVICE),
+            "cycle embed_pairs, CUDA bf16": lambda: cycle(DEVICE, args.prefetch),
+            "cycle embed_pairs, CUDA bf16, sequential": lambda: cycle(DEVICE, prefetch=0),
             "forward only, CUDA bf16": forward(bf16=True),
             "forward only, CUDA fp32": forward(bf16=False),
         },
@@ -155,15 +179,23 @@ def bench_fm(name: str, shape: dict[str, int], args, spec, log, pairs, end) -> d
     )
     # Moving the models is part of every embed_pairs call (and of its timing above); the
     # forward-only variants move them back first, a few microseconds for these sizes.
+    forward_bf16 = seconds["forward only, CUDA bf16"]
     return {
         "fm": name,
         "shape": shape,
         "pairs": len(pairs),
+        "prefetch": prefetch,
         "rows_per_s": {k: len(pairs) / s for k, s in seconds.items()},
         "seconds": seconds,
+        # The issue's yardstick: the cycle's rate over the GPU's own bf16 rate.
+        "share_of_forward_bf16": {
+            "prefetched": forward_bf16 / seconds["cycle embed_pairs, CUDA bf16"],
+            "sequential": forward_bf16 / seconds["cycle embed_pairs, CUDA bf16, sequential"],
+        },
         "bf16_vs_cpu_fp32": _agreement(gpu_codes, cpu_codes),
         "cuda_fp32_vs_cpu_fp32": _agreement(fp32_codes, cpu_codes),
         "f16_storage_vs_fp32": _agreement(f16_round(cpu_codes), cpu_codes),
+        "prefetch_vs_sequential": _agreement(gpu_codes, sequential_codes),
     }
 
 
@@ -178,8 +210,19 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         cpu = rate["cycle embed_pairs, CPU fp32"]
         print(f"\n{r['fm']}")
         for variant, value in rate.items():
-            print(f"  {variant:<30} {value:>14,.0f} pairs/s  {value / cpu:>7.2f}x CPU")
-        for label in ("bf16_vs_cpu_fp32", "cuda_fp32_vs_cpu_fp32", "f16_storage_vs_fp32"):
+            print(f"  {variant:<40} {value:>14,.0f} pairs/s  {value / cpu:>7.2f}x CPU")
+        share = r["share_of_forward_bf16"]
+        how = f"prefetch {r['prefetch']}" if r["prefetch"] else "sequential, prefetch 0"
+        print(
+            f"  cycle embed_pairs CUDA / forward only CUDA bf16: {share['prefetched']:.1%} "
+            f"({how}; target >= 50% for the wide FM), sequential loop {share['sequential']:.1%}"
+        )
+        for label in (
+            "bf16_vs_cpu_fp32",
+            "cuda_fp32_vs_cpu_fp32",
+            "f16_storage_vs_fp32",
+            "prefetch_vs_sequential",
+        ):
             a = r[label]
             print(
                 f"  codes {label:<24} max|d| {a['max_abs']:.2e}  mean|d| {a['mean_abs']:.2e}  "
@@ -194,16 +237,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--z-dim", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        help="batches the CUDA cycle builds ahead in threads (default: embed's choice for CUDA)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
     import torch
 
-    if not torch.cuda.is_available():
+    if DEVICE == "cuda" and not torch.cuda.is_available():
         sys.exit("bench.gpu needs a CUDA device; torch sees none (the CPU path: bench.scale)")
     spec, log, pairs, end = _pairs(args.pairs, args.seed)
     meta = {
-        "gpu": torch.cuda.get_device_name(),
+        "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
         "torch": torch.__version__,
         "cpu_threads": torch.get_num_threads(),
         "rows": args.pairs,

@@ -1,15 +1,19 @@
-"""user_embeddings / nearest_users / neighbour_fill, on hand-computed tables."""
+"""user_embeddings / UserIndex / nearest_users / neighbour_fill: hand-computed tables, and
+the index against a numpy brute force on seeded random users."""
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pandas as pd
 import pytest
 
 from solaris.config import ModelConfig, SolarisConfig
 from solaris.errors import SolarisError
+from solaris.pipeline import neighbors
 from solaris.pipeline.neighbors import (
     NeighborsError,
+    UserIndex,
     nearest_users,
     neighbour_fill,
     user_embeddings,
@@ -137,6 +141,163 @@ def test_nearest_users_rejects_bad_inputs() -> None:
         nearest_users(IDS, np.where(EMB == 0, np.nan, EMB).astype(np.float32), k=1)
     with pytest.raises(ValueError, match="duplicates"):
         nearest_users(np.array([1, 1, 2, 3]), EMB, k=1)
+
+
+# -------------------------------------------------------------------------------- UserIndex
+
+
+def _brute_force(ids: np.ndarray, emb: np.ndarray, k: int) -> dict[int, tuple[list, list]]:
+    """The old exact search in plain numpy: cosine in float64, self and zero-norm users out,
+    similarity descending then id ascending, ``k`` capped at the other eligible users."""
+    x = emb.astype(np.float64)
+    norm = np.linalg.norm(x, axis=1)
+    ok = norm > 0
+    unit = np.where(ok[:, None], x / np.where(ok, norm, 1)[:, None], 0)
+    sims = unit @ unit.T
+    k_eff = min(k, int(ok.sum()) - 1)
+    out: dict[int, tuple[list, list]] = {}
+    for i, u in enumerate(ids):
+        cand = np.flatnonzero(ok & (np.arange(len(ids)) != i)) if ok[i] else np.zeros(0, int)
+        order = np.lexsort((ids[cand], -sims[i, cand]))[: max(k_eff, 0)]
+        out[int(u)] = (ids[cand[order]].tolist(), sims[i, cand[order]].tolist())
+    return out
+
+
+def _random_users(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded ids (not positions, not sorted) and float32 embeddings; every 17th is zero."""
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(10**12, size=n, replace=False).astype(np.int64)
+    emb = rng.standard_normal((n, d)).astype(np.float32)
+    emb[::17] = 0
+    return ids, emb
+
+
+def _assert_same_table(got: pd.DataFrame, want: dict[int, tuple[list, list]]) -> None:
+    got_rows = _by_user(got)
+    assert list(got_rows) == list(want)
+    for u, (ids, sims) in want.items():
+        assert got_rows[u][0] == ids, u
+        np.testing.assert_allclose(got_rows[u][1], sims, atol=1e-6)
+
+
+@pytest.mark.parametrize("exact_below", [10**9, 0], ids=["flat", "hnsw"])
+def test_user_index_equals_numpy_brute_force(exact_below: int) -> None:
+    ids, emb = _random_users(400, 8)
+    index = UserIndex.build(ids, emb, exact_below=exact_below)
+    assert index.exact == (exact_below > 0)
+    want = _brute_force(ids, emb, k=15)
+    _assert_same_table(index.query(ids, 15), want)
+    if exact_below:
+        _assert_same_table(nearest_users(ids, emb, k=15), want)
+
+
+def test_user_index_query_of_a_subset_equals_rows_of_the_full_query() -> None:
+    ids, emb = _random_users(500, 8)
+    for exact_below in (10**9, 0):
+        index = UserIndex.build(ids, emb, exact_below=exact_below)
+        full = index.query(ids, 12).set_index("user_id")
+        subset = np.random.default_rng(1).permutation(ids)[:37]  # any order, zero-norm ones too
+        part = index.query(subset, 12)
+        assert part["user_id"].tolist() == subset.tolist()
+        for u, nbrs, sims in zip(part["user_id"], part["nbr_ids"], part["nbr_sims"], strict=True):
+            np.testing.assert_array_equal(nbrs, full.at[u, "nbr_ids"])
+            np.testing.assert_array_equal(sims, full.at[u, "nbr_sims"])
+
+
+@pytest.mark.parametrize("exact_below", [10**9, 0], ids=["flat", "hnsw"])
+def test_user_index_bytes_round_trip_gives_identical_answers(exact_below: int) -> None:
+    ids, emb = _random_users(300, 6)
+    index = UserIndex.build(ids, emb, exact_below=exact_below)
+    data = index.to_bytes()
+    assert isinstance(data, bytes)
+    back = UserIndex.from_bytes(data)
+    assert back.exact == index.exact and len(back) == len(index)
+    np.testing.assert_array_equal(back.user_ids, ids)
+    pd.testing.assert_frame_equal(back.query(ids, 9), index.query(ids, 9))
+    assert back.to_bytes() == data
+
+
+def test_user_index_refuses_bytes_that_are_not_an_index() -> None:
+    with pytest.raises(NeighborsError, match="not a UserIndex blob"):
+        UserIndex.from_bytes(b"not an index")
+
+
+def test_user_index_hnsw_recall_at_10_against_exact() -> None:
+    rng = np.random.default_rng(2)
+    n, k = 20_000, 10
+    ids = np.arange(n, dtype=np.int64)
+    emb = rng.standard_normal((n, 32)).astype(np.float32)
+    index = UserIndex.build(ids, emb, exact_below=0)
+    assert not index.exact
+    sample = rng.choice(n, size=500, replace=False)
+    got = index.query(ids[sample], k)["nbr_ids"]
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    sims = unit[sample] @ unit.T
+    sims[np.arange(len(sample)), sample] = -np.inf
+    exact = np.argpartition(-sims, k, axis=1)[:, :k]
+    hits = sum(len(np.intersect1d(g, e)) for g, e in zip(got, exact, strict=True))
+    assert hits / (len(sample) * k) >= 0.95
+
+
+def test_user_index_hnsw_build_is_deterministic_whatever_the_thread_count() -> None:
+    ids, emb = _random_users(3000, 16)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        first = UserIndex.build(ids, emb, exact_below=0)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    second = UserIndex.build(ids, emb, exact_below=0)
+    assert first.to_bytes() == second.to_bytes()
+    pd.testing.assert_frame_equal(first.query(ids, 20), second.query(ids, 20))
+
+
+def test_user_index_hnsw_short_rows_are_searched_again_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With efSearch = 1 the graph search returns far fewer than k + 1 of 200 users (-1
+    # labels); those rows must come back complete, from the exact search.
+    monkeypatch.setattr(neighbors, "_ef_search", lambda n: 1)
+    ids, emb = _random_users(200, 8)
+    out = UserIndex.build(ids, emb, exact_below=0).query(ids, 150)
+    _assert_same_table(out, _brute_force(ids, emb, k=150))
+
+
+def test_user_index_zero_norm_users_get_empty_lists_and_are_never_neighbours() -> None:
+    ids = np.append(IDS, [50, 60])
+    emb = np.vstack([EMB, _f32([[0, 0], [0, 0]])])
+    index = UserIndex.build(ids, emb)
+    out = _by_user(index.query(np.array([50, 20, 60]), 10))
+    assert out[50] == ([], []) and out[60] == ([], [])
+    assert out[20][0] == [10, 30, 40]
+    only_zero = UserIndex.build(np.array([7, 8]), _f32([[0, 0], [0, 0]]))
+    assert _by_user(only_zero.query(np.array([8, 7]), 3)) == {8: ([], []), 7: ([], [])}
+    assert _by_user(UserIndex.from_bytes(only_zero.to_bytes()).query([7], 1)) == {7: ([], [])}
+
+
+def test_user_index_query_refuses_unknown_and_repeated_ids_and_bad_k() -> None:
+    index = UserIndex.build(IDS, EMB)
+    with pytest.raises(NeighborsError, match=r"user_id 99 at row 1, which is not in the index"):
+        index.query(np.array([10, 99, 98]), 2)
+    with pytest.raises(NeighborsError, match=r"duplicates: 20 at row 2 repeats row 0"):
+        index.query(np.array([20, 10, 20]), 2)
+    with pytest.raises(NeighborsError, match="k must be"):
+        index.query(IDS, 0)
+    with pytest.raises(NeighborsError, match="must be integers"):
+        index.query(np.array([1.5]), 1)
+    empty = index.query(np.zeros(0, np.int64), 3)
+    assert list(empty.columns) == ["user_id", "nbr_ids", "nbr_sims"] and len(empty) == 0
+
+
+def test_user_index_build_refuses_the_inputs_nearest_users_refuses() -> None:
+    with pytest.raises(NeighborsError, match="rows"):
+        UserIndex.build(IDS[:3], EMB)
+    with pytest.raises(NeighborsError, match="NaN"):
+        UserIndex.build(IDS, np.where(EMB == 0, np.nan, EMB).astype(np.float32))
+    with pytest.raises(NeighborsError, match="duplicates"):
+        UserIndex.build(np.array([1, 1, 2, 3]), EMB)
+    with pytest.raises(NeighborsError, match="exact_below"):
+        UserIndex.build(IDS, EMB, exact_below=1.5)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- neighbour_fill

@@ -13,26 +13,28 @@ interval, or the ``interval_start``/``interval_end`` of its conf, on the cadence
    serving the interval's requests from the traffic source through the serving client,
    which logs them) it drains the miss stream and groups the partitions
    (``SOLARIS_CYCLE__PARTITIONS``) by the requests their streams hold. A quiet interval
-   is one group, and the sensor selects it itself: one task start per interval.
+   is one group, and the sensor selects it itself and emits the events: one task start
+   per interval.
 2. ``select_partitions``, one mapped task per group otherwise: it drains its partitions'
    request streams into their tables and selects the top share of each request by the
    logged verifier score, against its partitions' own ledgers.
-3. ``publish``: the interval's record, and the ``request_log`` (the drained interval) and
-   ``candidates`` (the selection) events, whose extras tell the embeddings DAG what to
-   embed.
+3. ``publish``, after mapped tasks: the interval's record, and the ``request_log`` (the
+   drained interval) and ``candidates`` (the selection) events, whose extras tell the
+   embeddings DAG what to embed. The events go through an asset alias, so that exactly the
+   task that finished the selection emits them (the embeddings DAG starts on them).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import Asset, DeltaDataIntervalTimetable, dag, task
+from airflow.sdk import AssetAlias, DeltaDataIntervalTimetable, dag, task
 
 from solaris.orchestration import candidates, runs
 
 SETTINGS = runs.settings()  # schedules only: no data, Redis or models at parse time
-REQUEST_LOG = Asset(runs.REQUEST_LOG)
-CANDIDATES = Asset(runs.CANDIDATES)
+# request_log and candidates events, emitted by whichever task finished the selection.
+SELECTION_EVENTS = AssetAlias("solaris_selection_events")
 
 
 @dag(
@@ -44,16 +46,25 @@ CANDIDATES = Asset(runs.CANDIDATES)
     doc_md=__doc__,
 )
 def solaris_candidates():
-    @task.sensor(poke_interval=5, timeout=SETTINGS.cycle.wait_previous_minutes * 60, mode="poke")
-    def select_candidates(params=None, data_interval_start=None, data_interval_end=None):
-        return candidates.select_when_published(params, data_interval_start, data_interval_end)
+    @task.sensor(
+        poke_interval=5,
+        timeout=SETTINGS.cycle.wait_previous_minutes * 60,
+        mode="poke",
+        outlets=[SELECTION_EVENTS],
+    )
+    def select_candidates(
+        params=None, data_interval_start=None, data_interval_end=None, outlet_events=None
+    ):
+        return candidates.select_when_published(
+            params, data_interval_start, data_interval_end, outlet_events[SELECTION_EVENTS]
+        )
 
     @task
     def select_partitions(unit):
         return candidates.select_group(unit)
 
-    # none_failed: after a quiet interval (no mapped task) it publishes what the sensor did.
-    @task(outlets=[REQUEST_LOG, CANDIDATES], trigger_rule="none_failed")
+    # Skipped after a quiet interval (no mapped task): the sensor emitted the events then.
+    @task(outlets=[SELECTION_EVENTS])
     def publish(
         results,
         params=None,
@@ -62,12 +73,7 @@ def solaris_candidates():
         outlet_events=None,
     ):
         candidates.publish(
-            params,
-            data_interval_start,
-            data_interval_end,
-            results,
-            outlet_events[REQUEST_LOG],
-            outlet_events[CANDIDATES],
+            params, data_interval_start, data_interval_end, results, outlet_events[SELECTION_EVENTS]
         )
 
     publish(select_partitions.expand(unit=select_candidates()))

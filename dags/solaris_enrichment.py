@@ -6,7 +6,7 @@ interval end that triggered the run, partitioned by user (``SOLARIS_CYCLE__PARTI
 
 1. ``enrich`` groups the partitions by their codes in the window. A quiet interval is one
    group: the task then does the whole enrichment itself, one partition at a time, and
-   the mapped tasks below have nothing to do (one task start per interval).
+   emits the views' events; the tasks below are skipped (one task start per interval).
 2. ``partition_aggregates``, one mapped task per group: its users' ``uagg`` rows, its share
    of the item sums and its users' embeddings, reading only its partitions' codes.
 3. ``aggregates``: the item sums added up into ``iagg``; the user KNN index built once over
@@ -14,21 +14,23 @@ interval end that triggered the run, partitioned by user (``SOLARIS_CYCLE__PARTI
 4. ``partition_neighbours``, one mapped task per group: its users' neighbours (``unn``) from
    the index, and the neighbour fill of its users' candidates.
 5. ``neighbours``: the fill's record and event.
+
+The events go through an asset alias, so that exactly the task that finished a view emits
+its event.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import Asset, dag, task
+from airflow.sdk import Asset, AssetAlias, dag, task
 
 from solaris.orchestration import enrichment, runs
 
 SETTINGS = runs.settings()  # schedules only: no data, Redis or models at parse time
 PAIR_EMBEDDINGS = Asset(runs.PAIR_EMBEDDINGS)
-USER_AGGREGATES = Asset(runs.USER_AGGREGATES)
-ITEM_AGGREGATES = Asset(runs.ITEM_AGGREGATES)
-NEIGHBOUR_FILL = Asset(runs.NEIGHBOUR_FILL)
+# uagg, iagg and nbr events, emitted by whichever task finished each view.
+VIEW_EVENTS = AssetAlias("solaris_enrichment_events")
 
 
 @dag(
@@ -40,34 +42,28 @@ NEIGHBOUR_FILL = Asset(runs.NEIGHBOUR_FILL)
     doc_md=__doc__,
 )
 def solaris_enrichment():
-    @task
-    def enrich(params=None, triggering_asset_events=None):
-        return enrichment.enrich(params, triggering_asset_events)
+    @task(outlets=[VIEW_EVENTS])
+    def enrich(params=None, triggering_asset_events=None, outlet_events=None):
+        return enrichment.enrich(params, triggering_asset_events, outlet_events[VIEW_EVENTS])
 
     @task
     def partition_aggregates(group):
         return enrichment.partition_aggregates(group)
 
-    # none_failed: after a quiet interval (no mapped task) it publishes what enrich did.
-    @task(outlets=[USER_AGGREGATES, ITEM_AGGREGATES], trigger_rule="none_failed")
+    # The tasks after the mapped ones are skipped after a quiet interval (nothing mapped).
+    @task(outlets=[VIEW_EVENTS])
     def aggregates(results, params=None, triggering_asset_events=None, outlet_events=None):
         return enrichment.aggregates(
-            params,
-            results,
-            triggering_asset_events,
-            outlet_events[USER_AGGREGATES],
-            outlet_events[ITEM_AGGREGATES],
+            params, results, triggering_asset_events, outlet_events[VIEW_EVENTS]
         )
 
     @task
     def partition_neighbours(group):
         return enrichment.partition_neighbours(group)
 
-    @task(outlets=[NEIGHBOUR_FILL], trigger_rule="none_failed")
+    @task(outlets=[VIEW_EVENTS])
     def neighbours(results, params=None, triggering_asset_events=None, outlet_events=None):
-        outlet_events[NEIGHBOUR_FILL].extra = enrichment.neighbours(
-            params, results, triggering_asset_events
-        )
+        enrichment.neighbours(params, results, triggering_asset_events, outlet_events[VIEW_EVENTS])
 
     units = aggregates(partition_aggregates.expand(group=enrich()))
     neighbours(partition_neighbours.expand(group=units))

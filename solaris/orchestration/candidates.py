@@ -96,15 +96,20 @@ def previous_published(params: Params, start: object, end: object) -> bool:
     return all(layout.run_record(CLUSTERING_DAG_ID, f"{t:011d}-unn").is_file() for t in due)
 
 
-def select_when_published(params: Params, start: object, end: object) -> Any:
+def select_when_published(params: Params, start: object, end: object, events: Any = None) -> Any:
     """The poke of the DAG's sensor task: False (nothing done) until
-    :func:`previous_published` holds, then :func:`prepare` and its units as the task's
-    result (an Airflow ``PokeReturnValue``)."""
+    :func:`previous_published` holds, then :func:`prepare`, and its units as the task's
+    result (an Airflow ``PokeReturnValue``). When it selected the interval itself, it emits
+    the ``request_log`` and ``candidates`` events through ``events`` (the task's asset-alias
+    outlet) at once."""
     from airflow.sdk import PokeReturnValue
 
     if not previous_published(params, start, end):
         return False
-    return PokeReturnValue(is_done=True, xcom_value=prepare(params, start, end))
+    units = prepare(params, start, end)
+    if not units:
+        publish(params, start, end, [], events)
+    return PokeReturnValue(is_done=True, xcom_value=units)
 
 
 def prepare(params: Params, start: object, end: object) -> list[dict[str, Any]]:
@@ -150,12 +155,14 @@ def publish(
     start: object,
     end: object,
     results: Sequence[Mapping[str, Any] | None],
-    request_log_event: Any,
-    candidates_event: Any,
-) -> None:
-    """The run's ``request_log`` and ``candidates`` events: each interval's run record,
-    written here from the mapped groups' figures (:func:`finish_interval`), or by
-    :func:`prepare` when it selected the interval itself."""
+    events: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's ``request_log`` and ``candidates`` events, emitted through ``events`` (the
+    task's asset-alias outlet): each interval's run record, written here from the mapped
+    groups' figures (:func:`finish_interval`), or read back when :func:`prepare` selected
+    the interval itself. Returns the two events' extras."""
+    from solaris.orchestration.runs import CANDIDATES, REQUEST_LOG, emit
+
     run = task_run(params, start, end, grid=True)
     done = [r for i in range(len(results)) if (r := results[i])]  # Airflow's lazy sequence
     records = []
@@ -166,10 +173,11 @@ def publish(
         else:
             records.append(_recorded(run.cfg, interval))
     logs = [r.pop("request_log") for r in records]
-    request_log_event.extra = run.extra(
-        _combine(logs, ("requests", "rows", "late", "stale_dropped"))
-    )
-    candidates_event.extra = run.extra(_combine(records, ("selected", "candidates", "requests")))
+    log_extra = run.extra(_combine(logs, ("requests", "rows", "late", "stale_dropped")))
+    selection = run.extra(_combine(records, ("selected", "candidates", "requests")))
+    emit(events, REQUEST_LOG, [log_extra])
+    emit(events, CANDIDATES, [selection])
+    return log_extra, selection
 
 
 def _recorded(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
@@ -184,14 +192,10 @@ def _recorded(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
 def select(params: Params, start: object, end: object) -> tuple[dict, dict]:
     """Selection for the run's interval(s) in this process, every partition in order;
     returns the extras of the ``request_log`` and ``candidates`` events."""
-    from types import SimpleNamespace
-
     run = task_run(params, start, end, grid=True)
     for interval in run.intervals:
         select_interval(run.cfg, interval)
-    log_event, candidates_event = SimpleNamespace(extra=None), SimpleNamespace(extra=None)
-    publish(params, start, end, [], log_event, candidates_event)
-    return log_event.extra, candidates_event.extra
+    return publish(params, start, end, [])
 
 
 def _combine(records: list[dict[str, Any]], summed: tuple[str, ...]) -> dict[str, Any]:

@@ -35,9 +35,12 @@ from solaris.orchestration.resources import (
     write_parquet,
 )
 from solaris.orchestration.runs import (
+    ITEM_AGGREGATES,
+    NEIGHBOUR_FILL,
     PAIR_EMBEDDINGS,
+    USER_AGGREGATES,
     Params,
-    combine_extras,
+    emit,
     task_run,
     task_runs,
 )
@@ -74,20 +77,29 @@ ENRICHMENT_DAG_ID = "solaris_enrichment"
 CLUSTERING_DAG_ID = "solaris_clustering"
 
 
-def enrich(params: Params, events: Any = None) -> list[dict[str, Any]]:
+def enrich(params: Params, events: Any = None, outlet: Any = None) -> list[dict[str, Any]]:
     """The interval's enrichment, or its plan: for each namespace that triggered the run,
     the partitions are grouped by their codes in the window (:func:`partition_groups`).
     When they make one group (a quiet interval, whatever ``cycle.partitions`` is), the whole
-    enrichment runs here, partition by partition (:func:`enrich_inline`): one task start.
-    Otherwise the groups are returned, one mapped :func:`partition_aggregates` task each."""
+    enrichment runs here, partition by partition (:func:`enrich_inline`), and its ``uagg``,
+    ``iagg`` and ``nbr`` events go out through ``outlet`` (the task's asset-alias outlet):
+    one task start. Otherwise the groups are returned, one mapped
+    :func:`partition_aggregates` task each."""
     units = []
+    done: dict[str, list[dict[str, Any]]] = {"uagg": [], "iagg": [], "nbr": []}
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
         groups = partition_groups(run.cfg, run.as_of)
         if len(groups) == 1:
-            enrich_inline(run.cfg, run.as_of)
+            for view, record in enrich_inline(run.cfg, run.as_of).items():
+                done[view].append(run.extra(record))
         else:
             units += [run.extra({"interval_end": run.as_of, "partitions": g}) for g in groups]
+    for view, asset in _VIEW_ASSETS.items():
+        emit(outlet, asset, done[view])
     return units
+
+
+_VIEW_ASSETS = {"uagg": USER_AGGREGATES, "iagg": ITEM_AGGREGATES, "nbr": NEIGHBOUR_FILL}
 
 
 def partition_aggregates(group: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,30 +114,27 @@ def aggregates(
     params: Params,
     results: Sequence[Mapping[str, Any] | None],
     events: Any = None,
-    uagg_event: Any = None,
-    iagg_event: Any = None,
+    outlet: Any = None,
 ) -> list[dict[str, Any]]:
-    """Reduce the partitions' ``iagg`` sums into the item view, build the neighbour index
-    from their user embeddings, record both aggregates, and set the ``uagg`` and ``iagg``
-    events' extras. Returns the neighbour fill's units (the groups again). A run that
-    :func:`enrich` did whole has its records already: they are the extras."""
+    """After the mapped :func:`partition_aggregates`: reduce the partitions' ``iagg`` sums
+    into the item view, build the neighbour index from their user embeddings, record both
+    aggregates and emit their events through ``outlet``. Returns the neighbour fill's
+    units (the groups again)."""
     done = _results(results)
     user, item, units = [], [], []
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
         mine = [r for r in done if r["namespace"] == run.cfg.namespace]
-        if mine:
-            uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
-            build_neighbour_index(run.cfg, run.as_of)
-            units += [
-                run.extra({"interval_end": run.as_of, "partitions": r["partitions"]}) for r in mine
-            ]
-        else:
-            uagg, iagg = (_recorded(run.cfg, run.as_of, view) for view in ("uagg", "iagg"))
+        if not mine:  # enrich did this namespace's run whole, and emitted its events
+            continue
+        uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
+        build_neighbour_index(run.cfg, run.as_of)
+        units += [
+            run.extra({"interval_end": run.as_of, "partitions": r["partitions"]}) for r in mine
+        ]
         user.append(run.extra(uagg))
         item.append(run.extra(iagg))
-    for event, extras in ((uagg_event, user), (iagg_event, item)):
-        if event is not None:
-            event.extra = combine_extras(extras)
+    emit(outlet, USER_AGGREGATES, user)
+    emit(outlet, ITEM_AGGREGATES, item)
     return units
 
 
@@ -137,36 +146,26 @@ def partition_neighbours(group: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def neighbours(
-    params: Params, results: Sequence[Mapping[str, Any] | None], events: Any = None
-) -> dict[str, Any]:
-    """Record the neighbour fill of every partition; the ``nbr`` event's extra."""
+    params: Params,
+    results: Sequence[Mapping[str, Any] | None],
+    events: Any = None,
+    outlet: Any = None,
+) -> None:
+    """Record the neighbour fill of every partition the mapped tasks filled and emit the
+    ``nbr`` event through ``outlet``."""
     done = _results(results)
     extras = []
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
         mine = [r for r in done if r["namespace"] == run.cfg.namespace]
-        record = (
-            record_neighbours(run.cfg, run.as_of, mine)
-            if mine
-            else _recorded(run.cfg, run.as_of, "nbr")
-        )
-        extras.append(run.extra(record))
-    return combine_extras(extras)
+        if mine:
+            extras.append(run.extra(record_neighbours(run.cfg, run.as_of, mine)))
+    emit(outlet, NEIGHBOUR_FILL, extras)
 
 
 def _results(results: Sequence[Mapping[str, Any] | None]) -> list[Mapping[str, Any]]:
     """Mapped tasks' results (indexing: iterating Airflow's lazy sequence probes one past
     its end and logs the probe's 404 as an error); skipped ones are left out."""
     return [r for i in range(len(results)) if (r := results[i])]
-
-
-def _recorded(cfg: SolarisConfig, as_of: int, view: str) -> dict[str, Any]:
-    """The run record of ``view`` as of ``as_of`` (written by :func:`enrich_inline`)."""
-    import json
-
-    layout = CycleLayout(Namespace.of(cfg))
-    path = layout.run_record(ENRICHMENT_DAG_ID, f"{as_of:011d}-{view}")
-    record = json.loads(path.read_text())
-    return {k: v for k, v in record.items() if k not in ("dag_id", "key")}
 
 
 def enrich_inline(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:

@@ -62,6 +62,7 @@ __all__ = [
     "TaskRun",
     "combine_extras",
     "cron_times",
+    "emit",
     "event_extras",
     "on_cadence_grid",
     "settings",
@@ -392,6 +393,24 @@ def _triggering_extras(params: Mapping[str, object], events: Any, asset: object)
 def combine_extras(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One asset event's extra for the records of several task runs (one per namespace)."""
     return extras[0] if len(extras) == 1 else {"runs": list(extras)}
+
+
+def emit(events: Any, asset: str, extras: Sequence[dict[str, Any]]) -> None:
+    """An event of ``asset`` (one of :data:`ASSETS`) with the combined ``extras``, added
+    through a task's asset-alias outlet (``outlet_events[alias]``); none without extras
+    or events (a call outside Airflow).
+
+    Why an alias: the stage's first task emits the events when it did the interval's whole
+    work itself (a quiet interval), and its last task when mapped tasks did it. An outlet
+    declared as the asset would emit an event whenever its task succeeds; through an alias
+    a task emits exactly the events it adds, so downstream DAGs start as soon as the work is
+    done, and only then.
+    """
+    if events is None or not extras:
+        return
+    from airflow.sdk import Asset
+
+    events.add(Asset(asset), extra=combine_extras(extras))
 
 
 def _task_run(

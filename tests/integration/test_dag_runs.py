@@ -504,6 +504,44 @@ def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
     assert changed <= {f"batch-cycle-{as_of}-p{mine:05d}.parquet"}, changed
 
 
+def test_a_partitions_selection_rerun_touches_only_its_own_stream_and_files(
+    partitioned_cycle,
+) -> None:
+    """One partition's selection of the last interval, rerun: it drains only its own
+    stream (nothing is left there: no key changes) and rewrites only its own request-log
+    and ledger files, with the same ledger (a rerun selects what the run selected)."""
+    from solaris.orchestration.candidates import select_partitions
+    from solaris.orchestration.resources import read_parquet
+
+    cfg, summary = partitioned_cycle
+    namespace = Namespace.of(cfg)
+    layout = CycleLayout(namespace)
+    interval = Interval(*max(_interval(r) for r in summary["airflow"]["candidates_intervals"]))
+    ledgers = [read_parquet(layout.selections(interval, k)) for k in range(8)]
+    mine = max(range(8), key=lambda k: len(ledgers[k]))  # the busiest partition
+    ledger = ledgers[mine]
+    assert len(ledger)
+    client = redis_client(REDIS)
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    client.config_set("notify-keyspace-events", "KA")
+    pubsub = client.pubsub()
+    pubsub.psubscribe(f"__keyspace@{db}__:{namespace.project}:*")
+    before = _files(namespace.cycle_root, namespace.offline_root)
+    try:
+        figures = select_partitions(cfg, interval, [mine])
+    finally:
+        client.config_set("notify-keyspace-events", "")
+    assert _keys_touched(pubsub) == set()
+    after = _files(namespace.cycle_root, namespace.offline_root)
+    changed = {p for p in after if before.get(p) != after[p]}
+    assert changed == {
+        str(layout.request_log(interval, mine)),
+        str(layout.selections(interval, mine)),
+    }
+    assert figures["selected"] == len(ledger)
+    assert read_parquet(layout.selections(interval, mine)).equals(ledger)
+
+
 def _keys_touched(pubsub) -> set[str]:
     """The keys named by the keyspace notifications ``pubsub`` received (drained for up to
     two seconds), then closes it."""

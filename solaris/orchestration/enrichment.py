@@ -32,7 +32,6 @@ from solaris.orchestration.resources import (
     cycle_redis,
     feature_store,
     read_parquet,
-    write_parquet,
 )
 from solaris.orchestration.runs import (
     ITEM_AGGREGATES,
@@ -590,30 +589,68 @@ def _neighbour_window(cfg: SolarisConfig) -> int:
 
 
 def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
-    """``unn``: user embeddings over the neighbour window, cosine KNN; the table is kept
-    as ``neighbours/<as_of>.parquet`` for the enrichment DAG's neighbour fill."""
+    """``unn`` as of ``as_of`` (the clustering DAG): each partition's user embeddings over
+    the neighbour window, one KNN index over all of them, each partition's users queried
+    and written to the view; the table is kept as ``neighbours/<as_of>.parquet`` (written
+    partition by partition) for the neighbour fill when ``cycle.neighbours_every_interval``
+    is off. Memory: one partition's codes, the ``[U, d]`` embeddings and the index."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from solaris.files import atomic_write
+    from solaris.pipeline.enrich import user_embedding_table
+    from solaris.pipeline.neighbors import UserIndex
+    from solaris.store.partitions import Partitioning
+
     began = time.perf_counter()
-    history = pair_history(cfg, as_of, _neighbour_window(cfg))
-    return _keep_user_neighbours(cfg, as_of, history, CLUSTERING_DAG_ID, began)[1]
-
-
-def _keep_user_neighbours(
-    cfg: SolarisConfig, as_of: int, history, dag_id: str, began: float
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The neighbour table as of ``as_of`` from ``history``: written to the ``unn`` view,
-    kept as ``neighbours/<as_of>.parquet`` and recorded under ``dag_id`` (the clustering
-    DAG's, or the enrichment's when it rebuilds the table before a fill). Returns the kept
-    table and the record."""
-    from solaris.pipeline.enrich import user_neighbours
-
     layout = CycleLayout(Namespace.of(cfg))
-    rows = user_neighbours(history, as_of, cfg, _fm_version(cfg))
-    if len(rows):
-        _materialize(cfg, "unn", rows, f"cycle-{as_of}")
-    table = rows.drop(columns=["event_ts"], errors="ignore")
-    kept = write_parquet(table, layout.neighbours(as_of))
+    parts = Partitioning(cfg.cycle.partitions)
+    version = _fm_version(cfg)
+    tables, codes = [], 0
+    for partition in range(parts.count):
+        history = pair_history(cfg, as_of, _neighbour_window(cfg), partition)
+        tables.append(user_embedding_table(history, as_of, cfg, version))
+        codes += len(history.pairs)
+    table = pa.concat_tables(tables)
+    users = table["user_id"].to_numpy()
+    emb = table["emb"].combine_chunks().flatten().to_numpy().reshape(len(users), cfg.model.z_dim)
+    order = np.argsort(users, kind="stable")
+    index = UserIndex.build(users[order], emb[order]) if len(users) >= 2 else None
+    written, schema = 0, _neighbours_schema()
+
+    def write(sink) -> None:
+        nonlocal written
+        writer = None
+        for partition in range(parts.count):
+            writer = writer or pq.ParquetWriter(sink, schema)
+            mine = users[parts.of(users) == partition] if index is not None else users[:0]
+            if not len(mine):
+                continue
+            unn = index.query(mine, cfg.store.n_neighbors)
+            stamped = unn.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
+            _materialize(cfg, "unn", stamped, _batch_id(cfg, as_of, partition))
+            writer.write_table(pa.Table.from_pandas(unn, preserve_index=False, schema=schema))
+            written += len(unn)
+        if writer is not None:
+            writer.close()
+
+    kept = atomic_write(layout.neighbours(as_of), write)
     seconds = time.perf_counter() - began
-    record = _record(
-        dag_id, cfg, as_of, "unn", len(rows), seconds, codes_read=len(history.pairs), wrote=(kept,)
+    return _record(
+        CLUSTERING_DAG_ID, cfg, as_of, "unn", written, seconds, codes_read=codes, wrote=(kept,)
     )
-    return table, record
+
+
+def _neighbours_schema():
+    """The kept neighbour table's columns (what ``nearest_users`` returns)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("user_id", pa.int64()),
+            ("nbr_ids", pa.list_(pa.int64())),
+            ("nbr_sims", pa.list_(pa.float32())),
+        ]
+    )

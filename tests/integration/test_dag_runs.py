@@ -564,3 +564,29 @@ def _shards(layout: CycleLayout, interval: Interval) -> tuple[tuple, tuple]:
     codes = layout.published_codes(interval)
     assert codes is not None and codes.coverage is not None
     return codes.files, codes.coverage
+
+
+def test_the_daily_table_path_fills_what_the_per_interval_index_filled(partitioned_cycle) -> None:
+    """With ``cycle.neighbours_every_interval`` off, the fill reads the clustering DAG's
+    table (kept partition by partition) and filters it per partition: rebuilt as of the
+    last interval, it gives the nbr and unn keys the per-interval index gave, byte for
+    byte."""
+    from solaris.orchestration.enrichment import fill_partitions, rebuild_user_neighbours
+
+    cfg, summary = partitioned_cycle
+    namespace = Namespace.of(cfg)
+    layout = CycleLayout(namespace)
+    as_of = max(r["interval_end"] for r in summary["airflow"]["candidates_intervals"])
+    daily = cfg.model_copy(
+        update={"cycle": cfg.cycle.model_copy(update={"neighbours_every_interval": False})}
+    )
+    client = redis_client(REDIS)
+    before = _served_values(client, namespace.project)
+    record = rebuild_user_neighbours(daily, as_of)
+    assert record["rows_written"]["unn"] > 0 and layout.neighbours(as_of).is_file()
+    filled = fill_partitions(daily, as_of, range(8))
+    assert filled["nbr_rows"] > 0 and filled["unn_rows"] == 0  # unn came from the table
+    after = _served_values(client, namespace.project)
+    views = {k.split(":")[0] for k in after}
+    assert {"nbr", "unn"} <= views
+    assert {k for k in after if after[k] != before.get(k)} == set()

@@ -43,7 +43,7 @@ at interval ends ``e <= t``):
   (:func:`solaris.pipeline.neighbors.neighbour_fill`): for each target ``(u, i)`` without a
   code of its own fresh at ``e``, the most similar neighbour ``v`` with a code of ``(v, i)``
   fresh at ``e`` (``e − ttl < computed_at <= e``). The targets are the candidates of the
-  requests of the intervals ending in ``(e − ttl, e]`` (``refresh_neighbour_fill``), or
+  requests of the intervals ending in ``(e − ttl, e]`` (``fill_partitions``), or
   every query pair (the upper bound). A row reads the latest fill at ``e <= t`` that holds
   its pair, if ``t − e <= ttl`` (the ``nbr`` read TTL), and only where its ``pair`` tier is
   absent.

@@ -520,16 +520,18 @@ def useful_history(
     own codes, or a neighbour's code of a target's item), read one shard at a time: memory
     is what is kept, not the window's codes."""
     from solaris.data.schemas import read_table
-    from solaris.pipeline.enrich import PairHistory, useful_codes
+    from solaris.pipeline.enrich import PairHistory
+    from solaris.pipeline.neighbors import FillTargets
 
     layout = CycleLayout(Namespace.of(cfg))
+    wanted = FillTargets(targets, neighbours)  # once: each shard costs its own rows only
     kept = []
     for interval in layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of):
         codes = layout.published_codes(interval)
         for path in () if codes is None else codes.files:
             table = read_table(path, "pair_embeddings", z_dim=cfg.model.z_dim)
             pairs = table.select(["user_id", "item_id"]).to_pandas()
-            kept.append(table.filter(useful_codes(targets, neighbours, pairs)))
+            kept.append(table.filter(wanted.useful(pairs)))
     if not kept:
         return PairHistory.from_table(read_table([], "pair_embeddings", z_dim=cfg.model.z_dim))
     import pyarrow as pa

@@ -22,7 +22,12 @@ from solaris.pipeline.aggregate import (
     item_partial_sums,
     user_aggregate,
 )
-from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
+from solaris.pipeline.neighbors import (
+    FillTargets,
+    nearest_users,
+    neighbour_fill,
+    user_embeddings,
+)
 
 __all__ = [
     "PairHistory",
@@ -102,25 +107,9 @@ def useful_codes(
     targets: pd.DataFrame, neighbours: pd.DataFrame, pairs: pd.DataFrame
 ) -> np.ndarray:
     """Which rows of ``pairs`` (user_id, item_id of some codes) can serve a neighbour fill
-    of ``targets``: a target's own code, or a code ``(v, i)`` of a neighbour ``v`` of a
-    target user ``u`` whose target ``(u, i)`` it is. A function of ``(user, item)`` alone,
-    so every version of a useful pair is kept and :func:`neighbour_rows` over the kept rows
-    equals it over all of them; it lets a partition's fill scan the window's codes shard by
-    shard and keep only what it needs. Returns a boolean mask ``[len(pairs)]``."""
-    from solaris.pipeline.neighbors import _candidates, _explode_neighbors
-
-    tg = targets[["user_id", "item_id"]].astype(np.int64).drop_duplicates()
-    codes = pairs[["user_id", "item_id"]].astype(np.int64)
-    own = codes.merge(tg.assign(_own=True), on=["user_id", "item_id"], how="left")["_own"]
-    keep = own.notna().to_numpy()
-    if len(tg) == 0 or len(codes) == 0:
-        return keep
-    edges = _explode_neighbors(neighbours, tg["user_id"].unique())
-    usable = codes.assign(_row=np.arange(len(codes)))
-    usable = usable[usable["item_id"].isin(tg["item_id"].unique())]
-    matched = _candidates(tg, edges, usable)["_row"].to_numpy(np.int64)
-    keep[matched] = True
-    return keep
+    of ``targets`` (:class:`~solaris.pipeline.neighbors.FillTargets`, prepared for one
+    chunk; a scan over many chunks prepares it once). Returns a boolean mask."""
+    return FillTargets(targets, neighbours).useful(pairs)
 
 
 def user_embedding_table(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import numbers
 import zipfile
+from dataclasses import dataclass
 
 import faiss
 import numpy as np
@@ -51,6 +52,7 @@ from solaris.store.contract import (
 )
 
 __all__ = [
+    "FillTargets",
     "NeighborsError",
     "UserIndex",
     "nearest_users",
@@ -474,6 +476,78 @@ def _explode_neighbors(neighbors: pd.DataFrame, users: np.ndarray) -> pd.DataFra
 _EXPANSION_ROWS = 1 << 22  # (code, in-edge) rows expanded at once by _candidates
 
 
+@dataclass(frozen=True)
+class _Targets:
+    """Target pairs and the edges into their users, keyed for the codes-side join: built
+    once, then matched against any number of chunks of codes (a partition's fill scans the
+    window's codes shard by shard; rebuilding these per shard would cost the targets once
+    per shard)."""
+
+    users: np.ndarray  # target users, ascending
+    items: np.ndarray  # target items, ascending
+    keys: pd.Index  # dense (user, item) key of every target
+    e_v: np.ndarray  # edges u -> v by ascending v: the neighbour
+    e_u: np.ndarray  # ... the target user's dense index
+    e_s: np.ndarray  # ... the similarity
+
+    @classmethod
+    def of(cls, tg: pd.DataFrame, edges: pd.DataFrame) -> _Targets:
+        tg_u = tg["user_id"].to_numpy(np.int64)
+        users = np.unique(tg_u)  # every edge starts at a target user
+        items = np.unique(tg["item_id"].to_numpy(np.int64))
+        keys = pd.Index(
+            np.searchsorted(users, tg_u) * max(len(items), 1)
+            + np.searchsorted(items, tg["item_id"].to_numpy(np.int64))
+        )
+        order = np.argsort(edges["nbr_user"].to_numpy(np.int64), kind="stable")
+        return cls(
+            users,
+            items,
+            keys,
+            edges["nbr_user"].to_numpy(np.int64)[order],
+            np.searchsorted(users, edges["user_id"].to_numpy(np.int64)[order]),
+            edges["similarity"].to_numpy(np.float32)[order],
+        )
+
+    def own(self, c_u: np.ndarray, c_i: np.ndarray) -> np.ndarray:
+        """Which codes ``(c_u, c_i)`` are targets themselves (a target's own code)."""
+        u = np.minimum(np.searchsorted(self.users, c_u), max(len(self.users) - 1, 0))
+        i = np.minimum(np.searchsorted(self.items, c_i), max(len(self.items) - 1, 0))
+        if not len(self.users) or not len(self.items):
+            return np.zeros(len(c_u), dtype=bool)
+        known = (self.users[u] == c_u) & (self.items[i] == c_i)
+        return known & (self.keys.get_indexer(u * len(self.items) + i) >= 0)
+
+    def expand(self, c_v: np.ndarray, c_i: np.ndarray, c_row: np.ndarray) -> tuple:
+        """``(user_id, item_id, nbr_user, similarity, _row)`` arrays of every target
+        ``(u, i)``, edge ``u -> v`` and code ``(v, i)`` of row ``c_row`` (codes of items
+        outside the targets' must be left out by the caller)."""
+        n_items = max(len(self.items), 1)
+        c_key = np.searchsorted(self.items, c_i)
+        lo = np.searchsorted(self.e_v, c_v, side="left")  # the edges pointing at each code
+        count = np.searchsorted(self.e_v, c_v, side="right") - lo
+        ends = np.cumsum(count)
+        parts: list[tuple[np.ndarray, ...]] = []
+        first = 0
+        while first < len(c_v):
+            base = ends[first - 1] if first else 0
+            # The codes whose expansion fits the block (at least one code per block).
+            last = max(int(np.searchsorted(ends, base + _EXPANSION_ROWS, side="right")), first + 1)
+            code = np.repeat(np.arange(first, last), count[first:last])  # (E,)
+            offset = np.arange(len(code)) - (ends[code] - count[code] - base)  # rank in edges
+            edge = lo[code] + offset  # (E,)
+            hit = self.keys.get_indexer(self.e_u[edge] * n_items + c_key[code]) >= 0
+            code, edge = code[hit], edge[hit]
+            parts.append(
+                (self.users[self.e_u[edge]], c_i[code], self.e_v[edge], self.e_s[edge], c_row[code])
+            )
+            first = last
+        dtypes = (np.int64, np.int64, np.int64, np.float32, np.int64)
+        if not parts:
+            return tuple(np.zeros(0, t) for t in dtypes)
+        return tuple(np.concatenate([p[k] for p in parts]) for k in range(len(dtypes)))
+
+
 def _candidates(tg: pd.DataFrame, edges: pd.DataFrame, usable: pd.DataFrame) -> pd.DataFrame:
     """Rows ``(user_id, item_id, nbr_user, similarity, _row)``: target ``(u, i)``, an edge
     ``u -> v`` and the usable code ``(v, i)`` at row ``_row``, for every such triple.
@@ -486,45 +560,72 @@ def _candidates(tg: pd.DataFrame, edges: pd.DataFrame, usable: pd.DataFrame) -> 
     stays bounded whatever the traffic. Pairs are keyed by dense user and item indices (ids
     may use all 63 bits), and membership is a hash lookup of those keys.
     """
-    tg_u = tg["user_id"].to_numpy(np.int64)
-    users = np.unique(tg_u)  # every edge starts at a target user
-    items = np.unique(tg["item_id"].to_numpy(np.int64))  # every usable code's item is one
-    n_items = max(len(items), 1)
-    targets = pd.Index(
-        np.searchsorted(users, tg_u) * n_items
-        + np.searchsorted(items, tg["item_id"].to_numpy(np.int64))
+    found = _Targets.of(tg, edges).expand(
+        usable["user_id"].to_numpy(np.int64),
+        usable["item_id"].to_numpy(np.int64),
+        usable["_row"].to_numpy(np.int64),
     )
-
-    order = np.argsort(edges["nbr_user"].to_numpy(np.int64), kind="stable")
-    e_v = edges["nbr_user"].to_numpy(np.int64)[order]
-    e_u = np.searchsorted(users, edges["user_id"].to_numpy(np.int64)[order])  # dense index
-    e_s = edges["similarity"].to_numpy(np.float32)[order]
-    c_v = usable["user_id"].to_numpy(np.int64)
-    c_i = usable["item_id"].to_numpy(np.int64)
-    c_key = np.searchsorted(items, c_i)
-    c_row = usable["_row"].to_numpy(np.int64)
-    lo = np.searchsorted(e_v, c_v, side="left")  # the edges pointing at each code's user
-    count = np.searchsorted(e_v, c_v, side="right") - lo
-    ends = np.cumsum(count)
-
-    parts: list[tuple[np.ndarray, ...]] = []
-    first = 0
-    while first < len(c_v):
-        base = ends[first - 1] if first else 0
-        # The codes whose expansion fits the block (at least one code per block).
-        last = max(int(np.searchsorted(ends, base + _EXPANSION_ROWS, side="right")), first + 1)
-        code = np.repeat(np.arange(first, last), count[first:last])  # (E,)
-        offset = np.arange(len(code)) - (ends[code] - count[code] - base)  # rank in its edges
-        edge = lo[code] + offset  # (E,)
-        hit = targets.get_indexer(e_u[edge] * n_items + c_key[code]) >= 0
-        code, edge = code[hit], edge[hit]
-        parts.append((users[e_u[edge]], c_i[code], e_v[edge], e_s[edge], c_row[code]))
-        first = last
     columns = ("user_id", "item_id", "nbr_user", "similarity", "_row")
-    if not parts:
-        dtypes = (np.int64, np.int64, np.int64, np.float32, np.int64)
-        return pd.DataFrame({c: np.zeros(0, t) for c, t in zip(columns, dtypes, strict=True)})
-    return pd.DataFrame({c: np.concatenate([p[k] for p in parts]) for k, c in enumerate(columns)})
+    return pd.DataFrame(dict(zip(columns, found, strict=True)))
+
+
+class FillTargets:
+    """One neighbour fill's targets and their users' neighbours, prepared once, to tell
+    which codes of any chunk can serve them (:meth:`useful`): a target's own code, or a
+    neighbour ``v``'s code ``(v, i)`` of a target ``(u, i)`` with ``u -> v``. A function of
+    the (user, item) pair alone, so every version of a useful pair is kept and
+    :func:`neighbour_fill` over the kept codes equals it over all of them: a partition's
+    fill scans the window's codes shard by shard and keeps only what it needs."""
+
+    def __init__(self, targets: pd.DataFrame, neighbors: pd.DataFrame) -> None:
+        tg = targets[["user_id", "item_id"]].astype(np.int64).drop_duplicates()
+        edges = _explode_neighbors(neighbors, tg["user_id"].unique())
+        self._targets = _Targets.of(tg, edges)
+
+    def useful(self, pairs: pd.DataFrame) -> np.ndarray:
+        """A boolean mask over ``pairs`` (``user_id``, ``item_id`` of codes)."""
+        c_u = pairs["user_id"].to_numpy(np.int64)
+        c_i = pairs["item_id"].to_numpy(np.int64)
+        keep = self._targets.own(c_u, c_i)
+        rows = np.flatnonzero(np.isin(c_i, self._targets.items))  # only target items match
+        matched = self._targets.expand(c_u[rows], c_i[rows], rows)[4]
+        keep[matched] = True
+        return keep
+
+
+_REDUCTION_ROWS = 1 << 20  # candidate rows whose codes are gathered in float64 at once
+
+
+def _weighted_means(
+    z16: np.ndarray, rows: np.ndarray, sim: np.ndarray, starts: np.ndarray, n: int
+) -> np.ndarray:
+    """``z_mean`` of every group of candidates (groups start at ``starts``; candidate ``j``
+    has the code ``z16[rows[j]]`` and similarity ``sim[j]``): the weighted mean with
+    ``w = max(sim, 0)``, or the plain mean where every weight is 0; float16-rounded.
+
+    The codes are gathered and summed in float64 a block of whole groups at a time, so the
+    memory is a block's, not the candidates' (a group's sum is the same either way)."""
+    d = z16.shape[1]
+    out = np.zeros((len(starts), d), np.float32)
+    bounds = np.r_[starts, n]
+    first = 0
+    while first < len(starts):
+        last = max(
+            int(np.searchsorted(bounds, bounds[first] + _REDUCTION_ROWS, "right")) - 1, first + 1
+        )
+        lo, hi = bounds[first], bounds[last]
+        local = starts[first:last] - lo
+        zc = z16[rows[lo:hi]].astype(np.float64)  # (block, d)
+        w = np.maximum(sim[lo:hi], 0.0)
+        wsum = np.add.reduceat(w, local)
+        wz = np.add.reduceat(w[:, None] * zc, local, axis=0)
+        sizes = np.diff(np.r_[local, hi - lo])
+        plain = np.add.reduceat(zc, local, axis=0) / sizes[:, None]
+        use_w = wsum > 0
+        means = np.where(use_w[:, None], wz / np.where(use_w, wsum, 1.0)[:, None], plain)
+        out[first:last] = f16_round(means)
+        first = last
+    return out
 
 
 def neighbour_fill(
@@ -591,27 +692,16 @@ def neighbour_fill(
     ).reset_index(drop=True)
 
     n = len(cand)
-    zc = z16[cand["_row"].to_numpy(np.int64)] if n else np.zeros((0, z16.shape[1]), np.float32)
     key_u = cand["user_id"].to_numpy(np.int64)
     key_i = cand["item_id"].to_numpy(np.int64)
     new_group = np.r_[True, (key_u[1:] != key_u[:-1]) | (key_i[1:] != key_i[:-1])] if n else []
     starts = np.flatnonzero(new_group)
     g = len(starts)
     sizes = np.diff(np.r_[starts, n]).astype(np.int64)
-
-    if g:
-        sim = cand["similarity"].to_numpy(np.float64)
-        w = np.maximum(sim, 0.0)
-        wsum = np.add.reduceat(w, starts)
-        wz = np.add.reduceat(w[:, None] * zc.astype(np.float64), starts, axis=0)
-        plain = np.add.reduceat(zc.astype(np.float64), starts, axis=0) / sizes[:, None]
-        use_w = wsum > 0
-        z_mean = np.where(use_w[:, None], wz / np.where(use_w, wsum, 1.0)[:, None], plain)
-        top = cand.iloc[starts]
-        z_top1, z_mean16 = zc[starts], f16_round(z_mean)
-    else:
-        top = cand.iloc[:0]
-        z_top1 = z_mean16 = np.zeros((0, z16.shape[1]), np.float32)
+    rows = cand["_row"].to_numpy(np.int64)
+    top = cand.iloc[starts]
+    z_top1 = z16[rows[starts]] if g else np.zeros((0, z16.shape[1]), np.float32)
+    z_mean16 = _weighted_means(z16, rows, cand["similarity"].to_numpy(np.float64), starts, n)
 
     return pd.DataFrame(
         {

@@ -81,3 +81,23 @@ def test_nothing_to_fill_keeps_nothing() -> None:
     _, neighbours, pairs, _ = _world(2)
     empty = pd.DataFrame({"user_id": np.zeros(0, np.int64), "item_id": np.zeros(0, np.int64)})
     assert not useful_codes(empty, neighbours, pairs).any()
+
+
+def test_the_fills_means_summed_a_block_of_groups_at_a_time_are_the_same(monkeypatch) -> None:
+    from solaris.pipeline import neighbors
+
+    targets, table, pairs, z = _world(3)
+    whole = _fill(targets, table, pairs, z)
+    monkeypatch.setattr(neighbors, "_REDUCTION_ROWS", 7)  # many small blocks
+    _same(_fill(targets, table, pairs, z), whole)
+
+
+def test_prepared_targets_judge_chunks_as_the_whole_scan() -> None:
+    from solaris.pipeline.neighbors import FillTargets
+
+    targets, table, pairs, _ = _world(4)
+    wanted = FillTargets(targets, table)
+    chunks = np.concatenate(
+        [wanted.useful(pairs.iloc[lo : lo + 333]) for lo in range(0, 4_000, 333)]
+    )
+    assert np.array_equal(chunks, useful_codes(targets, table, pairs))

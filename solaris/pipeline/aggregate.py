@@ -308,7 +308,7 @@ def reduce_item_partials(partials: Iterable[ItemPartials], *, z_dim: int) -> Ite
         if part.sums.ndim == 2 and len(part.items) and part.sums.shape[1] != z_dim:
             raise ValueError(f"item partial sums have {part.sums.shape[1]} columns, not {z_dim}")
         keys = np.concatenate([items, part.items])
-        values = np.concatenate([sums, part.sums.reshape(len(part.items), z_dim)])
+        values = np.concatenate([sums, part.sums.reshape(len(part.items), z_dim)])  # [M, d]
         weights = np.concatenate([counts, part.counts])
         if len(keys) == 0:
             continue
@@ -324,7 +324,7 @@ def reduce_item_partials(partials: Iterable[ItemPartials], *, z_dim: int) -> Ite
 def item_rows(partials: ItemPartials, *, as_of: int, fm_version: str) -> pd.DataFrame:
     """``iagg`` rows from the population's :class:`ItemPartials` (see :func:`item_aggregate`)."""
     n = len(partials.items)
-    means = partials.sums.reshape(n, -1) / np.maximum(partials.counts, 1)[:, None]
+    means = partials.sums / np.maximum(partials.counts, 1)[:, None]  # sums are [n, d]
     return pd.DataFrame(
         {
             ITEM_ID: partials.items.astype(np.int64),

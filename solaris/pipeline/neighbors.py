@@ -4,7 +4,7 @@ Two steps of the enrichment pipeline (DESIGN §1, §4):
 
 * the daily clustering job builds one embedding per user (:func:`user_embeddings`) and the
   user's top-k most similar users by cosine similarity (the ``unn`` view): one faiss index
-  over all users (:class:`UserIndex`, exact below 50,000 users, HNSW above), built once per
+  over all users (:class:`UserIndex`, exact below 200,000 users, HNSW above), built once per
   run, serialised to one blob and queried per partition; :func:`nearest_users` is build +
   query of everyone in one process;
 * the enrichment job fills the ``nbr`` view for (user, item) candidates the verifier did not
@@ -196,8 +196,10 @@ class UserIndex:
     ``faiss.IndexHNSWFlat`` (``M`` = 32, ``efConstruction`` = 80, ``efSearch`` =
     ``max(3·(k+1), 64)``, see :func:`_ef_search`), approximate: recall@100 ≈ 0.97 on
     uniformly random ``d`` = 32 embeddings at 10^6 users (real embeddings, which cluster,
-    fare better). Why 50,000 by default: below it the exact search is cheap (seconds) and
-    keeps tests, training and serving on the same neighbours.
+    fare better). Why 200,000 by default: measured with k = 100 and d = 32 on 2 cores
+    (``bench/knn.py``), the exact search of 10^5 users took 9.6 s and HNSW 30 s (build 5 s,
+    queries 25 s); the two cross near 3·10^5 users, and below that the exact search is
+    also the one that keeps tests, training and serving on the same neighbours.
     """
 
     def __init__(self, user_ids: np.ndarray, kept: np.ndarray, index: faiss.Index) -> None:
@@ -215,7 +217,7 @@ class UserIndex:
 
     @classmethod
     def build(
-        cls, user_ids: np.ndarray, emb: np.ndarray, *, exact_below: int = 50_000
+        cls, user_ids: np.ndarray, emb: np.ndarray, *, exact_below: int = 200_000
     ) -> UserIndex:
         """Index ``emb [U, d]`` (one row per id of ``user_ids [U]``); zero-norm rows are kept
         as users (they get empty lists) but not indexed (they are never a neighbour).
@@ -412,7 +414,7 @@ def nearest_users(user_ids: np.ndarray, emb: np.ndarray, k: int) -> pd.DataFrame
 
     The convenience for one process holding all users: ``UserIndex.build(user_ids,
     emb).query(user_ids, k)`` (see :class:`UserIndex` for the search and the rules). Below
-    50,000 eligible users the search is exact brute force (a flat inner-product index);
+    200,000 eligible users the search is exact brute force (a flat inner-product index);
     from there on it is HNSW, approximate. The partitioned clustering builds the index once
     and queries each partition's users instead.
 

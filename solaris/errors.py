@@ -10,6 +10,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── SchemaError            (ValueError)    solaris.data.schemas: a table breaks its contract
     ├── SelectionError         (ValueError)    solaris.pipeline.select: bad selection input
     ├── NeighborsError         (ValueError)    solaris.pipeline.neighbors: bad neighbour input
+    ├── PartitionError         (ValueError)    solaris.store.partitions: a bad partition count
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
     ├── CodesError             (RuntimeError)  solaris.pipeline.codes: autoencoder artifacts
     ├── CheckpointError        (ValueError)    solaris.models.training: a checkpoint refused

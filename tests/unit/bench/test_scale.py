@@ -1,4 +1,4 @@
-"""bench.scale's pure helpers: the exponent fit of cost ~ N^b and the --sizes parser."""
+"""bench.scale's pure helpers: the exponent fit, the --sizes parser, partitions and groups."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.scale import fit_exponent, parse_sizes
+from bench.scale import compact_peaks, fit_exponent, group_shards, parse_sizes, partition_count
 
 
 @pytest.mark.parametrize("b", [0.5, 1.0, 1.37, 2.0])
@@ -37,3 +37,27 @@ def test_parse_sizes_accepts_exponents_and_underscores_sorted_and_distinct() -> 
 def test_parse_sizes_rejects_what_is_not_a_positive_integer(text: str) -> None:
     with pytest.raises((argparse.ArgumentTypeError, ValueError)):
         parse_sizes(text)
+
+
+def test_partition_count_keeps_the_rows_per_partition_about_constant() -> None:
+    assert [partition_count(n, 625_000) for n in (10_000, 100_000, 1_000_000, 10**7, 10**8)] == [
+        1,
+        1,
+        2,
+        16,
+        160,
+    ]
+    with pytest.raises(ValueError):
+        partition_count(10, 0)
+
+
+def test_group_shards_packs_consecutive_shards_up_to_the_rows_and_keeps_big_ones_alone() -> None:
+    shards = [{"shard": k, "rows": rows} for k, rows in enumerate([40, 50, 30, 200, 10])]
+    groups = group_shards(shards, 100)
+    assert [[s["shard"] for s in g] for g in groups] == [[0, 1], [2], [3], [4]]
+    assert group_shards([], 100) == []
+
+
+def test_compact_peaks_names_each_step_with_its_count_and_range() -> None:
+    text = compact_peaks([("plan", [210.4]), ("embed", [350.0, 420.2, 399.0]), ("none", [])])
+    assert text == "plan 210 | embed×3 350–420"

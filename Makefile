@@ -46,7 +46,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.feature_store
 	$(BIN)/python -m bench.offline_join
 
-# How one interval's cost grows with its traffic, 10^5 to 10^7 candidates (about 6 minutes).
+# How one interval's cost grows with its traffic, 10^5 to 10^7 candidates, each task of the
+# partitioned cycle in a process of its own (about 16 minutes).
 bench-scale: $(STAMP)
 	$(BIN)/python -m bench.scale
 

@@ -87,6 +87,8 @@ The exponent ``b`` of ``cost ~ N^b`` is a least-squares fit of ``log seconds`` o
 over the sizes run, and over the last two. Every task runs alone (a pool of one process)
 unless stated; at the largest size the whole interval runs again with a pool of two
 concurrent processes (what two workers do on a machine of this size) against the first run.
+A task process gets the cores divided by the processes that run at once as its OpenMP
+threads (``OMP_NUM_THREADS`` for torch and faiss; ``--threads`` to fix it).
 
 **Embedding against the FM's own pass**, on the pairs of the first shard in the same
 8,192-row batches, ``--reps`` interleaved repetitions in a shuffled order after a warm-up,
@@ -1354,19 +1356,19 @@ def workload_table(sizes: Sequence[int], data: dict[int, dict], runs: dict) -> N
     def extra(stage: str, n: int, key: str) -> str:
         run = runs.get((stage, n))
         value = run.extra(key) if run else None
-        return f"{value:>16,}" if isinstance(value, int) else f"{'-':>16}"
+        return f"{value:>22,}" if isinstance(value, int) else f"{'-':>22}"
 
-    head = "".join(f"{'N=' + format(n, ','):>16}" for n in sizes)
+    head = "".join(f"{'N=' + format(n, ','):>22}" for n in sizes)
     say(f"   {'':<46}{head}")
     rows = [
-        ("partitions (cycle.partitions)", lambda n: f"{data[n]['partitions']:>16,}"),
+        ("partitions (cycle.partitions)", lambda n: f"{data[n]['partitions']:>22,}"),
         (
             "candidate rows per partition (min-max)",
-            lambda n: f"{min(data[n]['partition_rows']):>8,}-{max(data[n]['partition_rows']):<7,}",
+            lambda n: _cell(min(data[n]["partition_rows"]), max(data[n]["partition_rows"]), "-"),
         ),
-        ("requests", lambda n: f"{data[n]['requests']:>16,}"),
-        ("distinct users / items", lambda n: f"{data[n]['users']:>8,}/{data[n]['items']:<7,}"),
-        ("ledger-cache rows (earlier intervals)", lambda n: f"{data[n]['cache_rows']:>16,}"),
+        ("requests", lambda n: f"{data[n]['requests']:>22,}"),
+        ("distinct users / items", lambda n: _cell(data[n]["users"], data[n]["items"])),
+        ("ledger-cache rows (earlier intervals)", lambda n: f"{data[n]['cache_rows']:>22,}"),
         ("selected rows (the budget)", lambda n: extra("select", n, "selected")),
         ("distinct pairs embedded and written", lambda n: extra("embed", n, "pairs")),
         ("shards (embedding tasks)", lambda n: _shards(runs, n)),
@@ -1379,18 +1381,22 @@ def workload_table(sizes: Sequence[int], data: dict[int, dict], runs: dict) -> N
         say(f"   {label:<46}{''.join(cell(n) for n in sizes)}")
 
 
+def _cell(a: int, b: int, sep: str = "/") -> str:
+    return f"{f'{a:,}{sep}{b:,}':>22}"
+
+
 def _shards(runs: dict, n: int) -> str:
     run = runs.get(("embed", n))
     if run is None:
-        return f"{'-':>16}"
-    return f"{run.extra('shard_count'):>8,}/{len(run.steps[1][1]):<7,}"
+        return f"{'-':>22}"
+    return _cell(run.extra("shard_count"), len(run.steps[1][1]))
 
 
 def _nbr(runs: dict, n: int) -> str:
     run = runs.get(("enrich", n))
     if run is None or run.extra("nbr_rows") is None:
-        return f"{'-':>16}"
-    return f"{run.extra('nbr_targets'):>8,}/{run.extra('nbr_rows'):<7,}"
+        return f"{'-':>22}"
+    return _cell(run.extra("nbr_targets"), run.extra("nbr_rows"))
 
 
 def ratio_table(ratios: dict[int, dict], reps: int) -> list[dict]:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 import pytest
 
-from bench.scale import compact_peaks, fit_exponent, group_shards, parse_sizes, partition_count
+from bench.scale import (
+    compact_peaks,
+    fit_exponent,
+    group_shards,
+    parse_sizes,
+    partition_count,
+    threads_per_task,
+)
 
 
 @pytest.mark.parametrize("b", [0.5, 1.0, 1.37, 2.0])
@@ -61,3 +69,11 @@ def test_group_shards_packs_consecutive_shards_up_to_the_rows_and_keeps_big_ones
 def test_compact_peaks_names_each_step_with_its_count_and_range() -> None:
     text = compact_peaks([("plan", [210.4]), ("embed", [350.0, 420.2, 399.0]), ("none", [])])
     assert text == "plan 210 | embed×3 350–420"
+
+
+def test_threads_per_task_shares_the_cores_among_the_processes_at_once() -> None:
+    cores = os.cpu_count() or 1
+    assert threads_per_task(None, 1) == cores
+    assert threads_per_task(None, 2) == max(1, cores // 2)
+    assert threads_per_task(None, 4 * cores) == 1
+    assert threads_per_task(3, 2) == 3

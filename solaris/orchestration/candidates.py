@@ -35,7 +35,7 @@ from solaris.orchestration.resources import (
     read_parquet,
     write_parquet,
 )
-from solaris.orchestration.runs import Params, cron_times, task_run
+from solaris.orchestration.runs import Params, cron_times, task_run, unit_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -137,14 +137,7 @@ def prepare(params: Params, start: object, end: object) -> list[dict[str, Any]]:
 
 def select_group(unit: Mapping[str, Any]) -> dict[str, Any]:
     """The selection of one group of partitions (a mapped task)."""
-    run = task_run(
-        {
-            "namespace": unit["namespace"],
-            "replay": unit["replay"],
-            "interval_start": unit["interval_start"],
-            "interval_end": unit["interval_end"],
-        }
-    )
+    run = unit_run(unit)
     first, last = unit["partitions"]
     interval = run.intervals[0]
     return {**unit, **select_partitions(run.cfg, interval, range(first, last + 1))}
@@ -161,10 +154,10 @@ def publish(
     task's asset-alias outlet): each interval's run record, written here from the mapped
     groups' figures (:func:`finish_interval`), or read back when :func:`prepare` selected
     the interval itself. Returns the two events' extras."""
-    from solaris.orchestration.runs import CANDIDATES, REQUEST_LOG, emit
+    from solaris.orchestration.runs import CANDIDATES, REQUEST_LOG, emit, mapped_results
 
     run = task_run(params, start, end, grid=True)
-    done = [r for i in range(len(results)) if (r := results[i])]  # Airflow's lazy sequence
+    done = mapped_results(results)
     records = []
     for interval in run.intervals:
         mine = [r for r in done if r["interval_end"] == interval.end]
@@ -384,16 +377,14 @@ def _interval_misses(
 ) -> pd.DataFrame:
     """The drained misses a code computed at the interval's end can serve (stamped within a
     TTL before its end), of partition ``partition``'s users when given."""
-    import numpy as np
 
     from solaris.store.partitions import Partitioning
 
     oldest = interval.start - round(cfg.selection.ttl_hours * 3600)
     ts = misses["ts"].to_numpy()
     keep = (ts >= oldest) & (ts < interval.end)
-    if partition is not None and cfg.cycle.partitions > 1:
-        users = misses["user_id"].to_numpy(np.int64)
-        keep &= Partitioning(cfg.cycle.partitions).of(users) == partition
+    if partition is not None:
+        keep &= Partitioning(cfg.cycle.partitions).holds(misses["user_id"].to_numpy(), partition)
     return misses[keep].reset_index(drop=True)
 
 
@@ -449,9 +440,10 @@ def ledger_cache(
         files, mixed = layout.interval_files("selections", i, partition)
         for path in files:
             frame = read_parquet(path, ["user_id", "item_id", "expires_at"])
-            if mixed and partitions > 1:
-                users = frame["user_id"].to_numpy(np.int64)
-                frame = frame[Partitioning(partitions).of(users) == partition]
+            if mixed:
+                frame = frame[
+                    Partitioning(partitions).holds(frame["user_id"].to_numpy(), partition)
+                ]
             frames.append(frame)
     if not frames:
         return pd.DataFrame(
@@ -614,12 +606,7 @@ def finish_interval(
             3,
         ),
     }
-    parts = cfg.cycle.partitions
-    wrote = (
-        layout.interval_files("selections", interval)[0]
-        if parts > 1
-        else (layout.selections(interval),)
-    )
+    wrote = layout.interval_files("selections", interval)[0]  # one file, or a partition's each
     write_run_record(layout, DAG_ID, interval.key, {**record, "request_log": drained}, wrote=wrote)
     return {**record, "request_log": drained}
 

@@ -37,7 +37,14 @@ from solaris.orchestration.resources import (
     feature_store,
     read_parquet,
 )
-from solaris.orchestration.runs import CANDIDATES, Params, combine_extras, task_run, task_runs
+from solaris.orchestration.runs import (
+    CANDIDATES,
+    Params,
+    combine_extras,
+    mapped_results,
+    task_runs,
+    unit_run,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,14 +79,7 @@ def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
 
 def embed(shard: dict[str, Any]) -> dict[str, Any]:
     """FM → autoencoder → ``pair`` view for one shard (a mapped task on the gpu pool)."""
-    run = task_run(
-        {
-            "namespace": shard["namespace"],
-            "replay": shard["replay"],
-            "interval_start": shard["interval_start"],
-            "interval_end": shard["interval_end"],
-        }
-    )
+    run = unit_run(shard)
     return embed_and_materialize(run.cfg, shard)
 
 
@@ -87,9 +87,7 @@ def publish(
     params: Params, shards: Sequence[dict[str, Any] | None], events: Any = None
 ) -> dict[str, Any]:
     """The run's record: the ``pair_embeddings`` asset event's extra."""
-    # Indexing, not iterating: iterating Airflow's lazy sequence of mapped results probes one
-    # past its end and logs that probe's 404 as an error.
-    results = [shards[i] for i in range(len(shards))]
+    results = mapped_results(shards)
     return combine_extras(
         [
             run.extra(

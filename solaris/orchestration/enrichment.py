@@ -5,13 +5,15 @@ interval end they carry; each reads the codes the embeddings DAG wrote for inter
 at or before that time (within the window the view needs) and computes views with
 :mod:`solaris.pipeline.enrich`:
 
-- the aggregates, partitioned by user (``cycle.partitions``, :mod:`solaris.store.partitions`):
-  :func:`plan_partitions` groups the partitions by their codes in the window;
-  :func:`partition_aggregates`, one mapped task a group, reads one partition's codes at a
-  time (only the shards that hold it), writes its users' ``uagg`` rows and keeps its
-  ``iagg`` partial sums; :func:`aggregates` adds the partial sums up into ``iagg`` and
-  records both views;
-- :func:`neighbour_fill` (one task): the neighbour table rebuilt, then the ``nbr`` view.
+- :func:`enrich` groups the partitions (``cycle.partitions``, :mod:`solaris.store.partitions`)
+  by their codes in the window; a quiet interval's whole enrichment runs in it
+  (:func:`enrich_inline`);
+- otherwise :func:`partition_aggregates`, one mapped task a group, reads one partition's codes
+  at a time (only the shards that hold it) and writes its users' ``uagg``, its ``iagg``
+  partial sums and its users' embeddings; :func:`aggregates` adds the sums up into ``iagg``
+  and builds the user KNN index once (:func:`build_neighbour_index`);
+  :func:`partition_neighbours`, one mapped task a group, writes its users' ``unn`` and their
+  candidates' ``nbr`` (:func:`fill_partitions`); :func:`neighbours` records the fill.
 
 The clustering DAG's ``unn`` view is built here too (:func:`rebuild_user_neighbours`) from
 the same history.
@@ -39,9 +41,11 @@ from solaris.orchestration.runs import (
     PAIR_EMBEDDINGS,
     USER_AGGREGATES,
     Params,
+    TaskRun,
     emit,
-    task_run,
+    mapped_results,
     task_runs,
+    unit_run,
 )
 
 if TYPE_CHECKING:
@@ -68,7 +72,6 @@ __all__ = [
     "recent_requests",
     "record_neighbours",
     "reduce_aggregates",
-    "refresh_enrichment",
     "useful_history",
 ]
 
@@ -92,13 +95,19 @@ def enrich(params: Params, events: Any = None, outlet: Any = None) -> list[dict[
             for view, record in enrich_inline(run.cfg, run.as_of).items():
                 done[view].append(run.extra(record))
         else:
-            units += [run.extra({"interval_end": run.as_of, "partitions": g}) for g in groups]
+            units += [_unit(run, g) for g in groups]
     for view, asset in _VIEW_ASSETS.items():
         emit(outlet, asset, done[view])
     return units
 
 
 _VIEW_ASSETS = {"uagg": USER_AGGREGATES, "iagg": ITEM_AGGREGATES, "nbr": NEIGHBOUR_FILL}
+
+
+def _unit(run: TaskRun, partitions: Sequence[int]) -> dict[str, Any]:
+    """A mapped task's unit: the run's newest interval and a group ``[first, last]``."""
+    newest = max(run.intervals)
+    return run.extra({**newest.as_dict(), "partitions": list(partitions)})
 
 
 def partition_aggregates(group: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,7 +128,7 @@ def aggregates(
     into the item view, build the neighbour index from their user embeddings, record both
     aggregates and emit their events through ``outlet``. Returns the neighbour fill's
     units (the groups again)."""
-    done = _results(results)
+    done = mapped_results(results)
     user, item, units = [], [], []
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
         mine = [r for r in done if r["namespace"] == run.cfg.namespace]
@@ -127,9 +136,7 @@ def aggregates(
             continue
         uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
         build_neighbour_index(run.cfg, run.as_of)
-        units += [
-            run.extra({"interval_end": run.as_of, "partitions": r["partitions"]}) for r in mine
-        ]
+        units += [_unit(run, r["partitions"]) for r in mine]
         user.append(run.extra(uagg))
         item.append(run.extra(iagg))
     emit(outlet, USER_AGGREGATES, user)
@@ -152,19 +159,13 @@ def neighbours(
 ) -> None:
     """Record the neighbour fill of every partition the mapped tasks filled and emit the
     ``nbr`` event through ``outlet``."""
-    done = _results(results)
+    done = mapped_results(results)
     extras = []
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
         mine = [r for r in done if r["namespace"] == run.cfg.namespace]
         if mine:
             extras.append(run.extra(record_neighbours(run.cfg, run.as_of, mine)))
     emit(outlet, NEIGHBOUR_FILL, extras)
-
-
-def _results(results: Sequence[Mapping[str, Any] | None]) -> list[Mapping[str, Any]]:
-    """Mapped tasks' results (indexing: iterating Airflow's lazy sequence probes one past
-    its end and logs the probe's 404 as an error); skipped ones are left out."""
-    return [r for i in range(len(results)) if (r := results[i])]
 
 
 def enrich_inline(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:
@@ -178,18 +179,8 @@ def enrich_inline(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:
 
 
 def _group_run(group: Mapping[str, Any]) -> tuple[SolarisConfig, int]:
-    """The settings and ``as_of`` of one mapped unit (its namespace, as :func:`plan_partitions`
-    put it there)."""
-    end = int(group["interval_end"])
-    run = task_run(
-        {
-            "namespace": group["namespace"],
-            "replay": group["replay"],
-            "interval_end": end,
-            "interval_start": end - 1,
-        }
-    )
-    return run.cfg, end
+    """The settings and ``as_of`` of one mapped group (as :func:`enrich` planned it)."""
+    return unit_run(group).cfg, int(group["interval_end"])
 
 
 def partition_groups(cfg: SolarisConfig, as_of: int) -> list[list[int]]:
@@ -232,7 +223,6 @@ def recent_requests(
 ) -> pd.DataFrame:
     """The logged requests of the intervals ending in ``(as_of - window_s, as_of]``; only
     those of partition ``partition``'s users when given (filtered file by file)."""
-    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
@@ -247,9 +237,8 @@ def recent_requests(
         files, mixed = layout.interval_files("request_log", interval, partition)
         for path in files:
             table = read_table(path, "request_log")
-            if mixed and parts.count > 1:
-                users = table["user_id"].to_numpy()
-                table = table.filter(parts.of(users) == np.int32(partition))
+            if mixed:
+                table = table.filter(parts.holds(table["user_id"].to_numpy(), partition))
             tables.append(table)
     if not tables:
         return pd.DataFrame({"user_id": [], "item_id": []}, dtype="int64")
@@ -260,7 +249,6 @@ def pair_history(cfg: SolarisConfig, as_of: int, window_s: int, partition: int |
     """:class:`~solaris.pipeline.enrich.PairHistory` of the codes computed in
     ``(as_of - window_s, as_of]``; only partition ``partition``'s users' codes when given
     (only the shards that hold it are read)."""
-    import numpy as np
 
     from solaris.data.schemas import read_table
     from solaris.pipeline.enrich import PairHistory
@@ -284,8 +272,7 @@ def pair_history(cfg: SolarisConfig, as_of: int, window_s: int, partition: int |
             mixed |= shared
     table = read_table(files, "pair_embeddings", z_dim=cfg.model.z_dim)
     if mixed:  # shards that hold other partitions too: keep this one's rows
-        users = table["user_id"].to_numpy()
-        table = table.filter(Partitioning(count).of(users) == np.int32(partition))
+        table = table.filter(Partitioning(count).holds(table["user_id"].to_numpy(), partition))
     return PairHistory.from_table(table)
 
 
@@ -422,11 +409,6 @@ def _read_table(path):
     return pq.read_table(where, filesystem=filesystem)
 
 
-def refresh_enrichment(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:
-    """Every enrichment view as of ``as_of`` in this process (:func:`enrich_inline`)."""
-    return enrich_inline(cfg, as_of)
-
-
 def build_neighbour_index(cfg: SolarisConfig, as_of: int) -> int | None:
     """The user KNN index as of ``as_of`` over every partition's user embeddings (users in
     ascending id order, so the index does not depend on the partition count), kept as one
@@ -460,7 +442,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     table), then ``nbr`` for the partition's candidates of the last TTL that the verifier
     did not select, from their neighbours' fresh codes (any partition's: the codes of the
     TTL window are scanned shard by shard and only the codes that match one of this
-    partition's targets are kept, :func:`~solaris.pipeline.neighbors.useful_codes`).
+    partition's targets are kept, :class:`~solaris.pipeline.neighbors.FillTargets`).
     Writes the partition's keys only. Returns the figures :func:`record_neighbours` sums."""
     import numpy as np
     import pandas as pd
@@ -479,19 +461,23 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         index = UserIndex.from_bytes(layout.neighbour_index(as_of).read_bytes())
     elif (newest := layout.latest_neighbours(as_of)) is not None:
         table = read_parquet(newest)
+    if index is not None:
+        user_parts = parts.of(index.user_ids)  # once: every partition below picks its own
+    elif table is not None:
+        user_parts = parts.of(table["user_id"].to_numpy(np.int64))
     done: list[int] = []
     figures = {"nbr_rows": 0, "unn_rows": 0, "codes_read": 0, "targets": 0}
     for partition in partitions:
         done.append(partition)
         if index is not None:
-            users = index.user_ids[parts.of(index.user_ids) == partition]
+            users = index.user_ids[user_parts == partition]
             unn = index.query(users, cfg.store.n_neighbors)
             if len(unn):
                 stamped = unn.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
                 _materialize(cfg, "unn", stamped, _batch_id(cfg, as_of, partition))
             figures["unn_rows"] += len(unn)
         elif table is not None:
-            unn = table[parts.of(table["user_id"].to_numpy(np.int64)) == partition]
+            unn = table[user_parts == partition]
         else:
             continue
         recent = recent_requests(cfg, as_of, ttl, partition)
@@ -621,13 +607,14 @@ def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     order = np.argsort(users, kind="stable")
     index = UserIndex.build(users[order], emb[order]) if len(users) >= 2 else None
     written, schema = 0, _neighbours_schema()
+    user_parts = parts.of(users)  # once: every partition below picks its own
 
     def write(sink) -> None:
         nonlocal written
         writer = None
         for partition in range(parts.count):
             writer = writer or pq.ParquetWriter(sink, schema)
-            mine = users[parts.of(users) == partition] if index is not None else users[:0]
+            mine = users[user_parts == partition] if index is not None else users[:0]
             if not len(mine):
                 continue
             unn = index.query(mine, cfg.store.n_neighbors)

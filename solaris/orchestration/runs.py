@@ -64,10 +64,12 @@ __all__ = [
     "cron_times",
     "emit",
     "event_extras",
+    "mapped_results",
     "on_cadence_grid",
     "settings",
     "task_run",
     "task_runs",
+    "unit_run",
 ]
 
 log = logging.getLogger(__name__)
@@ -393,6 +395,25 @@ def _triggering_extras(params: Mapping[str, object], events: Any, asset: object)
 def combine_extras(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One asset event's extra for the records of several task runs (one per namespace)."""
     return extras[0] if len(extras) == 1 else {"runs": list(extras)}
+
+
+def unit_run(unit: Mapping[str, Any]) -> TaskRun:
+    """The run of one mapped task's unit (an embedding shard, a group of partitions): the
+    namespace, replay flag and interval its planning task put in it."""
+    return task_run(
+        {
+            "namespace": unit["namespace"],
+            "replay": unit["replay"],
+            "interval_start": unit["interval_start"],
+            "interval_end": unit["interval_end"],
+        }
+    )
+
+
+def mapped_results(results: Sequence[Any]) -> list[Any]:
+    """The results of a mapped task, skipped ones left out. By index: iterating Airflow's
+    lazy sequence probes one past its end and logs that probe's 404 as an error."""
+    return [r for i in range(len(results)) if (r := results[i])]
 
 
 def emit(events: Any, asset: str, extras: Sequence[dict[str, Any]]) -> None:

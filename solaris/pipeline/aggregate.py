@@ -300,25 +300,16 @@ class ItemPartials:
 
 def reduce_item_partials(partials: Iterable[ItemPartials], *, z_dim: int) -> ItemPartials:
     """The sum of partitions' :class:`ItemPartials`, merged one at a time (memory: the
-    running total and one partial)."""
+    running total and one partial). The counts ride along as one more column of the sums
+    (float64: exact below 2^53), so one :func:`_group_sums` adds both up."""
+    total = np.zeros((0, z_dim + 1))
     items = np.zeros(0, np.int64)
-    sums = np.zeros((0, z_dim))
-    counts = np.zeros(0, np.int64)
     for part in partials:
         if part.sums.ndim == 2 and len(part.items) and part.sums.shape[1] != z_dim:
             raise ValueError(f"item partial sums have {part.sums.shape[1]} columns, not {z_dim}")
-        keys = np.concatenate([items, part.items])
-        values = np.concatenate([sums, part.sums.reshape(len(part.items), z_dim)])  # [M, d]
-        weights = np.concatenate([counts, part.counts])
-        if len(keys) == 0:
-            continue
-        order = np.argsort(keys, kind="stable")
-        k = keys[order]
-        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-        items = k[starts]
-        sums = np.add.reduceat(values[order], starts, axis=0)
-        counts = np.add.reduceat(weights[order], starts)
-    return ItemPartials(items, sums, counts)
+        values = np.c_[part.sums.reshape(len(part.items), z_dim), part.counts]
+        items, total, _ = _group_sums(np.r_[items, part.items], np.r_[total, values])
+    return ItemPartials(items.astype(np.int64), total[:, :z_dim], total[:, z_dim].astype(np.int64))
 
 
 def item_rows(partials: ItemPartials, *, as_of: int, fm_version: str) -> pd.DataFrame:

@@ -22,19 +22,13 @@ from solaris.pipeline.aggregate import (
     item_partial_sums,
     user_aggregate,
 )
-from solaris.pipeline.neighbors import (
-    FillTargets,
-    nearest_users,
-    neighbour_fill,
-    user_embeddings,
-)
+from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
 
 __all__ = [
     "PairHistory",
     "item_aggregates",
     "item_partials",
     "neighbour_rows",
-    "useful_codes",
     "user_aggregates",
     "user_embedding_table",
     "user_neighbours",
@@ -101,15 +95,6 @@ def item_partials(
     return item_partial_sums(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )
-
-
-def useful_codes(
-    targets: pd.DataFrame, neighbours: pd.DataFrame, pairs: pd.DataFrame
-) -> np.ndarray:
-    """Which rows of ``pairs`` (user_id, item_id of some codes) can serve a neighbour fill
-    of ``targets`` (:class:`~solaris.pipeline.neighbors.FillTargets`, prepared for one
-    chunk; a scan over many chunks prepares it once). Returns a boolean mask."""
-    return FillTargets(targets, neighbours).useful(pairs)
 
 
 def user_embedding_table(

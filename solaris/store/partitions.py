@@ -152,6 +152,13 @@ class Partitioning:
         slots = user_slots(user_ids).astype(np.int64)
         return (slots * self.count // SLOTS).astype(np.int32)
 
+    def holds(self, user_ids: np.ndarray, index: int) -> np.ndarray:
+        """Which of ``user_ids [N]`` are in partition ``index``: ``bool [N]`` (all, with one
+        partition, without hashing)."""
+        if self.count == 1:
+            return np.ones(len(np.asarray(user_ids)), dtype=bool)
+        return self.of(user_ids) == self.check(index)
+
     def of_user(self, user_id: int) -> int:
         """The partition of one user (:meth:`of` for a scalar)."""
         return user_slot(user_id) * self.count // SLOTS

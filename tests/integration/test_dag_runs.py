@@ -10,6 +10,7 @@ cycle's files, Feast's offline parquet and Redis (database 12, a project of its 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -457,26 +458,18 @@ def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
     assert away  # other partitions' shards exist, and are not needed
     hidden = Path(cfg.artifacts_dir) / "hidden"
     hidden.mkdir(exist_ok=True)
-    client = redis_client(REDIS)
-    db = client.connection_pool.connection_kwargs.get("db", 0)
-    client.config_set("notify-keyspace-events", "KA")
-    pubsub = client.pubsub()
-    pubsub.psubscribe(f"__keyspace@{db}__:{namespace.project}:*")
-    before = _files(namespace.cycle_root, namespace.offline_root)
-    moved = [(p, Path(shutil.move(p, hidden / f"{i}.parquet"))) for i, p in enumerate(away)]
-    try:
-        figures = aggregate_partitions(cfg, as_of, [mine])
-    finally:
-        for original, now in moved:
-            shutil.move(now, original)
-        client.config_set("notify-keyspace-events", "")
-    touched = _keys_touched(pubsub)
+    with _watching(namespace) as seen:
+        moved = [(p, Path(shutil.move(p, hidden / f"{i}.parquet"))) for i, p in enumerate(away)]
+        try:
+            figures = aggregate_partitions(cfg, as_of, [mine])
+        finally:
+            for original, now in moved:
+                shutil.move(now, original)
+    touched, changed = seen["keys"], seen["files"]
     assert figures["uagg_rows"] > 0 and figures["partitions_run"] == [mine, mine]
     assert touched and all(k.startswith(f"{namespace.project}:uagg:{{u:") for k in touched)
     users = np.array([int(k.rsplit(":", 1)[1].rstrip("}")) for k in touched])
     assert set(parts.of(users).tolist()) == {mine}
-    after = _files(namespace.cycle_root, namespace.offline_root)
-    changed = {p for p in after if before.get(p) != after[p]}
     assert {Path(p).name for p in changed} <= {
         f"{mine:05d}.parquet",
         f"batch-cycle-{as_of}-p{mine:05d}.parquet",
@@ -485,22 +478,15 @@ def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
 
     # The partition's neighbour fill reads every partition's codes (its users' neighbours
     # are anywhere) but writes only its own users' unn and nbr keys and batch files.
-    client.config_set("notify-keyspace-events", "KA")
-    pubsub = client.pubsub()
-    pubsub.psubscribe(f"__keyspace@{db}__:{namespace.project}:*")
-    before = _files(namespace.cycle_root, namespace.offline_root)
-    try:
+    with _watching(namespace) as seen:
         filled = fill_partitions(cfg, as_of, [mine])
-    finally:
-        client.config_set("notify-keyspace-events", "")
-    touched = _keys_touched(pubsub)
+    touched = seen["keys"]
     assert filled["unn_rows"] > 0
     views = {k.split(":")[1] for k in touched}
     assert views <= {"unn", "nbr"} and "unn" in views
     users = np.array([int(k.rsplit(":", 1)[1].rstrip("}")) for k in touched])
     assert set(parts.of(users).tolist()) == {mine}
-    after = _files(namespace.cycle_root, namespace.offline_root)
-    changed = {Path(p).name for p in after if before.get(p) != after[p]}
+    changed = {Path(p).name for p in seen["files"]}
     assert changed <= {f"batch-cycle-{as_of}-p{mine:05d}.parquet"}, changed
 
 
@@ -521,25 +507,36 @@ def test_a_partitions_selection_rerun_touches_only_its_own_stream_and_files(
     mine = max(range(8), key=lambda k: len(ledgers[k]))  # the busiest partition
     ledger = ledgers[mine]
     assert len(ledger)
+    with _watching(namespace) as seen:
+        figures = select_partitions(cfg, interval, [mine])
+    assert seen["keys"] == set()
+    assert seen["files"] == {
+        str(layout.request_log(interval, mine)),
+        str(layout.selections(interval, mine)),
+    }
+    assert figures["selected"] == len(ledger)
+    assert read_parquet(layout.selections(interval, mine)).equals(ledger)
+
+
+@contextlib.contextmanager
+def _watching(namespace: Namespace) -> Iterator[dict[str, set[str]]]:
+    """What the block writes in ``namespace``, filled in when it ends: ``keys``, the keys
+    Redis's keyspace notifications name, and ``files``, the cycle and offline files whose
+    size or mtime changed."""
     client = redis_client(REDIS)
     db = client.connection_pool.connection_kwargs.get("db", 0)
     client.config_set("notify-keyspace-events", "KA")
     pubsub = client.pubsub()
     pubsub.psubscribe(f"__keyspace@{db}__:{namespace.project}:*")
     before = _files(namespace.cycle_root, namespace.offline_root)
+    seen: dict[str, set[str]] = {"keys": set(), "files": set()}
     try:
-        figures = select_partitions(cfg, interval, [mine])
+        yield seen
     finally:
         client.config_set("notify-keyspace-events", "")
-    assert _keys_touched(pubsub) == set()
+    seen["keys"] |= _keys_touched(pubsub)
     after = _files(namespace.cycle_root, namespace.offline_root)
-    changed = {p for p in after if before.get(p) != after[p]}
-    assert changed == {
-        str(layout.request_log(interval, mine)),
-        str(layout.selections(interval, mine)),
-    }
-    assert figures["selected"] == len(ledger)
-    assert read_parquet(layout.selections(interval, mine)).equals(ledger)
+    seen["files"] |= {p for p in after if before.get(p) != after[p]}
 
 
 def _keys_touched(pubsub) -> set[str]:

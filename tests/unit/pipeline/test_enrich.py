@@ -5,11 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from solaris.pipeline.enrich import useful_codes
-from solaris.pipeline.neighbors import nearest_users, neighbour_fill
+from solaris.pipeline.neighbors import FillTargets, nearest_users, neighbour_fill
 from solaris.store.partitions import Partitioning
 
 WINDOW = {"as_of": 1_000, "ttl_seconds": 600, "fm_version": "fm-a"}
+
+
+def useful_codes(targets: pd.DataFrame, neighbours: pd.DataFrame, pairs: pd.DataFrame):
+    """The codes of ``pairs`` that a fill of ``targets`` can use, judged in one go."""
+    return FillTargets(targets, neighbours).useful(pairs)
 
 
 def _world(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, np.ndarray]:
@@ -93,8 +97,6 @@ def test_the_fills_means_summed_a_block_of_groups_at_a_time_are_the_same(monkeyp
 
 
 def test_prepared_targets_judge_chunks_as_the_whole_scan() -> None:
-    from solaris.pipeline.neighbors import FillTargets
-
     targets, table, pairs, _ = _world(4)
     wanted = FillTargets(targets, table)
     chunks = np.concatenate(

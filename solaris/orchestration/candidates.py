@@ -35,7 +35,17 @@ from solaris.orchestration.resources import (
     read_parquet,
     write_parquet,
 )
-from solaris.orchestration.runs import Params, cron_times, task_run, unit_run
+from solaris.orchestration.runs import (
+    CANDIDATES,
+    REQUEST_LOG,
+    Params,
+    TaskRun,
+    cron_times,
+    emit,
+    mapped_results,
+    task_run,
+    unit_run,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -106,33 +116,33 @@ def select_when_published(params: Params, start: object, end: object, events: An
 
     if not previous_published(params, start, end):
         return False
-    units = prepare(params, start, end)
+    run = task_run(params, start, end, grid=True)
+    units, records = prepare(run)
     if not units:
-        publish(params, start, end, [], events)
+        _emit(run, records, events)
     return PokeReturnValue(is_done=True, xcom_value=units)
 
 
-def prepare(params: Params, start: object, end: object) -> list[dict[str, Any]]:
+def prepare(run: TaskRun) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The run's selection, or its plan: per interval, a replay's serving and the miss
     drain (:func:`prepare_interval`); then the partitions are grouped by their request
     streams' lengths. One group (a quiet interval, whatever ``cycle.partitions`` is), or a
     run of several intervals (each interval's selection skips what the previous one
     selected, so they go in order): everything is selected here. Otherwise the groups are
-    returned, one mapped :func:`select_group` task each."""
-    run = task_run(params, start, end, grid=True)
-    units = []
+    returned, one mapped :func:`select_group` task each. Returns the units and the records
+    of the intervals selected here."""
+    units, records = [], []
     for interval in run.intervals:
         served, groups = prepare_interval(run.cfg, interval)
         if len(groups) <= 1 or len(run.intervals) > 1:
             every = range(run.cfg.cycle.partitions)
-            finish_interval(
-                run.cfg, interval, served, [select_partitions(run.cfg, interval, every)]
-            )
+            selected = select_partitions(run.cfg, interval, every)
+            records.append(finish_interval(run.cfg, interval, served, [selected]))
             continue
         units += [
             run.extra({**interval.as_dict(), "served": served, "partitions": g}) for g in groups
         ]
-    return units
+    return units, records
 
 
 def select_group(unit: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,21 +160,29 @@ def publish(
     results: Sequence[Mapping[str, Any] | None],
     events: Any = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The run's ``request_log`` and ``candidates`` events, emitted through ``events`` (the
-    task's asset-alias outlet): each interval's run record, written here from the mapped
-    groups' figures (:func:`finish_interval`), or read back when :func:`prepare` selected
-    the interval itself. Returns the two events' extras."""
-    from solaris.orchestration.runs import CANDIDATES, REQUEST_LOG, emit, mapped_results
-
+    """After the mapped :func:`select_group` tasks: each interval's run record from its
+    groups' figures (:func:`finish_interval`), and the ``request_log`` and ``candidates``
+    events emitted through ``events`` (the task's asset-alias outlet). Returns the two
+    events' extras."""
     run = task_run(params, start, end, grid=True)
     done = mapped_results(results)
     records = []
     for interval in run.intervals:
         mine = [r for r in done if r["interval_end"] == interval.end]
-        if mine:
-            records.append(finish_interval(run.cfg, interval, mine[0]["served"], mine))
-        else:
-            records.append(_recorded(run.cfg, interval))
+        if not mine:
+            raise CycleInputError(
+                f"interval {interval.key}: no mapped selection finished for it (the sensor "
+                "planned it): rerun the run's select_partitions tasks"
+            )
+        records.append(finish_interval(run.cfg, interval, mine[0]["served"], mine))
+    return _emit(run, records, events)
+
+
+def _emit(
+    run: TaskRun, records: list[dict[str, Any]], events: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``request_log`` and ``candidates`` events of the run's interval records (each
+    with its drain's figures under ``request_log``), through ``events``; their extras."""
     logs = [r.pop("request_log") for r in records]
     log_extra = run.extra(_combine(logs, ("requests", "rows", "late", "stale_dropped")))
     selection = run.extra(_combine(records, ("selected", "candidates", "requests")))
@@ -173,22 +191,11 @@ def publish(
     return log_extra, selection
 
 
-def _recorded(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:
-    """The run record :func:`prepare` wrote for ``interval``."""
-    import json
-
-    path = CycleLayout(Namespace.of(cfg)).run_record(DAG_ID, interval.key)
-    record = json.loads(path.read_text())
-    return {k: v for k, v in record.items() if k not in ("dag_id", "key")}
-
-
 def select(params: Params, start: object, end: object) -> tuple[dict, dict]:
     """Selection for the run's interval(s) in this process, every partition in order;
     returns the extras of the ``request_log`` and ``candidates`` events."""
     run = task_run(params, start, end, grid=True)
-    for interval in run.intervals:
-        select_interval(run.cfg, interval)
-    return publish(params, start, end, [])
+    return _emit(run, [select_interval(run.cfg, interval) for interval in run.intervals], None)
 
 
 def _combine(records: list[dict[str, Any]], summed: tuple[str, ...]) -> dict[str, Any]:

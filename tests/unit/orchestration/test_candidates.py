@@ -88,7 +88,7 @@ def test_the_sensors_poke_selects_nothing_while_the_previous_interval_is_unpubli
     layout = CycleLayout(Namespace("replay_x", tmp_path, tmp_path))
     write_run_record(layout, "solaris_candidates", Interval(0, 900).key, {})
     planned = []
-    monkeypatch.setattr(candidates, "prepare", lambda *args: planned.append(args) or ["unit"])
+    monkeypatch.setattr(candidates, "prepare", lambda *args: planned.append(args) or (["unit"], []))
     conf = {"namespace": "replay_x", "interval_start": 900, "interval_end": 1_800}
 
     assert not candidates.select_when_published(conf, None, None)

@@ -34,11 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANDIDATES_SCHEMA",
+    "PAIR_KEY_COLUMNS",
     "REQUESTS_SCHEMA",
     "REQUEST_LOG_SCHEMA",
     "SchemaError",
     "pair_codes",
     "pair_embeddings_schema",
+    "read_pair_keys",
     "read_table",
     "request_log_frame",
     "validate",
@@ -622,6 +624,39 @@ def write_table(
     path = state_path(path)
     valid = validate(table, kind, str(path), z_dim=z_dim)
     return atomic_write(path, lambda fh: pq.write_table(valid, fh))
+
+
+PAIR_KEY_COLUMNS = ("user_id", "item_id", "computed_at", "fm_version")
+
+
+def read_pair_keys(path: str | StatePath) -> pa.Table:
+    """The key columns of a pair-embeddings file (``PAIR_KEY_COLUMNS``), validated by the
+    rules of :func:`validate_pair_embeddings`, without reading the codes: a reader that
+    decides which rows it wants before it reads their codes (the neighbour fill). Raises
+    :class:`SchemaError` naming the file."""
+    single = state_path(path)
+    source = str(single)
+    if not single.exists():
+        raise SchemaError(source, None, "cannot read parquet: no such file or directory")
+    where, filesystem = arrow_source(single)
+    try:
+        dataset = ds.dataset(where, format="parquet", filesystem=filesystem)
+        _check_columns(list(PAIR_KEY_COLUMNS), dataset.schema.names, source)
+        table = dataset.to_table(columns=list(PAIR_KEY_COLUMNS))
+    except SchemaError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise SchemaError(source, None, f"cannot read parquet: {exc}") from exc
+    schema = pair_embeddings_schema(1)
+    columns: dict[str, pa.ChunkedArray] = {}
+    for name in ("user_id", "item_id"):
+        col = _coerce_integer(table.column(name), schema.field(name), source)
+        _check_no_nulls(col, name, source)
+        _check_non_negative(col, name, source)
+        columns[name] = col
+    columns["computed_at"] = _validate_computed_at(table.column("computed_at"), source)
+    columns["fm_version"] = _validate_fm_version(table.column("fm_version"), source)
+    return pa.table(columns)
 
 
 def pair_codes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:

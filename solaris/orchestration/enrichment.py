@@ -72,7 +72,7 @@ __all__ = [
     "recent_requests",
     "record_neighbours",
     "reduce_aggregates",
-    "useful_history",
+    "streamed_fill",
 ]
 
 ENRICHMENT_DAG_ID = "solaris_enrichment"
@@ -440,14 +440,12 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     """For each partition in turn: its users' ``unn`` rows from the neighbour index built as
     of ``as_of`` (or, with ``neighbours_every_interval`` off, the clustering DAG's newest
     table), then ``nbr`` for the partition's candidates of the last TTL that the verifier
-    did not select, from their neighbours' fresh codes (any partition's: the codes of the
-    TTL window are scanned shard by shard and only the codes that match one of this
-    partition's targets are kept, :class:`~solaris.pipeline.neighbors.FillTargets`).
+    did not select, from their neighbours' fresh codes (any partition's, streamed shard by
+    shard by :func:`streamed_fill`: a task holds its targets' sums and one shard).
     Writes the partition's keys only. Returns the figures :func:`record_neighbours` sums."""
     import numpy as np
     import pandas as pd
 
-    from solaris.pipeline.enrich import neighbour_rows
     from solaris.pipeline.neighbors import UserIndex
     from solaris.store.partitions import Partitioning
 
@@ -484,12 +482,11 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         if not (len(recent) and len(unn)):
             continue
         targets = recent[["user_id", "item_id"]].drop_duplicates(ignore_index=True)
-        history = useful_history(cfg, as_of, ttl, targets, unn)
-        rows = neighbour_rows(targets, unn, history, as_of, cfg, version)
+        rows, folded = streamed_fill(cfg, as_of, targets, unn, version)
         if len(rows):
             _materialize(cfg, "nbr", rows, _batch_id(cfg, as_of, partition))
         figures["nbr_rows"] += len(rows)
-        figures["codes_read"] += len(history.pairs)
+        figures["codes_read"] += folded
         figures["targets"] += len(targets)
     return {
         "namespace": cfg.namespace,
@@ -499,30 +496,81 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     }
 
 
-def useful_history(
-    cfg: SolarisConfig, as_of: int, window_s: int, targets: pd.DataFrame, neighbours: pd.DataFrame
-):
-    """The codes of ``(as_of - window_s, as_of]`` that can serve ``targets`` (their users'
-    own codes, or a neighbour's code of a target's item), read one shard at a time: memory
-    is what is kept, not the window's codes."""
-    from solaris.data.schemas import read_table
-    from solaris.pipeline.enrich import PairHistory
-    from solaris.pipeline.neighbors import FillTargets
+def streamed_fill(
+    cfg: SolarisConfig,
+    as_of: int,
+    targets: pd.DataFrame,
+    neighbours: pd.DataFrame,
+    fm_version: str,
+) -> tuple[pd.DataFrame, int]:
+    """``nbr`` rows of ``targets`` from the codes fresh at ``as_of`` (the TTL's window),
+    streamed shard by shard through a :class:`~solaris.pipeline.neighbors.NeighbourFill`,
+    and the number of codes folded in. Memory: the targets' sums, one shard, and the window
+    keys of the codes that may serve a target (32 bytes each), never the window's codes.
+
+    Two passes over the window's shards: the first reads only their key columns and picks,
+    among the codes that may serve a target, the one that wins for each pair (the latest,
+    as :func:`~solaris.pipeline.aggregate.select_window` picks it); the second reads each
+    shard's codes and folds in its winners."""
+    import numpy as np
+    import pandas as pd
+
+    from solaris.data.schemas import pair_codes, read_pair_keys, read_table
+    from solaris.pipeline.aggregate import latest_per_pair, window_mask
+    from solaris.pipeline.neighbors import NeighbourFill
+    from solaris.store.codec import f16_round
 
     layout = CycleLayout(Namespace.of(cfg))
-    wanted = FillTargets(targets, neighbours)  # once: each shard costs its own rows only
-    kept = []
-    for interval in layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of):
-        codes = layout.published_codes(interval)
-        for path in () if codes is None else codes.files:
-            table = read_table(path, "pair_embeddings", z_dim=cfg.model.z_dim)
-            pairs = table.select(["user_id", "item_id"]).to_pandas()
-            kept.append(table.filter(wanted.useful(pairs)))
-    if not kept:
-        return PairHistory.from_table(read_table([], "pair_embeddings", z_dim=cfg.model.z_dim))
-    import pyarrow as pa
-
-    return PairHistory.from_table(pa.concat_tables(kept))
+    window = round(cfg.selection.ttl_hours * 3600)
+    fill = NeighbourFill(targets, neighbours, z_dim=cfg.model.z_dim)
+    shards = [
+        path
+        for interval in layout.embedded_intervals(ending_after=as_of - window, ending_by=as_of)
+        if (codes := layout.published_codes(interval)) is not None
+        for path in codes.files
+    ]
+    rows_of, users, items, times = [], [], [], []
+    for path in shards:
+        keys = read_pair_keys(path)
+        u = keys["user_id"].to_numpy()
+        i = keys["item_id"].to_numpy()
+        t = keys["computed_at"].cast("int64").to_numpy() * 1_000  # us -> ns
+        fresh = window_mask(
+            t,
+            keys["fm_version"].to_numpy(zero_copy_only=False),
+            as_of=as_of,
+            window_seconds=window,
+            fm_version=fm_version,
+        )
+        rows = np.flatnonzero(fresh & fill.wanted(u, i))
+        rows_of.append(rows)
+        users.append(u[rows])
+        items.append(i[rows])
+        times.append(t[rows])
+    if not shards:
+        return fill.rows(as_of=as_of, fm_version=fm_version), 0
+    won = np.sort(
+        latest_per_pair(np.concatenate(users), np.concatenate(items), np.concatenate(times))
+    )
+    del users, items, times
+    ends = np.cumsum([len(r) for r in rows_of])
+    folded = 0
+    for k, path in enumerate(shards):
+        lo, hi = np.searchsorted(won, [ends[k] - len(rows_of[k]), ends[k]])
+        rows = rows_of[k][won[lo:hi] - (ends[k] - len(rows_of[k]))]
+        if not len(rows):
+            continue
+        table = read_table(path, "pair_embeddings", z_dim=cfg.model.z_dim)
+        z, _ = pair_codes(table)
+        pairs = pd.DataFrame(
+            {
+                "user_id": table["user_id"].to_numpy()[rows],
+                "item_id": table["item_id"].to_numpy()[rows],
+            }
+        )
+        fill.add(pairs, f16_round(z[rows]))
+        folded += len(rows)
+    return fill.rows(as_of=as_of, fm_version=fm_version), folded
 
 
 def record_neighbours(

@@ -51,10 +51,12 @@ __all__ = [
     "item_aggregate",
     "item_partial_sums",
     "item_rows",
+    "latest_per_pair",
     "reduce_item_partials",
     "select_window",
     "user_aggregate",
     "vectors",
+    "window_mask",
 ]
 
 _NS_PER_S = 1_000_000_000
@@ -155,24 +157,44 @@ def select_window(
     fm_version = _check_version(fm_version)
 
     t = _epoch_ns(pairs["computed_at"])
+    keep = window_mask(
+        t,
+        pairs["fm_version"].to_numpy(),
+        as_of=as_of,
+        window_seconds=window_seconds,
+        fm_version=fm_version,
+    )
+    idx = np.flatnonzero(keep)
+    users = pairs["user_id"].to_numpy(np.int64)[idx]
+    items = pairs["item_id"].to_numpy(np.int64)[idx]
+    win = latest_per_pair(users, items, t[idx])  # ascending (user_id, item_id)
+    rows = pd.DataFrame({"user_id": users[win], "item_id": items[win], "computed_at": t[idx][win]})
+    z16 = f16_round(zf[idx[win]])
+    return rows, z16
+
+
+def window_mask(
+    computed_at_ns: np.ndarray,
+    fm_versions: np.ndarray,
+    *,
+    as_of: int,
+    window_seconds: int,
+    fm_version: str,
+) -> np.ndarray:
+    """Which codes are usable at ``as_of``: of ``fm_version`` and computed in
+    ``(as_of − window_seconds, as_of]`` (``computed_at_ns``: epoch nanoseconds)."""
     end = as_of * _NS_PER_S
     start = (as_of - window_seconds) * _NS_PER_S
-    keep = (pairs["fm_version"].to_numpy() == fm_version) & (t > start) & (t <= end)
-    idx = np.flatnonzero(keep)
-    rows = pd.DataFrame(
-        {
-            "user_id": pairs["user_id"].to_numpy(np.int64)[idx],
-            "item_id": pairs["item_id"].to_numpy(np.int64)[idx],
-            "computed_at": t[idx],
-            "_row": idx,
-        }
-    )
-    rows = rows.sort_values("computed_at", kind="stable").drop_duplicates(
-        ["user_id", "item_id"], keep="last"
-    )
-    rows = rows.sort_values(["user_id", "item_id"], kind="stable").reset_index(drop=True)
-    z16 = f16_round(zf[rows.pop("_row").to_numpy()])
-    return rows, z16
+    return (fm_versions == fm_version) & (computed_at_ns > start) & (computed_at_ns <= end)
+
+
+def latest_per_pair(users: np.ndarray, items: np.ndarray, computed_at: np.ndarray) -> np.ndarray:
+    """The positions of the code that wins for each (user, item) pair: the latest
+    ``computed_at``, ties the later position; in ascending (user, item) order."""
+    order = np.lexsort((np.arange(len(users)), computed_at, items, users))
+    u, i = users[order], items[order]
+    last = np.r_[(u[1:] != u[:-1]) | (i[1:] != i[:-1]), True] if len(order) else []
+    return order[np.asarray(last, dtype=bool)]
 
 
 def vectors(z: np.ndarray) -> np.ndarray:

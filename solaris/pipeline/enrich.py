@@ -1,4 +1,5 @@
-"""Enrichment views from the pair-embedding history: uagg, iagg, unn and nbr rows.
+"""Enrichment views from the pair-embedding history: uagg, iagg and unn rows (nbr rows:
+:class:`solaris.pipeline.neighbors.NeighbourFill`, streamed by the enrichment DAG).
 
 Each function is one enrichment step (one task body in the enrichment and clustering DAGs):
 a pure function of the pair history as of ``as_of``, returning rows ready for
@@ -22,13 +23,12 @@ from solaris.pipeline.aggregate import (
     item_partial_sums,
     user_aggregate,
 )
-from solaris.pipeline.neighbors import nearest_users, neighbour_fill, user_embeddings
+from solaris.pipeline.neighbors import nearest_users, user_embeddings
 
 __all__ = [
     "PairHistory",
     "item_aggregates",
     "item_partials",
-    "neighbour_rows",
     "user_aggregates",
     "user_embedding_table",
     "user_neighbours",
@@ -127,25 +127,3 @@ def user_neighbours(
         return pd.DataFrame(columns=["user_id", "nbr_ids", "nbr_sims", "event_ts"])
     rows = nearest_users(users, emb, cfg.store.n_neighbors)
     return rows.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
-
-
-def neighbour_rows(
-    targets: pd.DataFrame,
-    neighbours: pd.DataFrame,
-    history: PairHistory,
-    as_of: int,
-    cfg: SolarisConfig,
-    fm_version: str,
-) -> pd.DataFrame:
-    """``nbr`` rows for ``targets`` (user_id, item_id): recent candidates the verifier did
-    not select, imputed from similar users who have a fresh code for the item."""
-    ttl = int(cfg.selection.ttl_hours * 3600)
-    return neighbour_fill(
-        targets.drop_duplicates(["user_id", "item_id"]),
-        neighbours,
-        history.pairs,
-        history.z,
-        as_of=as_of,
-        ttl_seconds=ttl,
-        fm_version=fm_version,
-    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import numbers
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import faiss
@@ -52,8 +53,8 @@ from solaris.store.contract import (
 )
 
 __all__ = [
-    "FillTargets",
     "NeighborsError",
+    "NeighbourFill",
     "UserIndex",
     "nearest_users",
     "neighbour_fill",
@@ -475,31 +476,30 @@ def _explode_neighbors(neighbors: pd.DataFrame, users: np.ndarray) -> pd.DataFra
     return edges[edges["user_id"] != edges["nbr_user"]]
 
 
-_EXPANSION_ROWS = 1 << 22  # (code, in-edge) rows expanded at once by _candidates
+_EXPANSION_ROWS = 1 << 18  # (code, in-edge) rows expanded, and matches folded, at once
 
 
 @dataclass(frozen=True)
 class _Targets:
     """Target pairs and the edges into their users, keyed for the codes-side join: built
-    once, then matched against any number of chunks of codes (a partition's fill scans the
-    window's codes shard by shard; rebuilding these per shard would cost the targets once
-    per shard)."""
+    once, then matched against any number of chunks of codes (a fill folds the window's
+    codes shard by shard)."""
 
     users: np.ndarray  # target users, ascending
     items: np.ndarray  # target items, ascending
-    keys: pd.Index  # dense (user, item) key of every target
+    keys: np.ndarray  # dense (user, item) key of every target, ascending (targets sorted)
     e_v: np.ndarray  # edges u -> v by ascending v: the neighbour
     e_u: np.ndarray  # ... the target user's dense index
     e_s: np.ndarray  # ... the similarity
 
     @classmethod
     def of(cls, tg: pd.DataFrame, edges: pd.DataFrame) -> _Targets:
+        """``tg``: unique targets sorted by (user_id, item_id); ``edges`` out of their users."""
         tg_u = tg["user_id"].to_numpy(np.int64)
         users = np.unique(tg_u)  # every edge starts at a target user
         items = np.unique(tg["item_id"].to_numpy(np.int64))
-        keys = pd.Index(
-            np.searchsorted(users, tg_u) * max(len(items), 1)
-            + np.searchsorted(items, tg["item_id"].to_numpy(np.int64))
+        keys = np.searchsorted(users, tg_u) * max(len(items), 1) + np.searchsorted(
+            items, tg["item_id"].to_numpy(np.int64)
         )
         order = np.argsort(edges["nbr_user"].to_numpy(np.int64), kind="stable")
         return cls(
@@ -511,123 +511,149 @@ class _Targets:
             edges["similarity"].to_numpy(np.float32)[order],
         )
 
-    def own(self, c_u: np.ndarray, c_i: np.ndarray) -> np.ndarray:
-        """Which codes ``(c_u, c_i)`` are targets themselves (a target's own code)."""
-        u = np.minimum(np.searchsorted(self.users, c_u), max(len(self.users) - 1, 0))
-        i = np.minimum(np.searchsorted(self.items, c_i), max(len(self.items) - 1, 0))
-        if not len(self.users) or not len(self.items):
-            return np.zeros(len(c_u), dtype=bool)
-        known = (self.users[u] == c_u) & (self.items[i] == c_i)
-        return known & (self.keys.get_indexer(u * len(self.items) + i) >= 0)
+    def _position(self, key: np.ndarray) -> np.ndarray:
+        """The target of each dense key (−1: none)."""
+        at = np.minimum(np.searchsorted(self.keys, key), max(len(self.keys) - 1, 0))
+        if not len(self.keys):
+            return np.full(len(key), -1, np.int64)
+        return np.where(self.keys[at] == key, at, -1)
 
-    def expand(self, c_v: np.ndarray, c_i: np.ndarray, c_row: np.ndarray) -> tuple:
-        """``(user_id, item_id, nbr_user, similarity, _row)`` arrays of every target
-        ``(u, i)``, edge ``u -> v`` and code ``(v, i)`` of row ``c_row`` (codes of items
-        outside the targets' must be left out by the caller)."""
+    def position(self, c_u: np.ndarray, c_i: np.ndarray) -> np.ndarray:
+        """The target each code ``(c_u, c_i)`` is itself (−1: none): a target's own code."""
+        if not len(self.users) or not len(self.items):
+            return np.full(len(c_u), -1, np.int64)
+        u = np.minimum(np.searchsorted(self.users, c_u), len(self.users) - 1)
+        i = np.minimum(np.searchsorted(self.items, c_i), len(self.items) - 1)
+        known = (self.users[u] == c_u) & (self.items[i] == c_i)
+        return np.where(known, self._position(u * len(self.items) + i), -1)
+
+    def neighbours_of(self, c_u: np.ndarray) -> np.ndarray:
+        """Which code users some target user points at."""
+        at = np.minimum(np.searchsorted(self.e_v, c_u), max(len(self.e_v) - 1, 0))
+        return (self.e_v[at] == c_u) if len(self.e_v) else np.zeros(len(c_u), dtype=bool)
+
+    def matches(
+        self, c_v: np.ndarray, c_i: np.ndarray, c_row: np.ndarray
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Blocks ``(target, nbr_user, similarity, row)`` of every target ``(u, i)``, edge
+        ``u -> v`` and code ``(v, i)`` of row ``c_row``; each block expands at most
+        ``_EXPANSION_ROWS`` (code, edge) rows (at least one code), so memory is a block's."""
         n_items = max(len(self.items), 1)
         c_key = np.searchsorted(self.items, c_i)
         lo = np.searchsorted(self.e_v, c_v, side="left")  # the edges pointing at each code
         count = np.searchsorted(self.e_v, c_v, side="right") - lo
         ends = np.cumsum(count)
-        parts: list[tuple[np.ndarray, ...]] = []
         first = 0
         while first < len(c_v):
             base = ends[first - 1] if first else 0
-            # The codes whose expansion fits the block (at least one code per block).
             last = max(int(np.searchsorted(ends, base + _EXPANSION_ROWS, side="right")), first + 1)
             code = np.repeat(np.arange(first, last), count[first:last])  # (E,)
             offset = np.arange(len(code)) - (ends[code] - count[code] - base)  # rank in edges
             edge = lo[code] + offset  # (E,)
-            hit = self.keys.get_indexer(self.e_u[edge] * n_items + c_key[code]) >= 0
-            code, edge = code[hit], edge[hit]
-            parts.append(
-                (self.users[self.e_u[edge]], c_i[code], self.e_v[edge], self.e_s[edge], c_row[code])
-            )
+            target = self._position(self.e_u[edge] * n_items + c_key[code])
+            hit = target >= 0
+            yield target[hit], self.e_v[edge[hit]], self.e_s[edge[hit]], c_row[code[hit]]
             first = last
-        dtypes = (np.int64, np.int64, np.int64, np.float32, np.int64)
-        if not parts:
-            return tuple(np.zeros(0, t) for t in dtypes)
-        return tuple(np.concatenate([p[k] for p in parts]) for k in range(len(dtypes)))
 
 
-def _candidates(tg: pd.DataFrame, edges: pd.DataFrame, usable: pd.DataFrame) -> pd.DataFrame:
-    """Rows ``(user_id, item_id, nbr_user, similarity, _row)``: target ``(u, i)``, an edge
-    ``u -> v`` and the usable code ``(v, i)`` at row ``_row``, for every such triple.
+class NeighbourFill:
+    """The ``nbr`` rows of a set of targets, folded over codes one chunk at a time.
 
-    Joined from the codes' side: each usable code ``(v, i)`` is expanded over the edges that
-    point at ``v`` and the resulting ``(u, i)`` kept when it is a target. Expanding the
-    targets over their ``k`` neighbours instead materialises targets × k rows (about 7·10^7
-    rows and 6.5 GB for 10^6 candidates, about 80 times the matches); there are fewer codes
-    than targets, and the expansion runs in blocks of ``_EXPANSION_ROWS`` rows, so memory
-    stays bounded whatever the traffic. Pairs are keyed by dense user and item indices (ids
-    may use all 63 bits), and membership is a hash lookup of those keys.
+    Built once from the targets and their users' neighbours; :meth:`add` folds in a chunk of
+    codes (fresh, of the fill's FM version, at most one per pair over all chunks), keeping
+    per target only the best neighbour so far and the running sums of its mean; :meth:`rows`
+    gives the fill. Memory is the targets' (``2d`` float64 sums and a float16 code each) and
+    one chunk's, whatever the number of codes: a partition's fill streams the window's codes
+    shard by shard. Sums of float16 codes in float64 do not depend on how the codes are
+    chunked; the weighted sums can differ in their last float64 bit, far below the float16
+    rounding of the mean.
+
+    :meth:`wanted` says which codes of a chunk can matter (a target's own code, or a code
+    ``(v, i)`` of a neighbour ``v`` of a target ``(u, i)``'s user): a cheap superset test by
+    user and item, used to keep the window's keys small before the codes are read.
     """
-    found = _Targets.of(tg, edges).expand(
-        usable["user_id"].to_numpy(np.int64),
-        usable["item_id"].to_numpy(np.int64),
-        usable["_row"].to_numpy(np.int64),
-    )
-    columns = ("user_id", "item_id", "nbr_user", "similarity", "_row")
-    return pd.DataFrame(dict(zip(columns, found, strict=True)))
 
-
-class FillTargets:
-    """One neighbour fill's targets and their users' neighbours, prepared once, to tell
-    which codes of any chunk can serve them (:meth:`useful`): a target's own code, or a
-    neighbour ``v``'s code ``(v, i)`` of a target ``(u, i)`` with ``u -> v``. A function of
-    the (user, item) pair alone, so every version of a useful pair is kept and
-    :func:`neighbour_fill` over the kept codes equals it over all of them: a partition's
-    fill scans the window's codes shard by shard and keeps only what it needs."""
-
-    def __init__(self, targets: pd.DataFrame, neighbors: pd.DataFrame) -> None:
+    def __init__(self, targets: pd.DataFrame, neighbors: pd.DataFrame, *, z_dim: int) -> None:
         tg = targets[["user_id", "item_id"]].astype(np.int64).drop_duplicates()
+        tg = tg.sort_values(["user_id", "item_id"], ignore_index=True)
         edges = _explode_neighbors(neighbors, tg["user_id"].unique())
-        self._targets = _Targets.of(tg, edges)
+        self._t = _Targets.of(tg, edges)
+        self._pairs = tg
+        n = len(tg)
+        self._own = np.zeros(n, dtype=bool)
+        self._count = np.zeros(n, np.int64)
+        self._wsum = np.zeros(n, np.float64)
+        self._wz = np.zeros((n, z_dim), np.float64)
+        self._zsum = np.zeros((n, z_dim), np.float64)
+        self._best_sim = np.full(n, -np.inf, np.float32)
+        self._best_nbr = np.full(n, np.iinfo(np.int64).max, np.int64)
+        self._top = np.zeros((n, z_dim), np.float16)
 
-    def useful(self, pairs: pd.DataFrame) -> np.ndarray:
-        """A boolean mask over ``pairs`` (``user_id``, ``item_id`` of codes)."""
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def wanted(self, c_u: np.ndarray, c_i: np.ndarray) -> np.ndarray:
+        """A boolean mask over codes ``(c_u, c_i)``: those that may serve a target."""
+        return np.isin(c_i, self._t.items) & (
+            self._t.neighbours_of(c_u) | np.isin(c_u, self._t.users)
+        )
+
+    def add(self, pairs: pd.DataFrame, z16: np.ndarray) -> None:
+        """Fold in codes ``pairs`` (``user_id``, ``item_id``) with ``z16 [len(pairs), d]``
+        (float16-rounded float32)."""
         c_u = pairs["user_id"].to_numpy(np.int64)
         c_i = pairs["item_id"].to_numpy(np.int64)
-        keep = self._targets.own(c_u, c_i)
-        rows = np.flatnonzero(np.isin(c_i, self._targets.items))  # only target items match
-        matched = self._targets.expand(c_u[rows], c_i[rows], rows)[4]
-        keep[matched] = True
-        return keep
+        own = self._t.position(c_u, c_i)
+        self._own[own[own >= 0]] = True
+        rows = np.flatnonzero(np.isin(c_i, self._t.items))  # only target items match
+        for target, nbr, sim, code in self._t.matches(c_u[rows], c_i[rows], rows):
+            self._fold(target, nbr, sim, z16[code])
 
+    def _fold(self, target: np.ndarray, nbr: np.ndarray, sim: np.ndarray, z: np.ndarray) -> None:
+        if not len(target):
+            return
+        order = np.lexsort((nbr, -sim, target))  # by target, most similar first, then id
+        target, nbr, sim, z = target[order], nbr[order], sim[order], z[order]
+        starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
+        t = target[starts]
+        zc = z.astype(np.float64)
+        w = np.maximum(sim.astype(np.float64), 0.0)
+        self._count[t] += np.diff(np.r_[starts, len(target)])
+        self._wsum[t] += np.add.reduceat(w, starts)
+        self._wz[t] += np.add.reduceat(w[:, None] * zc, starts, axis=0)
+        self._zsum[t] += np.add.reduceat(zc, starts, axis=0)
+        s, v = sim[starts], nbr[starts]
+        best = self._best_sim[t]
+        better = (s > best) | ((s == best) & (v < self._best_nbr[t]))
+        won = t[better]
+        self._best_sim[won] = s[better]
+        self._best_nbr[won] = v[better]
+        self._top[won] = z[starts[better]]
 
-_REDUCTION_ROWS = 1 << 20  # candidate rows whose codes are gathered in float64 at once
-
-
-def _weighted_means(
-    z16: np.ndarray, rows: np.ndarray, sim: np.ndarray, starts: np.ndarray, n: int
-) -> np.ndarray:
-    """``z_mean`` of every group of candidates (groups start at ``starts``; candidate ``j``
-    has the code ``z16[rows[j]]`` and similarity ``sim[j]``): the weighted mean with
-    ``w = max(sim, 0)``, or the plain mean where every weight is 0; float16-rounded.
-
-    The codes are gathered and summed in float64 a block of whole groups at a time, so the
-    memory is a block's, not the candidates' (a group's sum is the same either way)."""
-    d = z16.shape[1]
-    out = np.zeros((len(starts), d), np.float32)
-    bounds = np.r_[starts, n]
-    first = 0
-    while first < len(starts):
-        last = max(
-            int(np.searchsorted(bounds, bounds[first] + _REDUCTION_ROWS, "right")) - 1, first + 1
+    def rows(self, *, as_of: int, fm_version: str) -> pd.DataFrame:
+        """The ``nbr`` rows: one per target with a candidate and no own code, sorted by
+        (user_id, item_id); see :func:`neighbour_fill`."""
+        keep = np.flatnonzero((self._count > 0) & ~self._own)
+        use_w = self._wsum[keep] > 0
+        means = np.where(
+            use_w[:, None],
+            self._wz[keep] / np.where(use_w, self._wsum[keep], 1.0)[:, None],
+            self._zsum[keep] / self._count[keep][:, None],
         )
-        lo, hi = bounds[first], bounds[last]
-        local = starts[first:last] - lo
-        zc = z16[rows[lo:hi]].astype(np.float64)  # (block, d)
-        w = np.maximum(sim[lo:hi], 0.0)
-        wsum = np.add.reduceat(w, local)
-        wz = np.add.reduceat(w[:, None] * zc, local, axis=0)
-        sizes = np.diff(np.r_[local, hi - lo])
-        plain = np.add.reduceat(zc, local, axis=0) / sizes[:, None]
-        use_w = wsum > 0
-        means = np.where(use_w[:, None], wz / np.where(use_w, wsum, 1.0)[:, None], plain)
-        out[first:last] = f16_round(means)
-        first = last
-    return out
+        g = len(keep)
+        return pd.DataFrame(
+            {
+                USER_ID: self._pairs["user_id"].to_numpy(np.int64)[keep],
+                ITEM_ID: self._pairs["item_id"].to_numpy(np.int64)[keep],
+                Z_TOP1: vectors(self._top[keep].astype(np.float32)),
+                SRC_USER: self._best_nbr[keep],
+                SIMILARITY: self._best_sim[keep],
+                Z_MEAN: vectors(f16_round(means)),
+                N_NBRS: self._count[keep],
+                FM_VERSION: np.full(g, fm_version, dtype=object),
+                EVENT_TS: _event_ts(as_of, g),
+            }
+        )
 
 
 def neighbour_fill(
@@ -676,45 +702,6 @@ def neighbour_fill(
     fresh, z16 = select_window(
         pairs, z, as_of=as_of, window_seconds=ttl_seconds, fm_version=fm_version
     )
-    fresh = fresh[["user_id", "item_id"]].assign(_row=np.arange(len(fresh)))
-
-    tg = targets[["user_id", "item_id"]].astype(np.int64).drop_duplicates()
-    # Targets already served by their own fresh pair code get no neighbour row.
-    own = tg.merge(fresh, on=["user_id", "item_id"], how="left")["_row"].notna().to_numpy()
-    tg = tg[~own]
-
-    edges = _explode_neighbors(neighbors, tg["user_id"].unique())
-    # Only codes of target items can match; dropping the rest first keeps the join small.
-    usable = fresh[fresh["item_id"].isin(tg["item_id"].unique())]
-    cand = _candidates(tg, edges, usable)
-    cand = cand.sort_values(
-        ["user_id", "item_id", "similarity", "nbr_user"],
-        ascending=[True, True, False, True],
-        kind="stable",
-    ).reset_index(drop=True)
-
-    n = len(cand)
-    key_u = cand["user_id"].to_numpy(np.int64)
-    key_i = cand["item_id"].to_numpy(np.int64)
-    new_group = np.r_[True, (key_u[1:] != key_u[:-1]) | (key_i[1:] != key_i[:-1])] if n else []
-    starts = np.flatnonzero(new_group)
-    g = len(starts)
-    sizes = np.diff(np.r_[starts, n]).astype(np.int64)
-    rows = cand["_row"].to_numpy(np.int64)
-    top = cand.iloc[starts]
-    z_top1 = z16[rows[starts]] if g else np.zeros((0, z16.shape[1]), np.float32)
-    z_mean16 = _weighted_means(z16, rows, cand["similarity"].to_numpy(np.float64), starts, n)
-
-    return pd.DataFrame(
-        {
-            USER_ID: top["user_id"].to_numpy(np.int64),
-            ITEM_ID: top["item_id"].to_numpy(np.int64),
-            Z_TOP1: vectors(z_top1),
-            SRC_USER: top["nbr_user"].to_numpy(np.int64),
-            SIMILARITY: top["similarity"].to_numpy(np.float32),
-            Z_MEAN: vectors(z_mean16),
-            N_NBRS: sizes,
-            FM_VERSION: np.full(g, fm_version, dtype=object),
-            EVENT_TS: _event_ts(as_of, g),
-        }
-    )
+    fill = NeighbourFill(targets, neighbors, z_dim=z16.shape[1])
+    fill.add(fresh, z16)
+    return fill.rows(as_of=as_of, fm_version=fm_version)

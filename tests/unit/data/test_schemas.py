@@ -18,6 +18,7 @@ from solaris.data.schemas import (
     REQUESTS_SCHEMA,
     SchemaError,
     pair_embeddings_schema,
+    read_pair_keys,
     read_table,
     validate_candidates,
     validate_pair_embeddings,
@@ -200,6 +201,27 @@ def test_round_trip_pair_embeddings_normalises_z_and_computed_at(tmp_path: Path)
     back = read_table(target, "pair_embeddings", z_dim=Z_DIM, as_of=2)
     assert back.schema.equals(pair_embeddings_schema(Z_DIM))
     assert back.column("computed_at").cast(pa.int64()).to_pylist() == [1_000_000, 2_000_000]
+
+
+def test_read_pair_keys_reads_the_keys_alone_in_schema_form(tmp_path: Path) -> None:
+    target = tmp_path / "pe.parquet"
+    write_table(_pair_embeddings(), target, "pair_embeddings", z_dim=Z_DIM)
+    keys = read_pair_keys(target)
+    assert keys.column_names == ["user_id", "item_id", "computed_at", "fm_version"]
+    assert keys["user_id"].to_pylist() == [10, 11]
+    assert keys["computed_at"].type == pa.timestamp("us", tz="UTC")
+
+
+def test_read_pair_keys_refuses_bad_keys_naming_the_file_and_column(tmp_path: Path) -> None:
+    target = tmp_path / "pe.parquet"
+    pq.write_table(_pair_embeddings(item_id=pa.array([7, -8], pa.int64())), target)
+    with pytest.raises(SchemaError, match=r"pe\.parquet.*item_id.*negative"):
+        read_pair_keys(target)
+    pq.write_table(_pair_embeddings().drop_columns(["fm_version"]), target)
+    with pytest.raises(SchemaError, match=r"pe\.parquet.*fm_version"):
+        read_pair_keys(target)
+    with pytest.raises(SchemaError, match="no such file"):
+        read_pair_keys(tmp_path / "absent.parquet")
 
 
 def test_read_table_accepts_directory_of_parquet_files(tmp_path: Path) -> None:

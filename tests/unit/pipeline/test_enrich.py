@@ -1,19 +1,16 @@
-"""Enrichment steps over partitions: what a partition's neighbour fill keeps of the codes."""
+"""The neighbour fill over partitions and chunks: a partition's fill folds the window's codes
+chunk by chunk and keeps only the codes that may serve its own targets."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from solaris.pipeline.neighbors import FillTargets, nearest_users, neighbour_fill
+from solaris.pipeline.aggregate import select_window
+from solaris.pipeline.neighbors import NeighbourFill, nearest_users, neighbour_fill
 from solaris.store.partitions import Partitioning
 
 WINDOW = {"as_of": 1_000, "ttl_seconds": 600, "fm_version": "fm-a"}
-
-
-def useful_codes(targets: pd.DataFrame, neighbours: pd.DataFrame, pairs: pd.DataFrame):
-    """The codes of ``pairs`` that a fill of ``targets`` can use, judged in one go."""
-    return FillTargets(targets, neighbours).useful(pairs)
 
 
 def _world(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, np.ndarray]:
@@ -41,65 +38,86 @@ def _fill(targets, neighbours, pairs, z) -> pd.DataFrame:
     return rows.drop(columns="event_ts").reset_index(drop=True)
 
 
+def _folded(targets, neighbours, pairs, z, chunk: int) -> pd.DataFrame:
+    """The fill of ``targets`` with the window's codes folded in ``chunk`` codes at a time."""
+    fresh, z16 = select_window(
+        pairs,
+        z,
+        as_of=WINDOW["as_of"],
+        window_seconds=WINDOW["ttl_seconds"],
+        fm_version=WINDOW["fm_version"],
+    )
+    fill = NeighbourFill(targets, neighbours, z_dim=z.shape[1])
+    for lo in range(0, len(fresh), chunk):
+        fill.add(fresh.iloc[lo : lo + chunk], z16[lo : lo + chunk])
+    rows = fill.rows(as_of=WINDOW["as_of"], fm_version=WINDOW["fm_version"])
+    return rows.drop(columns="event_ts").reset_index(drop=True)
+
+
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
     a = a.sort_values(["user_id", "item_id"], ignore_index=True)
     b = b.sort_values(["user_id", "item_id"], ignore_index=True)
-    assert a[["user_id", "item_id", "src_user", "n_nbrs"]].equals(
-        b[["user_id", "item_id", "src_user", "n_nbrs"]]
-    )
+    columns = ["user_id", "item_id", "src_user", "similarity", "n_nbrs"]
+    assert a[columns].equals(b[columns])
     for column in ("z_top1", "z_mean"):
         assert np.array_equal(np.stack(a[column]), np.stack(b[column]))
 
 
-def test_the_fill_over_the_useful_codes_equals_the_fill_over_all_codes() -> None:
+def test_the_fill_over_the_wanted_codes_equals_the_fill_over_all_codes() -> None:
     targets, neighbours, pairs, z = _world(0)
-    keep = useful_codes(targets, neighbours, pairs)
+    targets = targets.iloc[:30]  # few targets: most codes cannot serve them
+    fill = NeighbourFill(targets, neighbours, z_dim=4)
+    keep = fill.wanted(pairs["user_id"].to_numpy(), pairs["item_id"].to_numpy())
     assert 0 < keep.sum() < len(pairs)  # it drops codes, and keeps some
     full = _fill(targets, neighbours, pairs, z)
     assert len(full)
     _same(_fill(targets, neighbours, pairs[keep], z[keep]), full)
 
 
-def test_partitions_filling_their_own_targets_from_scanned_chunks_make_the_whole_fill() -> None:
-    """Each partition keeps, chunk by chunk, the codes its own targets can use; the union of
-    the partitions' fills is the fill of all targets (a target belongs to its user's
-    partition)."""
+def test_codes_folded_a_chunk_at_a_time_give_the_fill_of_them_all() -> None:
     targets, neighbours, pairs, z = _world(1)
+    full = _fill(targets, neighbours, pairs, z)
+    for chunk in (1, 7, 333, 4_000):
+        _same(_folded(targets, neighbours, pairs, z, chunk), full)
+
+
+def test_partitions_folding_their_own_targets_make_the_whole_fill() -> None:
+    """Each partition folds the window's codes for its own targets; the union of the
+    partitions' fills is the fill of all targets (a target belongs to its user's partition)."""
+    targets, neighbours, pairs, z = _world(2)
     parts = Partitioning(4)
     filled = []
     for rows in parts.split(targets["user_id"].to_numpy()):
         mine = targets.iloc[rows]
-        users = mine["user_id"].unique()
-        table = neighbours[neighbours["user_id"].isin(users)]
-        kept = np.concatenate(
-            [
-                lo + np.flatnonzero(useful_codes(mine, table, pairs.iloc[lo : lo + 500]))
-                for lo in range(0, len(pairs), 500)
-            ]
-        )
-        filled.append(_fill(mine, table, pairs.iloc[kept], z[kept]))
+        table = neighbours[neighbours["user_id"].isin(mine["user_id"].unique())]
+        filled.append(_folded(mine, table, pairs, z, 500))
     _same(pd.concat(filled, ignore_index=True), _fill(targets, neighbours, pairs, z))
 
 
-def test_nothing_to_fill_keeps_nothing() -> None:
-    _, neighbours, pairs, _ = _world(2)
+def test_nothing_to_fill_wants_nothing_and_fills_nothing() -> None:
+    _, neighbours, pairs, z = _world(3)
     empty = pd.DataFrame({"user_id": np.zeros(0, np.int64), "item_id": np.zeros(0, np.int64)})
-    assert not useful_codes(empty, neighbours, pairs).any()
+    fill = NeighbourFill(empty, neighbours, z_dim=4)
+    assert not fill.wanted(pairs["user_id"].to_numpy(), pairs["item_id"].to_numpy()).any()
+    assert _folded(empty, neighbours, pairs, z, 100).empty
 
 
-def test_the_fills_means_summed_a_block_of_groups_at_a_time_are_the_same(monkeypatch) -> None:
+def test_the_fill_expanded_in_small_blocks_is_the_same(monkeypatch) -> None:
     from solaris.pipeline import neighbors
 
-    targets, table, pairs, z = _world(3)
+    targets, table, pairs, z = _world(4)
     whole = _fill(targets, table, pairs, z)
-    monkeypatch.setattr(neighbors, "_REDUCTION_ROWS", 7)  # many small blocks
+    monkeypatch.setattr(neighbors, "_EXPANSION_ROWS", 7)  # many small blocks
     _same(_fill(targets, table, pairs, z), whole)
 
 
-def test_prepared_targets_judge_chunks_as_the_whole_scan() -> None:
-    targets, table, pairs, _ = _world(4)
-    wanted = FillTargets(targets, table)
-    chunks = np.concatenate(
-        [wanted.useful(pairs.iloc[lo : lo + 333]) for lo in range(0, 4_000, 333)]
+def test_a_target_with_its_own_code_in_a_later_chunk_gets_no_row() -> None:
+    """The own code decides at the end, whichever chunk it comes in."""
+    neighbours = nearest_users(np.arange(3), np.eye(3, 2) + 0.1, 2)
+    targets = pd.DataFrame({"user_id": [0], "item_id": [5]})
+    pairs = pd.DataFrame(
+        {"user_id": [1, 0], "item_id": [5, 5], "computed_at": [900, 950], "fm_version": "fm-a"}
     )
-    assert np.array_equal(chunks, useful_codes(targets, table, pairs))
+    z = np.ones((2, 4), np.float32)
+    assert len(_folded(targets, neighbours, pairs.iloc[:1], z[:1], 1)) == 1
+    assert _folded(targets, neighbours, pairs, z, 1).empty

@@ -13,8 +13,8 @@ interval, or the ``interval_start``/``interval_end`` of its conf, on the cadence
    serving the interval's requests from the traffic source through the serving client,
    which logs them) it drains the miss stream and groups the partitions
    (``SOLARIS_CYCLE__PARTITIONS``) by the requests their streams hold. A quiet interval
-   is one group, and the sensor selects it itself and emits the events: one task start
-   per interval.
+   is one group: the sensor selects it itself, emits the events and skips the tasks below
+   at once (one task start per interval).
 2. ``select_partitions``, one mapped task per group otherwise: it drains its partitions'
    request streams into their tables and selects the top share of each request by the
    logged verifier score, against its partitions' own ledgers.
@@ -63,7 +63,8 @@ def solaris_candidates():
     def select_partitions(unit):
         return candidates.select_group(unit)
 
-    # Skipped after a quiet interval (no mapped task): the sensor emitted the events then.
+    # Skipped after a quiet interval: the sensor did the work, emitted the events and
+    # skipped the rest of the run.
     @task(outlets=[SELECTION_EVENTS])
     def publish(
         results,

@@ -6,7 +6,7 @@ interval end that triggered the run, partitioned by user (``SOLARIS_CYCLE__PARTI
 
 1. ``enrich`` groups the partitions by their codes in the window. A quiet interval is one
    group: the task then does the whole enrichment itself, one partition at a time, and
-   emits the views' events; the tasks below are skipped (one task start per interval).
+   emits the views' events, and skips the tasks below at once (one task start per interval).
 2. ``partition_aggregates``, one mapped task per group: its users' ``uagg`` rows, its share
    of the item sums and its users' embeddings, reading only its partitions' codes.
 3. ``aggregates``: the item sums added up into ``iagg``; the user KNN index built once over
@@ -50,7 +50,7 @@ def solaris_enrichment():
     def partition_aggregates(group):
         return enrichment.partition_aggregates(group)
 
-    # The tasks after the mapped ones are skipped after a quiet interval (nothing mapped).
+    # Skipped after a quiet interval: enrich did the work and skipped the rest of the run.
     @task(outlets=[VIEW_EVENTS])
     def aggregates(results, params=None, triggering_asset_events=None, outlet_events=None):
         return enrichment.aggregates(

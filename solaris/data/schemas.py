@@ -40,6 +40,7 @@ __all__ = [
     "SchemaError",
     "pair_codes",
     "pair_embeddings_schema",
+    "read_pair_codes",
     "read_pair_keys",
     "read_table",
     "request_log_frame",
@@ -657,6 +658,26 @@ def read_pair_keys(path: str | StatePath) -> pa.Table:
     columns["computed_at"] = _validate_computed_at(table.column("computed_at"), source)
     columns["fm_version"] = _validate_fm_version(table.column("fm_version"), source)
     return pa.table(columns)
+
+
+def read_pair_codes(path: str | StatePath, *, z_dim: int) -> np.ndarray:
+    """The ``z`` column of a pair-embeddings file as a float32 ``[N, z_dim]`` array,
+    validated by the rules of :func:`validate_pair_embeddings` (length, nulls, finite), for
+    a reader that has its keys already (:func:`read_pair_keys`). Raises
+    :class:`SchemaError` naming the file."""
+    single = state_path(path)
+    source = str(single)
+    where, filesystem = arrow_source(single)
+    try:
+        dataset = ds.dataset(where, format="parquet", filesystem=filesystem)
+        _check_columns(["z"], dataset.schema.names, source)
+        column = dataset.to_table(columns=["z"]).column("z")
+    except SchemaError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise SchemaError(source, None, f"cannot read parquet: {exc}") from exc
+    z = _validate_z(column, z_dim, source).combine_chunks().flatten().to_numpy()
+    return z.reshape(-1, z_dim)
 
 
 def pair_codes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:

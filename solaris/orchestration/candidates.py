@@ -42,6 +42,7 @@ from solaris.orchestration.runs import (
     TaskRun,
     cron_times,
     emit,
+    finish_run,
     mapped_results,
     task_run,
     unit_run,
@@ -111,7 +112,7 @@ def select_when_published(params: Params, start: object, end: object, events: An
     :func:`previous_published` holds, then :func:`prepare`, and its units as the task's
     result (an Airflow ``PokeReturnValue``). When it selected the interval itself, it emits
     the ``request_log`` and ``candidates`` events through ``events`` (the task's asset-alias
-    outlet) at once."""
+    outlet) at once and ends the run there (:func:`~solaris.orchestration.runs.finish_run`)."""
     from airflow.sdk import PokeReturnValue
 
     if not previous_published(params, start, end):
@@ -120,6 +121,7 @@ def select_when_published(params: Params, start: object, end: object, events: An
     units, records = prepare(run)
     if not units:
         _emit(run, records, events)
+        finish_run(events)  # the mapped tasks and publish: skipped at once
     return PokeReturnValue(is_done=True, xcom_value=units)
 
 

@@ -20,6 +20,7 @@ longer has are removed at the swap.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -47,7 +48,11 @@ from solaris.orchestration.runs import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
+
+    from solaris.files import StatePath
+    from solaris.store.partitions import Partitioning
 
 __all__ = [
     "DAG_ID",
@@ -105,11 +110,13 @@ def publish(
 def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[str, Any]]:
     """Split each interval's distinct selected pairs into shards of ``cycle.shard_rows``.
 
-    Every interval's ledger is read before anything is written: one that is missing or
-    unreadable fails the run with :class:`~solaris.orchestration.resources.CycleInputError`
-    naming that interval, and no interval's files are touched. The shards go to a staging
-    folder of a new generation (see the module docstring); an interval's finished codes stay
-    where they are until :func:`publish` swaps the new ones in.
+    Every interval's ledger is opened (its pairs' ids read and counted per partition) before
+    anything is written: one that is missing or unreadable fails the run with
+    :class:`~solaris.orchestration.resources.CycleInputError` naming that interval, and no
+    interval's files are touched. The pairs are then read one ledger file at a time, so the
+    plan's memory is a shard's and one partition's file, not the interval's. The shards go
+    to a staging folder of a new generation (see the module docstring); an interval's
+    finished codes stay where they are until :func:`publish` swaps the new ones in.
 
     Shards follow the partitions (``cycle.partitions``, :mod:`solaris.store.partitions`):
     the pairs are ordered by their user's partition and cut into shards of whole
@@ -120,28 +127,24 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     Returns one dict per shard (the mapped tasks' argument): ``interval_start``,
     ``interval_end``, ``shard``, ``rows``, ``partitions`` (first, last) and ``generation``.
     """
-    import numpy as np
     import pyarrow as pa
 
     from solaris.data.schemas import write_table
     from solaris.store.partitions import Partitioning, pack
 
     layout = CycleLayout(Namespace.of(cfg))
-    ledgers = {i: _ledger(layout, i) for i in work_intervals(cfg, intervals)}  # all, first
-    generation = uuid.uuid4().hex[:12]
     partitioning = Partitioning(cfg.cycle.partitions)
+    # Every interval's ledger is opened (its pairs counted per partition) before any write.
+    ledgers = {i: _Ledger.open(layout, i, partitioning) for i in work_intervals(cfg, intervals)}
+    generation = uuid.uuid4().hex[:12]
     shards = []
     for interval, ledger in ledgers.items():
         _remove_other_generations(layout, interval)  # earlier runs' unfinished work: never read
-        pairs = ledger.drop_duplicates(["user_id", "item_id"], ignore_index=True)
-        pairs["label"] = pairs["label"].astype("Int8")
-        # Pairs in partition order (stable): a shard holds whole partitions, or a piece of
-        # one, so a partition's readers open only the shards that hold it.
-        members = partitioning.split(pairs["user_id"].to_numpy(np.int64))
-        pairs = pairs.iloc[np.concatenate(members)].reset_index(drop=True)
-        chunks = pack(np.array([len(m) for m in members]), cfg.cycle.shard_rows, split=True)
+        # Pairs in partition order: a shard holds whole partitions, or a piece of one, so a
+        # partition's readers open only the shards that hold it.
+        chunks = pack(ledger.sizes, cfg.cycle.shard_rows, split=True)
         for index, chunk in enumerate(chunks):
-            rows = pairs.iloc[chunk.start : chunk.stop].sort_values("ts", kind="stable")
+            rows = ledger.rows(chunk.start, chunk.stop).sort_values("ts", kind="stable")
             part = pa.Table.from_pandas(rows, preserve_index=False)  # a shard is in time order
             write_table(part, layout.shard(interval, index, generation), "candidates")
             shards.append(
@@ -164,20 +167,93 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     return shards
 
 
-def _ledger(layout: CycleLayout, interval: Interval) -> pd.DataFrame:
-    """The interval's selection ledger: its one file, or its partitions' files together."""
-    import pandas as pd
+class _Ledger:
+    """One interval's selection ledger as the plan reads it: its distinct pairs in partition
+    order (stable within a partition), counted per partition when opened (ids only) and read
+    a file at a time when cut into shards, so memory is a shard's and one file's, not the
+    interval's.
 
-    path = layout.selections(interval)
-    if not layout.has_interval("selections", interval):
-        raise CycleInputError(
-            f"interval {interval.key}: no selection ledger at {path} (run the candidates DAG "
-            "for it first); nothing was planned or removed for any interval of this run"
-        )
-    try:
+    The ledger is one file (one partition, or written before partitions) or one file per
+    partition. Files whose partitions interleave (written under another partition count)
+    are read together, as one frame."""
+
+    def __init__(
+        self,
+        interval: Interval,
+        partitioning: Partitioning,
+        files: Sequence[StatePath],
+        sizes: np.ndarray,
+        starts: np.ndarray | None,
+    ) -> None:
+        self.interval = interval
+        self.sizes = sizes  # distinct pairs per partition
+        self._partitioning = partitioning
+        self._files = files
+        self._starts = starts  # each file's first row in partition order (None: interleaved)
+        self._cached: tuple[int, pd.DataFrame] | None = None
+
+    @classmethod
+    def open(cls, layout: CycleLayout, interval: Interval, partitioning: Partitioning) -> _Ledger:
+        """Count the ledger's distinct pairs per partition; a missing or unreadable ledger
+        raises :class:`CycleInputError` naming the interval."""
+        import numpy as np
+
+        if not layout.has_interval("selections", interval):
+            raise CycleInputError(
+                f"interval {interval.key}: no selection ledger at "
+                f"{layout.selections(interval)} (run the candidates DAG for it first); "
+                "nothing was planned or removed for any interval of this run"
+            )
         files = layout.interval_files("selections", interval)[0]
-        frames = [read_parquet(p, _CANDIDATE_COLUMNS) for p in files]
-        return pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+        sizes = np.zeros(partitioning.count, np.int64)
+        spans = []  # each file's (first, last) partition and distinct pairs
+        for path in files:
+            ids = _read_ledger(path, interval, ["user_id", "item_id"]).drop_duplicates()
+            parts = partitioning.of(ids["user_id"].to_numpy(np.int64))
+            sizes += np.bincount(parts, minlength=partitioning.count)
+            spans.append((int(parts.min()), int(parts.max()), len(ids)) if len(ids) else None)
+        held = [span for span in spans if span is not None]
+        if any(a[1] >= b[0] for a, b in itertools.pairwise(held)):
+            return cls(interval, partitioning, files, sizes, None)
+        starts = np.cumsum([0] + [span[2] if span else 0 for span in spans])
+        return cls(interval, partitioning, files, sizes, starts)
+
+    def rows(self, start: int, stop: int) -> pd.DataFrame:
+        """Rows ``[start, stop)`` of the partition-ordered distinct pairs."""
+        import pandas as pd
+
+        if self._starts is None:
+            return self._frame(-1).iloc[start:stop]
+        pieces = [
+            self._frame(k).iloc[max(start - lo, 0) : stop - lo]
+            for k, (lo, hi) in enumerate(zip(self._starts[:-1], self._starts[1:], strict=True))
+            if lo < stop and hi > start
+        ]
+        return pd.concat(pieces, ignore_index=True) if len(pieces) != 1 else pieces[0]
+
+    def _frame(self, k: int) -> pd.DataFrame:
+        """File ``k``'s distinct pairs in partition order (every file's: ``k`` = -1); the
+        last one read is kept (a busy partition's pieces are consecutive shards)."""
+        import numpy as np
+        import pandas as pd
+
+        if self._cached is not None and self._cached[0] == k:
+            return self._cached[1]
+        files = self._files if k < 0 else [self._files[k]]
+        frames = [_read_ledger(path, self.interval, _CANDIDATE_COLUMNS) for path in files]
+        pairs = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+        pairs = pairs.drop_duplicates(["user_id", "item_id"], ignore_index=True)
+        pairs = pairs.assign(label=pairs["label"].astype("Int8"))
+        members = self._partitioning.split(pairs["user_id"].to_numpy(np.int64))
+        pairs = pairs.iloc[np.concatenate(members)].reset_index(drop=True)
+        self._cached = (k, pairs)
+        return pairs
+
+
+def _read_ledger(path: StatePath, interval: Interval, columns: Sequence[str]) -> pd.DataFrame:
+    """Columns of one ledger file; an unreadable one raises :class:`CycleInputError`."""
+    try:
+        return read_parquet(path, columns)
     except CycleInputError as exc:
         raise CycleInputError(
             f"interval {interval.key}: {exc}; nothing was planned or removed for any interval "

@@ -43,6 +43,7 @@ from solaris.orchestration.runs import (
     Params,
     TaskRun,
     emit,
+    finish_run,
     mapped_results,
     task_runs,
     unit_run,
@@ -83,10 +84,10 @@ def enrich(params: Params, events: Any = None, outlet: Any = None) -> list[dict[
     """The interval's enrichment, or its plan: for each namespace that triggered the run,
     the partitions are grouped by their codes in the window (:func:`partition_groups`).
     When they make one group (a quiet interval, whatever ``cycle.partitions`` is), the whole
-    enrichment runs here, partition by partition (:func:`enrich_inline`), and its ``uagg``,
-    ``iagg`` and ``nbr`` events go out through ``outlet`` (the task's asset-alias outlet):
-    one task start. Otherwise the groups are returned, one mapped
-    :func:`partition_aggregates` task each."""
+    enrichment runs here, partition by partition (:func:`enrich_inline`), its ``uagg``,
+    ``iagg`` and ``nbr`` events go out through ``outlet`` (the task's asset-alias outlet)
+    and the run ends here (:func:`~solaris.orchestration.runs.finish_run`): one task start.
+    Otherwise the groups are returned, one mapped :func:`partition_aggregates` task each."""
     units = []
     done: dict[str, list[dict[str, Any]]] = {"uagg": [], "iagg": [], "nbr": []}
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
@@ -98,6 +99,8 @@ def enrich(params: Params, events: Any = None, outlet: Any = None) -> list[dict[
             units += [_unit(run, g) for g in groups]
     for view, asset in _VIEW_ASSETS.items():
         emit(outlet, asset, done[view])
+    if not units:
+        finish_run(outlet)  # the mapped tasks and the two after them: skipped at once
     return units
 
 
@@ -515,7 +518,7 @@ def streamed_fill(
     import numpy as np
     import pandas as pd
 
-    from solaris.data.schemas import pair_codes, read_pair_keys, read_table
+    from solaris.data.schemas import read_pair_codes, read_pair_keys
     from solaris.pipeline.aggregate import latest_per_pair, window_mask
     from solaris.pipeline.neighbors import NeighbourFill
     from solaris.store.codec import f16_round
@@ -529,7 +532,7 @@ def streamed_fill(
         if (codes := layout.published_codes(interval)) is not None
         for path in codes.files
     ]
-    rows_of, users, items, times = [], [], [], []
+    rows_of, sizes, users, items, times = [], [], [], [], []
     for path in shards:
         keys = read_pair_keys(path)
         u = keys["user_id"].to_numpy()
@@ -544,32 +547,32 @@ def streamed_fill(
         )
         rows = np.flatnonzero(fresh & fill.wanted(u, i))
         rows_of.append(rows)
+        sizes.append(len(keys))
         users.append(u[rows])
         items.append(i[rows])
         times.append(t[rows])
     if not shards:
         return fill.rows(as_of=as_of, fm_version=fm_version), 0
-    won = np.sort(
-        latest_per_pair(np.concatenate(users), np.concatenate(items), np.concatenate(times))
-    )
+    user, item = np.concatenate(users), np.concatenate(items)
+    won = latest_per_pair(user, item, np.concatenate(times))  # ascending
     del users, items, times
     ends = np.cumsum([len(r) for r in rows_of])
     folded = 0
     for k, path in enumerate(shards):
-        lo, hi = np.searchsorted(won, [ends[k] - len(rows_of[k]), ends[k]])
-        rows = rows_of[k][won[lo:hi] - (ends[k] - len(rows_of[k]))]
-        if not len(rows):
+        begin = ends[k] - len(rows_of[k])
+        lo, hi = np.searchsorted(won, [begin, ends[k]])
+        mine = won[lo:hi]
+        if not len(mine):
             continue
-        table = read_table(path, "pair_embeddings", z_dim=cfg.model.z_dim)
-        z, _ = pair_codes(table)
-        pairs = pd.DataFrame(
-            {
-                "user_id": table["user_id"].to_numpy()[rows],
-                "item_id": table["item_id"].to_numpy()[rows],
-            }
-        )
-        fill.add(pairs, f16_round(z[rows]))
-        folded += len(rows)
+        z = read_pair_codes(path, z_dim=cfg.model.z_dim)
+        if len(z) != sizes[k]:
+            raise CycleInputError(
+                f"{path}: {len(z)} codes for {sizes[k]} keys: the file changed while the "
+                "neighbour fill read it"
+            )
+        pairs = pd.DataFrame({"user_id": user[mine], "item_id": item[mine]})
+        fill.add(pairs, f16_round(z[rows_of[k][mine - begin]]))
+        folded += len(mine)
     return fill.rows(as_of=as_of, fm_version=fm_version), folded
 
 

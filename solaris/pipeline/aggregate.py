@@ -167,7 +167,8 @@ def select_window(
     idx = np.flatnonzero(keep)
     users = pairs["user_id"].to_numpy(np.int64)[idx]
     items = pairs["item_id"].to_numpy(np.int64)[idx]
-    win = latest_per_pair(users, items, t[idx])  # ascending (user_id, item_id)
+    win = latest_per_pair(users, items, t[idx])
+    win = win[np.lexsort((items[win], users[win]))]  # rows by (user_id, item_id)
     rows = pd.DataFrame({"user_id": users[win], "item_id": items[win], "computed_at": t[idx][win]})
     z16 = f16_round(zf[idx[win]])
     return rows, z16
@@ -189,12 +190,17 @@ def window_mask(
 
 
 def latest_per_pair(users: np.ndarray, items: np.ndarray, computed_at: np.ndarray) -> np.ndarray:
-    """The positions of the code that wins for each (user, item) pair: the latest
-    ``computed_at``, ties the later position; in ascending (user, item) order."""
-    order = np.lexsort((np.arange(len(users)), computed_at, items, users))
+    """The positions, ascending, of the code that wins for each (user, item) pair: the
+    latest ``computed_at``, ties the later position. Pairs are told apart by hashing (a
+    pair seldom has two codes in a window), and only repeated pairs are sorted."""
+    repeated = pd.DataFrame({"u": users, "i": items}).duplicated(keep=False).to_numpy()
+    if not repeated.any():
+        return np.arange(len(users))
+    rest = np.flatnonzero(repeated)
+    order = rest[np.lexsort((rest, computed_at[rest], items[rest], users[rest]))]
     u, i = users[order], items[order]
-    last = np.r_[(u[1:] != u[:-1]) | (i[1:] != i[:-1]), True] if len(order) else []
-    return order[np.asarray(last, dtype=bool)]
+    last = np.r_[(u[1:] != u[:-1]) | (i[1:] != i[:-1]), True]
+    return np.sort(np.r_[np.flatnonzero(~repeated), order[last]])
 
 
 def vectors(z: np.ndarray) -> np.ndarray:

@@ -476,7 +476,7 @@ def _explode_neighbors(neighbors: pd.DataFrame, users: np.ndarray) -> pd.DataFra
     return edges[edges["user_id"] != edges["nbr_user"]]
 
 
-_EXPANSION_ROWS = 1 << 18  # (code, in-edge) rows expanded, and matches folded, at once
+_EXPANSION_ROWS = 1 << 20  # (code, in-edge) rows expanded, and matches folded, at once
 
 
 @dataclass(frozen=True)
@@ -487,7 +487,8 @@ class _Targets:
 
     users: np.ndarray  # target users, ascending
     items: np.ndarray  # target items, ascending
-    keys: np.ndarray  # dense (user, item) key of every target, ascending (targets sorted)
+    keys: pd.Index  # dense (user, item) key of every target, in the targets' order
+    neighbours: pd.Index  # the distinct ``e_v``
     e_v: np.ndarray  # edges u -> v by ascending v: the neighbour
     e_u: np.ndarray  # ... the target user's dense index
     e_s: np.ndarray  # ... the similarity
@@ -502,21 +503,20 @@ class _Targets:
             items, tg["item_id"].to_numpy(np.int64)
         )
         order = np.argsort(edges["nbr_user"].to_numpy(np.int64), kind="stable")
+        e_v = edges["nbr_user"].to_numpy(np.int64)[order]
         return cls(
             users,
             items,
-            keys,
-            edges["nbr_user"].to_numpy(np.int64)[order],
+            pd.Index(keys),
+            pd.Index(np.unique(e_v)),
+            e_v,
             np.searchsorted(users, edges["user_id"].to_numpy(np.int64)[order]),
             edges["similarity"].to_numpy(np.float32)[order],
         )
 
     def _position(self, key: np.ndarray) -> np.ndarray:
-        """The target of each dense key (−1: none)."""
-        at = np.minimum(np.searchsorted(self.keys, key), max(len(self.keys) - 1, 0))
-        if not len(self.keys):
-            return np.full(len(key), -1, np.int64)
-        return np.where(self.keys[at] == key, at, -1)
+        """The target of each dense key (−1: none): a hash lookup."""
+        return self.keys.get_indexer(key)
 
     def position(self, c_u: np.ndarray, c_i: np.ndarray) -> np.ndarray:
         """The target each code ``(c_u, c_i)`` is itself (−1: none): a target's own code."""
@@ -529,15 +529,15 @@ class _Targets:
 
     def neighbours_of(self, c_u: np.ndarray) -> np.ndarray:
         """Which code users some target user points at."""
-        at = np.minimum(np.searchsorted(self.e_v, c_u), max(len(self.e_v) - 1, 0))
-        return (self.e_v[at] == c_u) if len(self.e_v) else np.zeros(len(c_u), dtype=bool)
+        return self.neighbours.get_indexer(c_u) >= 0
 
     def matches(
         self, c_v: np.ndarray, c_i: np.ndarray, c_row: np.ndarray
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """Blocks ``(target, nbr_user, similarity, row)`` of every target ``(u, i)``, edge
-        ``u -> v`` and code ``(v, i)`` of row ``c_row``; each block expands at most
-        ``_EXPANSION_ROWS`` (code, edge) rows (at least one code), so memory is a block's."""
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Blocks ``(target, edge, row)`` of every target ``(u, i)``, edge ``u -> v`` (its
+        position in ``e_v``/``e_s``) and code ``(v, i)`` of row ``c_row``; each block expands
+        at most ``_EXPANSION_ROWS`` (code, edge) rows (at least one code), so memory is a
+        block's."""
         n_items = max(len(self.items), 1)
         c_key = np.searchsorted(self.items, c_i)
         lo = np.searchsorted(self.e_v, c_v, side="left")  # the edges pointing at each code
@@ -552,8 +552,17 @@ class _Targets:
             edge = lo[code] + offset  # (E,)
             target = self._position(self.e_u[edge] * n_items + c_key[code])
             hit = target >= 0
-            yield target[hit], self.e_v[edge[hit]], self.e_s[edge[hit]], c_row[code[hit]]
+            yield target[hit], edge[hit], c_row[code[hit]]
             first = last
+
+
+def _order_key(sim: np.ndarray, edge: np.ndarray) -> np.ndarray:
+    """An int64 that orders candidates as the fill ranks them: by similarity, then by the
+    smaller neighbour id (a smaller edge position: edges are sorted by neighbour, and a
+    user's neighbours are distinct)."""
+    bits = (np.asarray(sim, dtype=np.float32) + np.float32(0)).view(np.int32)  # -0 is 0
+    ordered = np.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).astype(np.int64)  # float order
+    return (ordered << 32) | (0xFFFFFFFF - edge.astype(np.int64))
 
 
 class NeighbourFill:
@@ -562,11 +571,12 @@ class NeighbourFill:
     Built once from the targets and their users' neighbours; :meth:`add` folds in a chunk of
     codes (fresh, of the fill's FM version, at most one per pair over all chunks), keeping
     per target only the best neighbour so far and the running sums of its mean; :meth:`rows`
-    gives the fill. Memory is the targets' (``2d`` float64 sums and a float16 code each) and
+    gives the fill. Memory is the targets' (a ``d`` float64 sum and a float16 code each) and
     one chunk's, whatever the number of codes: a partition's fill streams the window's codes
-    shard by shard. Sums of float16 codes in float64 do not depend on how the codes are
-    chunked; the weighted sums can differ in their last float64 bit, far below the float16
-    rounding of the mean.
+    shard by shard. The plain mean is needed only where every weight is 0, so only the codes
+    of zero-weight matches are kept for it (rare: a neighbour at similarity <= 0). Sums of
+    float16 codes in float64 do not depend on how the codes are chunked; the weighted sums
+    can differ in their last float64 bit, far below the float16 rounding of the mean.
 
     :meth:`wanted` says which codes of a chunk can matter (a target's own code, or a code
     ``(v, i)`` of a neighbour ``v`` of a target ``(u, i)``'s user): a cheap superset test by
@@ -584,9 +594,10 @@ class NeighbourFill:
         self._count = np.zeros(n, np.int64)
         self._wsum = np.zeros(n, np.float64)
         self._wz = np.zeros((n, z_dim), np.float64)
-        self._zsum = np.zeros((n, z_dim), np.float64)
-        self._best_sim = np.full(n, -np.inf, np.float32)
-        self._best_nbr = np.full(n, np.iinfo(np.int64).max, np.int64)
+        self._unweighted: list[tuple[np.ndarray, np.ndarray]] = []  # (target, z) at w = 0
+        self._best_key = np.full(n, np.iinfo(np.int64).min, np.int64)  # see _order_key
+        self._best_sim = np.zeros(n, np.float32)
+        self._best_nbr = np.zeros(n, np.int64)
         self._top = np.zeros((n, z_dim), np.float16)
 
     def __len__(self) -> int:
@@ -606,40 +617,63 @@ class NeighbourFill:
         own = self._t.position(c_u, c_i)
         self._own[own[own >= 0]] = True
         rows = np.flatnonzero(np.isin(c_i, self._t.items))  # only target items match
-        for target, nbr, sim, code in self._t.matches(c_u[rows], c_i[rows], rows):
-            self._fold(target, nbr, sim, z16[code])
+        if not len(rows):
+            return
+        z64 = z16.astype(np.float64)  # [n, d]: summed in float64 (exact for float16 codes)
+        for target, edge, code in self._t.matches(c_u[rows], c_i[rows], rows):
+            self._fold(target, edge, code, z16, z64)
 
-    def _fold(self, target: np.ndarray, nbr: np.ndarray, sim: np.ndarray, z: np.ndarray) -> None:
+    def _fold(
+        self,
+        target: np.ndarray,
+        edge: np.ndarray,
+        code: np.ndarray,
+        z16: np.ndarray,
+        z64: np.ndarray,
+    ) -> None:
+        """Fold one block of matches (target, edge, code row) into the targets' state. The
+        sums are sparse products (a targets × codes matrix of weights times the codes), whose
+        cost is the matches', however they spread over the targets."""
+        from scipy.sparse import csr_matrix
+
         if not len(target):
             return
-        order = np.lexsort((nbr, -sim, target))  # by target, most similar first, then id
-        target, nbr, sim, z = target[order], nbr[order], sim[order], z[order]
-        starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
-        t = target[starts]
-        zc = z.astype(np.float64)
+        n = len(self._count)
+        sim = self._t.e_s[edge]
         w = np.maximum(sim.astype(np.float64), 0.0)
-        self._count[t] += np.diff(np.r_[starts, len(target)])
-        self._wsum[t] += np.add.reduceat(w, starts)
-        self._wz[t] += np.add.reduceat(w[:, None] * zc, starts, axis=0)
-        self._zsum[t] += np.add.reduceat(zc, starts, axis=0)
-        s, v = sim[starts], nbr[starts]
-        best = self._best_sim[t]
-        better = (s > best) | ((s == best) & (v < self._best_nbr[t]))
-        won = t[better]
-        self._best_sim[won] = s[better]
-        self._best_nbr[won] = v[better]
-        self._top[won] = z[starts[better]]
+        # Products over every target (rows of no match are zeros): adding whole contiguous
+        # arrays costs far less than gathering and scattering the matched rows.
+        weights = csr_matrix((w, (target, code)), shape=(n, len(z64)))
+        self._wz += weights @ z64
+        if not w.all():  # kept for the plain mean of targets whose every weight is 0
+            zero = w == 0
+            self._unweighted.append((target[zero], z16[code[zero]]))
+        self._wsum += np.bincount(target, weights=w, minlength=n)
+        self._count += np.bincount(target, minlength=n)
+        # The best candidate: the block's best per target, kept where it beats the best so far.
+        key = _order_key(sim, edge)
+        block_best = np.full(n, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(block_best, target, key)
+        better = block_best > self._best_key
+        self._best_key[better] = block_best[better]
+        won = np.flatnonzero((key == block_best[target]) & better[target])  # one per target
+        at = target[won]
+        self._best_sim[at] = sim[won]
+        self._best_nbr[at] = self._t.e_v[edge[won]]
+        self._top[at] = z16[code[won]]
 
     def rows(self, *, as_of: int, fm_version: str) -> pd.DataFrame:
         """The ``nbr`` rows: one per target with a candidate and no own code, sorted by
         (user_id, item_id); see :func:`neighbour_fill`."""
         keep = np.flatnonzero((self._count > 0) & ~self._own)
-        use_w = self._wsum[keep] > 0
-        means = np.where(
-            use_w[:, None],
-            self._wz[keep] / np.where(use_w, self._wsum[keep], 1.0)[:, None],
-            self._zsum[keep] / self._count[keep][:, None],
-        )
+        means = self._wz[keep] / np.maximum(self._wsum[keep], np.finfo(np.float64).tiny)[:, None]
+        plain = self._wsum[keep] == 0  # every weight 0: the plain mean of the candidates
+        if plain.any():
+            target = np.concatenate([t for t, _ in self._unweighted])
+            z = np.concatenate([z for _, z in self._unweighted])
+            held, sums, counts = _group_sums(target, z)
+            at = np.searchsorted(held, keep[plain])
+            means[plain] = sums[at] / counts[at][:, None]
         g = len(keep)
         return pd.DataFrame(
             {

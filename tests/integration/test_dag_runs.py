@@ -185,6 +185,38 @@ def test_asset_events_chain_candidates_to_embeddings_to_enrichment(cycle) -> Non
     assert "solaris_enrichment" in LocalAirflow.queued_dags(runs.PAIR_EMBEDDINGS)
 
 
+def test_a_quiet_interval_ends_its_run_in_the_first_task_and_skips_the_rest(cycle) -> None:
+    """One partition: every interval is quiet, so the candidates sensor and ``enrich`` do
+    the work and mark the tasks below them skipped themselves (one task run per DAG run),
+    while their events still start the next DAG (the chain test above)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    cfg, summary = cycle
+    firsts = {"solaris_candidates": "select_candidates", "solaris_enrichment": "enrich"}
+    with create_session() as session:
+        dag_runs = session.execute(
+            select(DagRun.dag_id, DagRun.run_id, DagRun.conf).where(DagRun.dag_id.in_(firsts))
+        ).all()
+        mine = {(d, r) for d, r, conf in dag_runs if (conf or {}).get("namespace") == cfg.namespace}
+        states = session.execute(
+            select(
+                TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.state
+            ).where(TaskInstance.dag_id.in_(firsts))
+        ).all()
+    by_run: dict[tuple[str, str], dict[str, str]] = {}
+    for dag_id, run_id, task_id, state in states:
+        if (dag_id, run_id) in mine:
+            by_run.setdefault((dag_id, run_id), {})[task_id] = str(state)
+    assert len(by_run) == 2 * _intervals(summary)
+    for (dag_id, _), tasks in by_run.items():
+        first = firsts[dag_id]
+        assert tasks.pop(first) == "success"
+        assert tasks and set(tasks.values()) == {"skipped"}, (dag_id, tasks)
+
+
 def test_runs_wrote_ledgers_codes_views_and_run_records(cycle) -> None:
     from solaris.data.schemas import read_table
     from solaris.serving.client import SolarisFeatures

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -18,6 +19,7 @@ from solaris.data.schemas import (
     REQUESTS_SCHEMA,
     SchemaError,
     pair_embeddings_schema,
+    read_pair_codes,
     read_pair_keys,
     read_table,
     validate_candidates,
@@ -222,6 +224,23 @@ def test_read_pair_keys_refuses_bad_keys_naming_the_file_and_column(tmp_path: Pa
         read_pair_keys(target)
     with pytest.raises(SchemaError, match="no such file"):
         read_pair_keys(tmp_path / "absent.parquet")
+
+
+def test_read_pair_codes_reads_z_alone_and_refuses_bad_codes_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "pe.parquet"
+    write_table(_pair_embeddings(), target, "pair_embeddings", z_dim=Z_DIM)
+    z = read_pair_codes(target, z_dim=Z_DIM)
+    assert z.dtype == np.float32 and z.shape == (2, Z_DIM)
+    assert z[1].tolist() == pytest.approx([0.4, 0.5, 0.6])
+    pq.write_table(
+        _pair_embeddings(z=pa.array([[0.1, float("nan"), 0.3], [0.4, 0.5, 0.6]])), target
+    )
+    with pytest.raises(SchemaError, match=r"pe\.parquet.*z.*NaN"):
+        read_pair_codes(target, z_dim=Z_DIM)
+    with pytest.raises(SchemaError, match=r"pe\.parquet.*length"):
+        read_pair_codes(tmp_path / "pe.parquet", z_dim=4)
 
 
 def test_read_table_accepts_directory_of_parquet_files(tmp_path: Path) -> None:

@@ -23,3 +23,77 @@ def test_an_earlier_selection_left_without_codes_is_embedded_by_the_next_run(tmp
     assert work_intervals(cfg, [now]) == [lost, now]
     # Nothing later than the run's own intervals is taken ahead of its event.
     assert work_intervals(cfg, [lost]) == [lost]
+
+
+def _ledger(seed: int, n: int = 400) -> pd.DataFrame:
+    """A selection ledger with some pairs selected twice (two requests of one user)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ledger = pd.DataFrame(
+        {
+            "request_id": np.arange(n),
+            "user_id": rng.integers(0, 60, n),
+            "item_id": rng.integers(0, 30, n),
+            "ts": np.sort(rng.integers(0, 900, n)),
+            "label": rng.integers(0, 2, n).astype("int8"),
+        }
+    )
+    return pd.concat([ledger, ledger.iloc[::7]], ignore_index=True)  # repeats
+
+
+def _shards(cfg: SolarisConfig, interval: Interval) -> tuple[list[pd.DataFrame], list]:
+    """Plan ``interval`` and read its shards back: (frames, the plan's coverage)."""
+    from solaris.orchestration.embeddings import plan_shards
+    from solaris.orchestration.resources import read_parquet
+
+    layout = CycleLayout(Namespace.of(cfg))
+    shards = plan_shards(cfg, [interval])
+    frames = [read_parquet(layout.shard(interval, s["shard"], s["generation"])) for s in shards]
+    return frames, [s["partitions"] for s in shards]
+
+
+def _write_partition_files(cfg: SolarisConfig, interval: Interval, ledger, count: int) -> None:
+    """The ledger as ``select_partitions`` writes it under ``count`` partitions."""
+    from solaris.store.partitions import Partitioning
+
+    layout = CycleLayout(Namespace.of(cfg))
+    parts = Partitioning(count)
+    for p, rows in enumerate(parts.split(ledger["user_id"].to_numpy())):
+        if len(rows):
+            path = layout.selections(interval).parent / interval.key / f"{p:05d}.parquet"
+            write_parquet(ledger.iloc[rows].reset_index(drop=True), path)
+
+
+def test_the_plan_of_partition_files_read_one_at_a_time_is_the_plan_of_one_ledger(
+    tmp_path,
+) -> None:
+    """Shards from the partitions' files (read a file at a time) are those of one file of
+    the whole interval; files of another partition count (read together) give the same
+    pairs in shards of the same partitions."""
+    ledger = _ledger(0)
+    interval = Interval(0, 900)
+    plans = []
+    for k, written_under in enumerate((None, 8, 3)):
+        cfg = SolarisConfig(
+            namespace=f"t_plan{k}",
+            artifacts_dir=tmp_path / str(k),
+            cycle={"partitions": 8, "shard_rows": 25},
+        )
+        if written_under is None:
+            write_parquet(ledger, CycleLayout(Namespace.of(cfg)).selections(interval))
+        else:
+            _write_partition_files(cfg, interval, ledger, written_under)
+        plans.append(_shards(cfg, interval))
+    (whole, coverage), (files, files_coverage), (other, other_coverage) = plans
+    distinct = ledger.drop_duplicates(["user_id", "item_id"])
+    assert sum(len(f) for f in whole) == len(distinct)
+    assert len(whole) > 8  # busy partitions are cut into several shards
+    assert files_coverage == other_coverage == coverage
+    for a, b in zip(whole, files, strict=True):
+        pd.testing.assert_frame_equal(a, b)
+
+    def pairs(frames):
+        return pd.concat(frames).sort_values(["user_id", "item_id"], ignore_index=True)
+
+    pd.testing.assert_frame_equal(pairs(other), pairs(whole))

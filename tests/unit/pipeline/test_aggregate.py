@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from solaris.config import ModelConfig, SolarisConfig
-from solaris.pipeline.aggregate import item_aggregate, user_aggregate, vectors
+from solaris.pipeline.aggregate import item_aggregate, latest_per_pair, user_aggregate, vectors
 from solaris.store import codec
 from solaris.store.contract import IAGG, UAGG, ViewSpec
 
@@ -253,3 +253,12 @@ def test_reducing_no_partials_gives_no_items_and_a_wrong_width_is_refused() -> N
     bad = ItemPartials(np.array([1]), np.zeros((1, 3)), np.array([1]))
     with pytest.raises(ValueError, match="3 columns, not 4"):
         reduce_item_partials([bad], z_dim=4)
+
+
+def test_latest_per_pair_keeps_the_latest_code_and_on_a_tie_the_later_row() -> None:
+    users = np.array([1, 2, 1, 3, 2, 1])
+    items = np.array([7, 7, 7, 7, 7, 8])
+    computed_at = np.array([50, 60, 40, 10, 60, 5])
+    # (1, 7): rows 0 (50) and 2 (40) -> row 0; (2, 7): rows 1 and 4 tie at 60 -> row 4.
+    assert latest_per_pair(users, items, computed_at).tolist() == [0, 3, 4, 5]
+    assert latest_per_pair(users[[3, 5]], items[[3, 5]], computed_at[[3, 5]]).tolist() == [0, 1]

@@ -796,6 +796,7 @@ def _enrich_figures(
         "unn_rows": sum(int(f["unn_rows"]) for f in fills),
         "nbr_rows": sum(int(f["nbr_rows"]) for f in fills),
         "nbr_targets": sum(int(f["targets"]) for f in fills),
+        "nbr_matches": sum(int(f.get("matches", 0)) for f in fills),
     }
 
 
@@ -1376,6 +1377,10 @@ def workload_table(sizes: Sequence[int], data: dict[int, dict], runs: dict) -> N
         ("iagg rows", lambda n: extra("enrich", n, "iagg_rows")),
         ("users in the KNN index (unn rows)", lambda n: extra("enrich", n, "unn_rows")),
         ("nbr targets / rows", lambda n: _nbr(runs, n)),
+        (
+            "neighbour codes behind the nbr rows (n_nbrs)",
+            lambda n: extra("enrich", n, "nbr_matches"),
+        ),
     ]
     for label, cell in rows:
         say(f"   {label:<46}{''.join(cell(n) for n in sizes)}")

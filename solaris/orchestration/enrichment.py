@@ -48,6 +48,7 @@ from solaris.orchestration.runs import (
     task_runs,
     unit_run,
 )
+from solaris.store.contract import N_NBRS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -467,7 +468,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     elif table is not None:
         user_parts = parts.of(table["user_id"].to_numpy(np.int64))
     done: list[int] = []
-    figures = {"nbr_rows": 0, "unn_rows": 0, "codes_read": 0, "targets": 0}
+    figures = {"nbr_rows": 0, "unn_rows": 0, "codes_read": 0, "targets": 0, "matches": 0}
     for partition in partitions:
         done.append(partition)
         if index is not None:
@@ -489,6 +490,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         if len(rows):
             _materialize(cfg, "nbr", rows, _batch_id(cfg, as_of, partition))
         figures["nbr_rows"] += len(rows)
+        figures["matches"] += int(rows[N_NBRS].sum()) if len(rows) else 0  # the fill's work
         figures["codes_read"] += folded
         figures["targets"] += len(targets)
     return {

@@ -565,6 +565,25 @@ def _order_key(sim: np.ndarray, edge: np.ndarray) -> np.ndarray:
     return (ordered << 32) | (0xFFFFFFFF - edge.astype(np.int64))
 
 
+def _add_product(out: np.ndarray, matrix, dense: np.ndarray) -> None:
+    """``out += matrix @ dense`` in place (``matrix`` a scipy CSR ``[n, m]``, ``dense`` a
+    C-contiguous float64 ``[m, d]``, ``out`` ``[n, d]``).
+
+    scipy's ``@`` allocates a zeroed ``[n, d]`` result for every product, a cost of the
+    targets' count paid once per folded block; its own kernel (``csr_matvecs``, what ``@``
+    calls) adds into an existing array instead, so a fold costs its matches only. The
+    public product is the fallback should a scipy release move the kernel."""
+    try:
+        from scipy.sparse._sparsetools import csr_matvecs
+    except ImportError:  # pragma: no cover - the lock pins a scipy that has it
+        out += matrix @ dense
+        return
+    n, m = matrix.shape
+    csr_matvecs(
+        n, m, dense.shape[1], matrix.indptr, matrix.indices, matrix.data, dense.ravel(), out.ravel()
+    )
+
+
 class NeighbourFill:
     """The ``nbr`` rows of a set of targets, folded over codes one chunk at a time.
 
@@ -619,7 +638,7 @@ class NeighbourFill:
         rows = np.flatnonzero(np.isin(c_i, self._t.items))  # only target items match
         if not len(rows):
             return
-        z64 = z16.astype(np.float64)  # [n, d]: summed in float64 (exact for float16 codes)
+        z64 = np.ascontiguousarray(z16, dtype=np.float64)  # summed in float64: exact for float16
         for target, edge, code in self._t.matches(c_u[rows], c_i[rows], rows):
             self._fold(target, edge, code, z16, z64)
 
@@ -643,8 +662,7 @@ class NeighbourFill:
         w = np.maximum(sim.astype(np.float64), 0.0)
         # Products over every target (rows of no match are zeros): adding whole contiguous
         # arrays costs far less than gathering and scattering the matched rows.
-        weights = csr_matrix((w, (target, code)), shape=(n, len(z64)))
-        self._wz += weights @ z64
+        _add_product(self._wz, csr_matrix((w, (target, code)), shape=(n, len(z64))), z64)
         if not w.all():  # kept for the plain mean of targets whose every weight is 0
             zero = w == 0
             self._unweighted.append((target[zero], z16[code[zero]]))

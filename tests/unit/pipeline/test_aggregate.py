@@ -262,3 +262,13 @@ def test_latest_per_pair_keeps_the_latest_code_and_on_a_tie_the_later_row() -> N
     # (1, 7): rows 0 (50) and 2 (40) -> row 0; (2, 7): rows 1 and 4 tie at 60 -> row 4.
     assert latest_per_pair(users, items, computed_at).tolist() == [0, 3, 4, 5]
     assert latest_per_pair(users[[3, 5]], items[[3, 5]], computed_at[[3, 5]]).tolist() == [0, 1]
+
+
+def test_latest_per_pair_tells_pairs_of_ids_near_the_int64_range_apart() -> None:
+    big = np.iinfo(np.int64).max - 1
+    users = np.array([big, big, 1, big - 1])
+    items = np.array([big, 3, big, big])
+    computed_at = np.array([5, 6, 7, 8])
+    assert latest_per_pair(users, items, computed_at).tolist() == [0, 1, 2, 3]
+    again = np.r_[users, users[:1]], np.r_[items, items[:1]], np.r_[computed_at, [1]]
+    assert latest_per_pair(*again).tolist() == [0, 1, 2, 3]  # the first (5) beats (1)

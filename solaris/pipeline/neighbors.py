@@ -8,9 +8,11 @@ Two steps of the enrichment pipeline (DESIGN §1, §4):
   run, serialised to one blob and queried per partition; :func:`nearest_users` is build +
   query of everyone in one process;
 * the enrichment job fills the ``nbr`` view for (user, item) candidates the verifier did not
-  select (:func:`neighbour_fill`): the code of the most similar neighbour that has a fresh code
-  for that item, and the similarity-weighted mean over all neighbours that have one. The Redis
-  store cannot follow neighbour ids at read time, hence the precomputation.
+  select (:func:`neighbour_fill`; :class:`NeighbourFill` folds the codes in a chunk at a time,
+  so a partition's fill streams the window's shards): the code of the most similar neighbour
+  that has a fresh code for that item, and the similarity-weighted mean over all neighbours
+  that have one. The Redis store cannot follow neighbour ids at read time, hence the
+  precomputation.
 
 Like :mod:`solaris.pipeline.aggregate`, every code is used float16-rounded (the values the
 ``pair`` view serves), and everything is vectorised: merges, sorts and segment reductions.

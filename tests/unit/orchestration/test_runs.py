@@ -415,3 +415,11 @@ def test_an_asset_events_namespace_and_replay_flag_are_checked_as_the_confs(
     for call in (task_run, task_runs):
         with pytest.raises(CycleInputError, match=message):
             call(None, events=events, asset="c")
+
+
+def test_finish_run_outside_airflow_does_nothing() -> None:
+    """Called from a script or a test (no outlet events), the work's caller gets control
+    back; inside a task it raises Airflow's skip of the tasks below (the DAG tests)."""
+    from solaris.orchestration.runs import finish_run
+
+    assert finish_run(None) is None

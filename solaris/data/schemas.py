@@ -667,6 +667,8 @@ def read_pair_codes(path: str | StatePath, *, z_dim: int) -> np.ndarray:
     :class:`SchemaError` naming the file."""
     single = state_path(path)
     source = str(single)
+    if not single.exists():
+        raise SchemaError(source, None, "cannot read parquet: no such file or directory")
     where, filesystem = arrow_source(single)
     try:
         dataset = ds.dataset(where, format="parquet", filesystem=filesystem)

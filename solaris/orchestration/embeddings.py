@@ -214,7 +214,11 @@ class _Ledger:
             spans.append((int(parts.min()), int(parts.max()), len(ids)) if len(ids) else None)
         held = [span for span in spans if span is not None]
         if any(a[1] >= b[0] for a, b in itertools.pairwise(held)):
-            return cls(interval, partitioning, files, sizes, None)
+            # Read together, the files' pairs are distinct across files too: count those.
+            ledger = cls(interval, partitioning, files, sizes, None)
+            ids = ledger._frame(-1)["user_id"].to_numpy(np.int64)
+            ledger.sizes = np.bincount(partitioning.of(ids), minlength=partitioning.count)
+            return ledger
         starts = np.cumsum([0] + [span[2] if span else 0 for span in spans])
         return cls(interval, partitioning, files, sizes, starts)
 

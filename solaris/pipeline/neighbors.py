@@ -504,6 +504,8 @@ class _Targets:
         keys = np.searchsorted(users, tg_u) * max(len(items), 1) + np.searchsorted(
             items, tg["item_id"].to_numpy(np.int64)
         )
+        if len(edges) >= 1 << 32:  # _order_key keeps an edge's position in 32 bits
+            raise NeighborsError(f"{len(edges):,} neighbour edges in one fill: at most 2^32")
         order = np.argsort(edges["nbr_user"].to_numpy(np.int64), kind="stable")
         e_v = edges["nbr_user"].to_numpy(np.int64)[order]
         return cls(
@@ -572,12 +574,16 @@ def _add_product(out: np.ndarray, matrix, dense: np.ndarray) -> None:
     C-contiguous float64 ``[m, d]``, ``out`` ``[n, d]``).
 
     scipy's ``@`` allocates a zeroed ``[n, d]`` result for every product, a cost of the
-    targets' count paid once per folded block; its own kernel (``csr_matvecs``, what ``@``
-    calls) adds into an existing array instead, so a fold costs its matches only. The
-    public product is the fallback should a scipy release move the kernel."""
+    targets' count paid once per folded block (``d`` float64 each); its own kernel
+    (``csr_matvecs``, what ``@`` calls) adds into an existing array instead, so a fold's
+    cost is its matches' plus a few 1-D arrays over the targets. The public product is the
+    fallback should a scipy release move the kernel."""
     try:
         from scipy.sparse._sparsetools import csr_matvecs
     except ImportError:  # pragma: no cover - the lock pins a scipy that has it
+        csr_matvecs = None
+    usable = out.flags.c_contiguous and out.dtype == np.float64 and dense.flags.c_contiguous
+    if csr_matvecs is None or not usable:  # ravel() must be a view of what it adds into
         out += matrix @ dense
         return
     n, m = matrix.shape
@@ -654,7 +660,8 @@ class NeighbourFill:
     ) -> None:
         """Fold one block of matches (target, edge, code row) into the targets' state. The
         sums are sparse products (a targets × codes matrix of weights times the codes), whose
-        cost is the matches', however they spread over the targets."""
+        cost is the matches', however they spread over the targets (plus a few 1-D arrays
+        over the targets per block)."""
         from scipy.sparse import csr_matrix
 
         if not len(target):

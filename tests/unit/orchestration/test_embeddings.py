@@ -97,3 +97,26 @@ def test_the_plan_of_partition_files_read_one_at_a_time_is_the_plan_of_one_ledge
         return pd.concat(frames).sort_values(["user_id", "item_id"], ignore_index=True)
 
     pd.testing.assert_frame_equal(pairs(other), pairs(whole))
+
+
+def test_ledger_files_repeating_pairs_across_files_give_shards_true_to_their_partitions(
+    tmp_path,
+) -> None:
+    """A stale file left by a larger partition count repeats pairs of another file: the
+    pairs are counted once, and every shard holds only the partitions its plan names."""
+    from solaris.store.partitions import Partitioning
+
+    ledger = _ledger(1)
+    interval = Interval(0, 900)
+    cfg = SolarisConfig(
+        namespace="t_stale", artifacts_dir=tmp_path, cycle={"partitions": 4, "shard_rows": 25}
+    )
+    _write_partition_files(cfg, interval, ledger, 3)
+    stale = CycleLayout(Namespace.of(cfg)).selections(interval).parent / interval.key
+    write_parquet(ledger.iloc[:40].reset_index(drop=True), stale / "00007.parquet")
+    frames, coverage = _shards(cfg, interval)
+    assert sum(len(f) for f in frames) == len(ledger.drop_duplicates(["user_id", "item_id"]))
+    parts = Partitioning(4)
+    for frame, (first, last) in zip(frames, coverage, strict=True):
+        held = parts.of(frame["user_id"].to_numpy())
+        assert ((held >= first) & (held <= last)).all()

@@ -144,6 +144,7 @@ __all__ = [
     "main",
     "parse_sizes",
     "partition_count",
+    "user_pool",
     "verifier",
 ]
 
@@ -400,6 +401,7 @@ class Job:
     work: str  # this size's folder: traffic, task files
     start: int  # the interval [start, end)
     end: int
+    users_per_row: float | None = None  # the user pool: N x this (None: the default 100,000)
 
     @property
     def folder(self) -> Path:
@@ -507,12 +509,22 @@ def _spec(job: Job):
     from solaris.data.synthetic import SyntheticSpec
 
     n_requests = -(-job.size // SyntheticSpec(n_pairs=1).candidates_per_request)
+    pool = {} if job.users_per_row is None else {"n_users": user_pool(job.size, job.users_per_row)}
     return SyntheticSpec(
         n_pairs=job.size,
         start_ts=job.start,
         mean_gap_seconds=(job.end - job.start) / (n_requests + 1),
         seed=job.seed,
+        **pool,
     )
+
+
+def user_pool(rows: int, users_per_row: float) -> int:
+    """The synthetic traffic's user pool for ``rows`` candidate rows: ``rows ×
+    users_per_row``, at least 1 (``--users-per-row``: users that grow with the traffic)."""
+    if not users_per_row > 0:
+        raise ValueError(f"users per row must be > 0, got {users_per_row}")
+    return max(1, round(rows * users_per_row))
 
 
 def task_generate(job: Job, task: Task, meter: Meter) -> dict[str, Any]:
@@ -1514,6 +1526,11 @@ def environment(args: argparse.Namespace, cfg: SolarisConfig) -> dict[str, str]:
             f"intervals, z_dim {cfg.model.z_dim}, {args.rows_per_partition:,} candidate rows "
             "per partition"
         ),
+        "users": (
+            "a fixed pool of 100,000"
+            if args.users_per_row is None
+            else f"a pool of N x {args.users_per_row:g} (grows with the traffic)"
+        ),
     }
 
 
@@ -1554,6 +1571,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="earlier ledgers in the selection's cache (default TTL / cadence)",
     )
     parser.add_argument("--reps", type=int, default=3, help="runs per embedding variant")
+    parser.add_argument(
+        "--users-per-row",
+        type=float,
+        default=None,
+        help="a user pool of N x this users (0.01: 100,000 at 10^7), so that users grow with "
+        "the traffic; default: a fixed pool of 100,000",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
@@ -1655,6 +1679,7 @@ def run_size(
         work=str(work),
         start=INTERVAL_START,
         end=INTERVAL_START + cadence_s,
+        users_per_row=args.users_per_row,
     )
     job_path = work / "job.json"
     job_path.write_text(json.dumps(dataclasses.asdict(job)))

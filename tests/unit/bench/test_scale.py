@@ -77,3 +77,13 @@ def test_threads_per_task_shares_the_cores_among_the_processes_at_once() -> None
     assert threads_per_task(None, 2) == max(1, cores // 2)
     assert threads_per_task(None, 4 * cores) == 1
     assert threads_per_task(3, 2) == 3
+
+
+def test_user_pool_grows_with_the_rows_and_refuses_a_rate_that_is_not_positive() -> None:
+    from bench.scale import user_pool
+
+    assert user_pool(10_000_000, 0.01) == 100_000
+    assert user_pool(1_000_000, 0.01) == 10_000
+    assert user_pool(10, 0.01) == 1
+    with pytest.raises(ValueError, match="users per row"):
+        user_pool(1_000, 0)

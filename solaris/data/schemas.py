@@ -477,6 +477,18 @@ def _validate_computed_at(col: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
     return col
 
 
+def _pair_ids(table: pa.Table, schema: pa.Schema, source: str) -> dict[str, pa.ChunkedArray]:
+    """``user_id`` and ``item_id`` of a pair-embeddings table, checked (int64, no nulls, not
+    negative)."""
+    columns: dict[str, pa.ChunkedArray] = {}
+    for name in ("user_id", "item_id"):
+        col = _coerce_integer(table.column(name), schema.field(name), source)
+        _check_no_nulls(col, name, source)
+        _check_non_negative(col, name, source)
+        columns[name] = col
+    return columns
+
+
 def validate_pair_embeddings(
     table: pa.Table,
     source: str,
@@ -498,13 +510,7 @@ def validate_pair_embeddings(
     schema = pair_embeddings_schema(z_dim)
     _check_columns(schema.names, table.column_names, source)
 
-    columns: dict[str, pa.ChunkedArray] = {}
-    for field in schema:
-        if field.name in ("user_id", "item_id"):
-            col = _coerce_integer(table.column(field.name), field, source)
-            _check_no_nulls(col, field.name, source)
-            _check_non_negative(col, field.name, source)
-            columns[field.name] = col
+    columns = _pair_ids(table, schema, source)
     columns["z"] = _validate_z(table.column("z"), z_dim, source)
     columns["fm_version"] = _validate_fm_version(table.column("fm_version"), source)
     computed_at = _validate_computed_at(table.column("computed_at"), source)
@@ -630,11 +636,9 @@ def write_table(
 PAIR_KEY_COLUMNS = ("user_id", "item_id", "computed_at", "fm_version")
 
 
-def read_pair_keys(path: str | StatePath) -> pa.Table:
-    """The key columns of a pair-embeddings file (``PAIR_KEY_COLUMNS``), validated by the
-    rules of :func:`validate_pair_embeddings`, without reading the codes: a reader that
-    decides which rows it wants before it reads their codes (the neighbour fill). Raises
-    :class:`SchemaError` naming the file."""
+def _read_file_columns(path: str | StatePath, columns: Sequence[str]) -> tuple[pa.Table, str]:
+    """``columns`` of one parquet file and the name errors give it; a missing file or
+    column, or an unreadable file, raises :class:`SchemaError` naming the file."""
     single = state_path(path)
     source = str(single)
     if not single.exists():
@@ -642,19 +646,21 @@ def read_pair_keys(path: str | StatePath) -> pa.Table:
     where, filesystem = arrow_source(single)
     try:
         dataset = ds.dataset(where, format="parquet", filesystem=filesystem)
-        _check_columns(list(PAIR_KEY_COLUMNS), dataset.schema.names, source)
-        table = dataset.to_table(columns=list(PAIR_KEY_COLUMNS))
+        _check_columns(list(columns), dataset.schema.names, source)
+        return dataset.to_table(columns=list(columns)), source
     except SchemaError:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise SchemaError(source, None, f"cannot read parquet: {exc}") from exc
-    schema = pair_embeddings_schema(1)
-    columns: dict[str, pa.ChunkedArray] = {}
-    for name in ("user_id", "item_id"):
-        col = _coerce_integer(table.column(name), schema.field(name), source)
-        _check_no_nulls(col, name, source)
-        _check_non_negative(col, name, source)
-        columns[name] = col
+
+
+def read_pair_keys(path: str | StatePath) -> pa.Table:
+    """The key columns of a pair-embeddings file (``PAIR_KEY_COLUMNS``), validated by the
+    rules of :func:`validate_pair_embeddings`, without reading the codes: a reader that
+    decides which rows it wants before it reads their codes (the neighbour fill). Raises
+    :class:`SchemaError` naming the file."""
+    table, source = _read_file_columns(path, PAIR_KEY_COLUMNS)
+    columns = _pair_ids(table, pair_embeddings_schema(1), source)
     columns["computed_at"] = _validate_computed_at(table.column("computed_at"), source)
     columns["fm_version"] = _validate_fm_version(table.column("fm_version"), source)
     return pa.table(columns)
@@ -665,20 +671,8 @@ def read_pair_codes(path: str | StatePath, *, z_dim: int) -> np.ndarray:
     validated by the rules of :func:`validate_pair_embeddings` (length, nulls, finite), for
     a reader that has its keys already (:func:`read_pair_keys`). Raises
     :class:`SchemaError` naming the file."""
-    single = state_path(path)
-    source = str(single)
-    if not single.exists():
-        raise SchemaError(source, None, "cannot read parquet: no such file or directory")
-    where, filesystem = arrow_source(single)
-    try:
-        dataset = ds.dataset(where, format="parquet", filesystem=filesystem)
-        _check_columns(["z"], dataset.schema.names, source)
-        column = dataset.to_table(columns=["z"]).column("z")
-    except SchemaError:
-        raise
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise SchemaError(source, None, f"cannot read parquet: {exc}") from exc
-    z = _validate_z(column, z_dim, source).combine_chunks().flatten().to_numpy()
+    table, source = _read_file_columns(path, ["z"])
+    z = _validate_z(table.column("z"), z_dim, source).combine_chunks().flatten().to_numpy()
     return z.reshape(-1, z_dim)
 
 

@@ -486,7 +486,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         if not (len(recent) and len(unn)):
             continue
         targets = recent[["user_id", "item_id"]].drop_duplicates(ignore_index=True)
-        rows, folded = streamed_fill(cfg, as_of, targets, unn, version)
+        rows, folded = streamed_fill(cfg, as_of, ttl, targets, unn, version)
         if len(rows):
             _materialize(cfg, "nbr", rows, _batch_id(cfg, as_of, partition))
         figures["nbr_rows"] += len(rows)
@@ -504,11 +504,12 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
 def streamed_fill(
     cfg: SolarisConfig,
     as_of: int,
+    window: int,
     targets: pd.DataFrame,
     neighbours: pd.DataFrame,
     fm_version: str,
 ) -> tuple[pd.DataFrame, int]:
-    """``nbr`` rows of ``targets`` from the codes fresh at ``as_of`` (the TTL's window),
+    """``nbr`` rows of ``targets`` from the codes fresh at ``as_of`` (``window`` seconds: the TTL),
     streamed shard by shard through a :class:`~solaris.pipeline.neighbors.NeighbourFill`,
     and the number of codes folded in. Memory: the targets' sums, one shard, and the window
     keys of the codes that may serve a target (32 bytes each), never the window's codes.
@@ -526,7 +527,6 @@ def streamed_fill(
     from solaris.store.codec import f16_round
 
     layout = CycleLayout(Namespace.of(cfg))
-    window = round(cfg.selection.ttl_hours * 3600)
     fill = NeighbourFill(targets, neighbours, z_dim=cfg.model.z_dim)
     shards = [
         path

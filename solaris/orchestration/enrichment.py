@@ -65,6 +65,7 @@ __all__ = [
     "enrich",
     "enrich_inline",
     "fill_partitions",
+    "lookup_fill",
     "neighbours",
     "pair_history",
     "partition_aggregates",
@@ -74,7 +75,6 @@ __all__ = [
     "recent_requests",
     "record_neighbours",
     "reduce_aggregates",
-    "streamed_fill",
 ]
 
 ENRICHMENT_DAG_ID = "solaris_enrichment"
@@ -315,16 +315,26 @@ def _record(
 
 def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict:
     """For each partition in turn (memory: one partition's window of codes): ``uagg`` of
-    its users, written to the store under the partition's keys only, and its ``iagg``
-    partial sums, kept as ``iagg_partials/<as_of>/<partition>.parquet`` for
-    :func:`reduce_aggregates`. Returns the figures the reduction records."""
+    its users, written to the store under the partition's keys only, its ``iagg`` partial
+    sums, kept as ``iagg_partials/<as_of>/<partition>.parquet`` for
+    :func:`reduce_aggregates`, and its codes fresh for the neighbour fill, sorted by user
+    (``fill_codes/<as_of>/<partition>.arrow``, looked up by every partition's
+    :func:`fill_partitions`). Returns the figures the reduction records."""
+    from solaris.data.schemas import write_fill_codes
     from solaris.files import atomic_write_parquet
-    from solaris.pipeline.enrich import item_partials, user_aggregates, user_embedding_table
+    from solaris.pipeline.enrich import (
+        fill_codes,
+        item_partials,
+        user_aggregates,
+        user_embedding_table,
+    )
 
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
-    window = round(cfg.store.uagg_window_hours * 3600)
-    if cfg.cycle.neighbours_every_interval:  # one read serves the aggregates and the index
+    ttl = _fill_window(cfg)
+    # One read serves the aggregates, the fill's codes and (every interval) the index.
+    window = max(round(cfg.store.uagg_window_hours * 3600), ttl)
+    if cfg.cycle.neighbours_every_interval:
         window = max(window, _neighbour_window(cfg))
     version = _fm_version(cfg)
     done: list[int] = []
@@ -335,6 +345,8 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
         _materialize(cfg, "uagg", rows, _batch_id(cfg, as_of, partition))
         partials = item_partials(history, as_of, cfg, version)
         atomic_write_parquet(layout.item_partials(as_of, partition), partials.to_table())
+        fresh = fill_codes(history, as_of, ttl, version)
+        write_fill_codes(layout.fill_codes(as_of, partition), fresh.users, fresh.items, fresh.z16)
         if cfg.cycle.neighbours_every_interval:
             embeddings = user_embedding_table(history, as_of, cfg, version)
             atomic_write_parquet(layout.user_embeddings(as_of, partition), embeddings)
@@ -444,8 +456,9 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     """For each partition in turn: its users' ``unn`` rows from the neighbour index built as
     of ``as_of`` (or, with ``neighbours_every_interval`` off, the clustering DAG's newest
     table), then ``nbr`` for the partition's candidates of the last TTL that the verifier
-    did not select, from their neighbours' fresh codes (any partition's, streamed shard by
-    shard by :func:`streamed_fill`: a task holds its targets' sums and one shard).
+    did not select, from their neighbours' fresh codes (any partition's, looked up in every
+    partition's fill codes by :func:`lookup_fill`: a task holds its targets' sums and one
+    block of matches).
     Writes the partition's keys only. Returns the figures :func:`record_neighbours` sums."""
     import numpy as np
     import pandas as pd
@@ -456,7 +469,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
     parts = Partitioning(cfg.cycle.partitions)
-    ttl = round(cfg.selection.ttl_hours * 3600)
+    ttl = _fill_window(cfg)
     version = _fm_version(cfg)
     index = table = None
     if cfg.cycle.neighbours_every_interval:
@@ -486,7 +499,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         if not (len(recent) and len(unn)):
             continue
         targets = recent[["user_id", "item_id"]].drop_duplicates(ignore_index=True)
-        rows, folded = streamed_fill(cfg, as_of, ttl, targets, unn, version)
+        rows, folded = lookup_fill(cfg, as_of, targets, unn, version)
         if len(rows):
             _materialize(cfg, "nbr", rows, _batch_id(cfg, as_of, partition))
         figures["nbr_rows"] += len(rows)
@@ -501,81 +514,30 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     }
 
 
-def streamed_fill(
+def lookup_fill(
     cfg: SolarisConfig,
     as_of: int,
-    window: int,
     targets: pd.DataFrame,
     neighbours: pd.DataFrame,
     fm_version: str,
 ) -> tuple[pd.DataFrame, int]:
-    """``nbr`` rows of ``targets`` from the codes fresh at ``as_of`` (``window`` seconds: the TTL),
-    streamed shard by shard through a :class:`~solaris.pipeline.neighbors.NeighbourFill`,
-    and the number of codes folded in. Memory: the targets' sums, one shard, and the window
-    keys of the codes that may serve a target (32 bytes each), never the window's codes.
-
-    Two passes over the window's shards: the first reads only their key columns and picks,
-    among the codes that may serve a target, the one that wins for each pair (the latest,
-    as :func:`~solaris.pipeline.aggregate.select_window` picks it); the second reads each
-    shard's codes and folds in its winners."""
-    import numpy as np
-    import pandas as pd
-
-    from solaris.data.schemas import read_pair_codes, read_pair_keys
-    from solaris.pipeline.aggregate import latest_per_pair, window_mask
-    from solaris.pipeline.neighbors import NeighbourFill
-    from solaris.store.codec import f16_round
+    """``nbr`` rows of ``targets`` from the codes fresh at ``as_of``, and the number of code
+    rows visited: every partition's fill codes (written by :func:`aggregate_partitions` for
+    ``as_of``) folded in turn into a :class:`~solaris.pipeline.neighbors.NeighbourFill`,
+    which visits only the rows of the targets' users and of their neighbours and reads only
+    the codes of the matches. The files are memory-mapped (locally): memory is the targets'
+    sums and one block of matches, and the work is the targets' own, not the window's."""
+    from solaris.data.schemas import read_fill_codes
+    from solaris.pipeline.neighbors import CodeIndex, NeighbourFill
 
     layout = CycleLayout(Namespace.of(cfg))
     fill = NeighbourFill(targets, neighbours, z_dim=cfg.model.z_dim)
-    shards = [
-        path
-        for interval in layout.embedded_intervals(ending_after=as_of - window, ending_by=as_of)
-        if (codes := layout.published_codes(interval)) is not None
-        for path in codes.files
-    ]
-    rows_of, sizes, users, items, times = [], [], [], [], []
-    for path in shards:
-        keys = read_pair_keys(path)
-        u = keys["user_id"].to_numpy()
-        i = keys["item_id"].to_numpy()
-        t = keys["computed_at"].cast("int64").to_numpy() * 1_000  # us -> ns
-        fresh = window_mask(
-            t,
-            keys["fm_version"].to_numpy(zero_copy_only=False),
-            as_of=as_of,
-            window_seconds=window,
-            fm_version=fm_version,
-        )
-        rows = np.flatnonzero(fresh & fill.wanted(u, i))
-        rows_of.append(rows)
-        sizes.append(len(keys))
-        users.append(u[rows])
-        items.append(i[rows])
-        times.append(t[rows])
-    if not shards:
-        return fill.rows(as_of=as_of, fm_version=fm_version), 0
-    user, item = np.concatenate(users), np.concatenate(items)
-    won = latest_per_pair(user, item, np.concatenate(times))  # ascending
-    del users, items, times
-    ends = np.cumsum([len(r) for r in rows_of])
-    folded = 0
-    for k, path in enumerate(shards):
-        begin = ends[k] - len(rows_of[k])
-        lo, hi = np.searchsorted(won, [begin, ends[k]])
-        mine = won[lo:hi]
-        if not len(mine):
-            continue
-        z = read_pair_codes(path, z_dim=cfg.model.z_dim)
-        if len(z) != sizes[k]:
-            raise CycleInputError(
-                f"{path}: {len(z)} codes for {sizes[k]} keys: the file changed while the "
-                "neighbour fill read it"
-            )
-        pairs = pd.DataFrame({"user_id": user[mine], "item_id": item[mine]})
-        fill.add(pairs, f16_round(z[rows_of[k][mine - begin]]))
-        folded += len(mine)
-    return fill.rows(as_of=as_of, fm_version=fm_version), folded
+    visited = 0
+    for partition in range(cfg.cycle.partitions):
+        path = layout.fill_codes(as_of, partition)
+        codes = CodeIndex(*read_fill_codes(path, z_dim=cfg.model.z_dim))
+        visited += fill.add_index(codes)
+    return fill.rows(as_of=as_of, fm_version=fm_version), visited
 
 
 def record_neighbours(
@@ -599,6 +561,7 @@ def record_neighbours(
             wrote=(layout.neighbour_index(as_of),),
         )
     nbr_rows = sum(int(r["nbr_rows"]) for r in results)
+    _remove_older(CycleLayout(Namespace.of(cfg)), "fill_codes", as_of)
     return _record(
         ENRICHMENT_DAG_ID,
         cfg,
@@ -623,6 +586,11 @@ def _remove_older(layout: CycleLayout, kind: str, as_of: int) -> None:
                 remove_tree(entry)
             else:
                 entry.unlink(missing_ok=True)
+
+
+def _fill_window(cfg: SolarisConfig) -> int:
+    """The neighbour fill's window in seconds: the codes' TTL (a code is served that long)."""
+    return round(cfg.selection.ttl_hours * 3600)
 
 
 def _neighbour_window(cfg: SolarisConfig) -> int:

@@ -283,6 +283,13 @@ class CycleLayout:
         is built from every partition's)."""
         return self.root / "user_embeddings" / f"{as_of:011d}" / f"{partition:05d}.parquet"
 
+    def fill_codes(self, as_of: int, partition: int) -> StatePath:
+        """Partition ``partition``'s codes fresh at ``as_of``, sorted by user, for every
+        partition's neighbour fill (:func:`~solaris.data.schemas.write_fill_codes`: the
+        enrichment's mapped aggregates tasks write them, the fill tasks look codes up in
+        them)."""
+        return self.root / "fill_codes" / f"{as_of:011d}" / f"{partition:05d}.arrow"
+
     def neighbour_index(self, as_of: int) -> StatePath:
         """The user KNN index built as of ``as_of`` over every partition's users
         (:class:`~solaris.pipeline.neighbors.UserIndex`, one blob), queried per partition."""

@@ -1,5 +1,6 @@
-"""Enrichment views from the pair-embedding history: uagg, iagg and unn rows (nbr rows:
-:class:`solaris.pipeline.neighbors.NeighbourFill`, streamed by the enrichment DAG).
+"""Enrichment views from the pair-embedding history: uagg, iagg and unn rows, and each
+partition's codes for the neighbour fill (nbr rows:
+:class:`solaris.pipeline.neighbors.NeighbourFill`, over every partition's codes).
 
 Each function is one enrichment step (one task body in the enrichment and clustering DAGs):
 a pure function of the pair history as of ``as_of``, returning rows ready for
@@ -21,12 +22,14 @@ from solaris.pipeline.aggregate import (
     ItemPartials,
     item_aggregate,
     item_partial_sums,
+    select_window,
     user_aggregate,
 )
-from solaris.pipeline.neighbors import nearest_users, user_embeddings
+from solaris.pipeline.neighbors import CodeIndex, nearest_users, user_embeddings
 
 __all__ = [
     "PairHistory",
+    "fill_codes",
     "item_aggregates",
     "item_partials",
     "user_aggregates",
@@ -95,6 +98,16 @@ def item_partials(
     return item_partial_sums(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )
+
+
+def fill_codes(history: PairHistory, as_of: int, ttl_seconds: int, fm_version: str) -> CodeIndex:
+    """The codes the neighbour fill may use at ``as_of``: fresh within the TTL, of
+    ``fm_version``, the latest per pair (:func:`~solaris.pipeline.aggregate.select_window`),
+    sorted by user for the fill's lookups."""
+    rows, z16 = select_window(
+        history.pairs, history.z, as_of=as_of, window_seconds=ttl_seconds, fm_version=fm_version
+    )
+    return CodeIndex.of(rows, z16)
 
 
 def user_embedding_table(

@@ -55,6 +55,7 @@ from solaris.store.contract import (
 )
 
 __all__ = [
+    "CodeIndex",
     "NeighborsError",
     "NeighbourFill",
     "UserIndex",
@@ -490,8 +491,9 @@ class _Targets:
     users: np.ndarray  # target users, ascending
     items: np.ndarray  # target items, ascending
     keys: pd.Index  # dense (user, item) key of every target, in the targets' order
-    neighbours: pd.Index  # the distinct ``e_v``
+    neighbours: pd.Index  # the distinct ``e_v``, ascending
     e_v: np.ndarray  # edges u -> v by ascending v: the neighbour
+    e_n: np.ndarray  # ... its position in ``neighbours``
     e_u: np.ndarray  # ... the target user's dense index
     e_s: np.ndarray  # ... the similarity
 
@@ -508,12 +510,14 @@ class _Targets:
             raise NeighborsError(f"{len(edges):,} neighbour edges in one fill: at most 2^32")
         order = np.argsort(edges["nbr_user"].to_numpy(np.int64), kind="stable")
         e_v = edges["nbr_user"].to_numpy(np.int64)[order]
+        neighbours = np.unique(e_v)
         return cls(
             users,
             items,
             pd.Index(keys),
-            pd.Index(np.unique(e_v)),
+            pd.Index(neighbours),
             e_v,
+            np.searchsorted(neighbours, e_v),
             np.searchsorted(users, edges["user_id"].to_numpy(np.int64)[order]),
             edges["similarity"].to_numpy(np.float32)[order],
         )
@@ -531,33 +535,97 @@ class _Targets:
         known = (self.users[u] == c_u) & (self.items[i] == c_i)
         return np.where(known, self._position(u * len(self.items) + i), -1)
 
-    def neighbours_of(self, c_u: np.ndarray) -> np.ndarray:
-        """Which code users some target user points at."""
-        return self.neighbours.get_indexer(c_u) >= 0
+    def item_keys(self, c_i: np.ndarray) -> np.ndarray:
+        """The dense index of each item ``c_i`` among the targets' items (−1: no target has it)."""
+        if not len(self.items):
+            return np.full(len(c_i), -1, np.int64)
+        at = np.minimum(np.searchsorted(self.items, c_i), len(self.items) - 1)
+        return np.where(self.items[at] == c_i, at, -1)
 
-    def matches(
-        self, c_v: np.ndarray, c_i: np.ndarray, c_row: np.ndarray
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def neighbour_rows(self, codes: CodeIndex) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)``: the rows ``[lo, hi)`` of ``codes`` of each of :attr:`neighbours`."""
+        nb = self.neighbours.to_numpy()
+        return (
+            np.searchsorted(codes.users, nb, side="left"),
+            np.searchsorted(codes.users, nb, side="right"),
+        )
+
+    def matches(self, codes: CodeIndex) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Blocks ``(target, edge, row)`` of every target ``(u, i)``, edge ``u -> v`` (its
-        position in ``e_v``/``e_s``) and code ``(v, i)`` of row ``c_row``; each block expands
-        at most ``_EXPANSION_ROWS`` (code, edge) rows (at least one code), so memory is a
-        block's."""
-        n_items = max(len(self.items), 1)
-        c_key = np.searchsorted(self.items, c_i)
-        lo = np.searchsorted(self.e_v, c_v, side="left")  # the edges pointing at each code
-        count = np.searchsorted(self.e_v, c_v, side="right") - lo
+        position in ``e_v``/``e_s``) and code ``(v, i)`` at row ``row`` of ``codes``.
+
+        The codes are sorted by user, so each neighbour's codes are one range found by a
+        binary search: only the neighbours' rows are visited, never the rest of the index,
+        and each visited row's item is looked up once however many edges point at it. Each
+        block expands at most ``_EXPANSION_ROWS`` (edge, code) rows (at least one edge), so
+        memory is a block's."""
+        lo, hi = self.neighbour_rows(codes)
+        visited = _ranges(lo, hi)  # the neighbours' rows, neighbour by neighbour
+        key = self.item_keys(codes.items[visited])
+        useful = key >= 0  # rows of an item some target has
+        starts = np.concatenate([[0], np.cumsum(useful)])
+        bounds = np.concatenate([[0], np.cumsum(hi - lo)])
+        first_of = starts[bounds[:-1]]  # each neighbour's useful rows: [first_of, first_of + n)
+        n_of = starts[bounds[1:]] - first_of
+        rows, key = visited[useful], key[useful]
+        nbr = self.e_n
+        count = n_of[nbr]
         ends = np.cumsum(count)
+        n_items = max(len(self.items), 1)
         first = 0
-        while first < len(c_v):
+        while first < len(count):
             base = ends[first - 1] if first else 0
             last = max(int(np.searchsorted(ends, base + _EXPANSION_ROWS, side="right")), first + 1)
-            code = np.repeat(np.arange(first, last), count[first:last])  # (E,)
-            offset = np.arange(len(code)) - (ends[code] - count[code] - base)  # rank in edges
-            edge = lo[code] + offset  # (E,)
-            target = self._position(self.e_u[edge] * n_items + c_key[code])
+            edge = np.repeat(np.arange(first, last), count[first:last])  # (E,)
+            offset = np.arange(len(edge)) - (ends[edge] - count[edge] - base)  # rank in range
+            at = first_of[nbr[edge]] + offset  # (E,) positions in ``rows``
+            target = self._position(self.e_u[edge] * n_items + key[at])
             hit = target >= 0
-            yield target[hit], edge[hit], c_row[code[hit]]
+            yield target[hit], edge[hit], rows[at[hit]]
             first = last
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[k], hi[k])`` over ``k``, without a Python loop."""
+    count = hi - lo
+    total = int(count.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    starts = np.repeat(lo - (np.cumsum(count) - count), count)
+    return starts + np.arange(total)
+
+
+@dataclass(frozen=True)
+class CodeIndex:
+    """Usable pair codes sorted by user, for the neighbour fill's lookups.
+
+    One partition's codes fresh at an interval end (its enrichment aggregates task builds it
+    from the codes it reads anyway, :func:`solaris.data.schemas.write_fill_codes` stores it);
+    every partition's fill then looks up its users' neighbours' codes in it by binary search
+    instead of scanning the window's codes, so a fill's cost follows its own targets and
+    their neighbours, not the traffic.
+
+    ``users [n]`` int64 ascending (pairs by ``(user, item)``, each at most once), ``items
+    [n]`` int64, ``z16 [n, d]`` float16: the codes as the ``pair`` view serves them. Arrays
+    may be memory-mapped: a fill reads only the rows it needs.
+    """
+
+    users: np.ndarray
+    items: np.ndarray
+    z16: np.ndarray
+
+    @classmethod
+    def of(cls, pairs: pd.DataFrame, z16: np.ndarray) -> CodeIndex:
+        """Sorted from codes ``pairs`` (``user_id``, ``item_id``; each pair once) and their
+        float16-rounded ``z16 [len(pairs), d]``."""
+        users = pairs["user_id"].to_numpy(np.int64)
+        items = pairs["item_id"].to_numpy(np.int64)
+        order = np.lexsort((items, users))
+        z = np.asarray(z16)
+        return cls(users[order], items[order], np.ascontiguousarray(z[order], dtype=np.float16))
+
+    def __len__(self) -> int:
+        return len(self.users)
 
 
 def _order_key(sim: np.ndarray, edge: np.ndarray) -> np.ndarray:
@@ -593,21 +661,20 @@ def _add_product(out: np.ndarray, matrix, dense: np.ndarray) -> None:
 
 
 class NeighbourFill:
-    """The ``nbr`` rows of a set of targets, folded over codes one chunk at a time.
+    """The ``nbr`` rows of a set of targets, folded over codes one index at a time.
 
-    Built once from the targets and their users' neighbours; :meth:`add` folds in a chunk of
-    codes (fresh, of the fill's FM version, at most one per pair over all chunks), keeping
-    per target only the best neighbour so far and the running sums of its mean; :meth:`rows`
-    gives the fill. Memory is the targets' (a ``d`` float64 sum and a float16 code each) and
-    one chunk's, whatever the number of codes: a partition's fill streams the window's codes
-    shard by shard. The plain mean is needed only where every weight is 0, so only the codes
-    of zero-weight matches are kept for it (rare: a neighbour at similarity <= 0). Sums of
-    float16 codes in float64 do not depend on how the codes are chunked; the weighted sums
-    can differ in their last float64 bit, far below the float16 rounding of the mean.
-
-    :meth:`wanted` says which codes of a chunk can matter (a target's own code, or a code
-    ``(v, i)`` of a neighbour ``v`` of a target ``(u, i)``'s user): a cheap superset test by
-    user and item, used to keep the window's keys small before the codes are read.
+    Built once from the targets and their users' neighbours; :meth:`add_index` folds in the
+    codes of one :class:`CodeIndex` (fresh, of the fill's FM version, each pair in at most
+    one of the indexes folded in), keeping per target only the best neighbour so far and the
+    running sums of its mean; :meth:`rows` gives the fill. It visits only the index rows of
+    the targets' users and of their neighbours (binary searches in the user-sorted index)
+    and reads the codes of the matches only, so a partition's fill over every partition's
+    index costs its own targets' work, not the window's size. Memory is the targets' (a
+    ``d`` float64 sum and a float16 code each) and one block of matches. The plain mean is
+    needed only where every weight is 0, so only the codes of zero-weight matches are kept
+    for it (rare: a neighbour at similarity <= 0). Sums of float16 codes in float64 do not
+    depend on how the codes are split; the weighted sums can differ in their last float64
+    bit, far below the float16 rounding of the mean.
     """
 
     def __init__(self, targets: pd.DataFrame, neighbors: pd.DataFrame, *, z_dim: int) -> None:
@@ -630,25 +697,32 @@ class NeighbourFill:
     def __len__(self) -> int:
         return len(self._pairs)
 
-    def wanted(self, c_u: np.ndarray, c_i: np.ndarray) -> np.ndarray:
-        """A boolean mask over codes ``(c_u, c_i)``: those that may serve a target."""
-        return np.isin(c_i, self._t.items) & (
-            self._t.neighbours_of(c_u) | np.isin(c_u, self._t.users)
-        )
-
     def add(self, pairs: pd.DataFrame, z16: np.ndarray) -> None:
         """Fold in codes ``pairs`` (``user_id``, ``item_id``) with ``z16 [len(pairs), d]``
         (float16-rounded float32)."""
-        c_u = pairs["user_id"].to_numpy(np.int64)
-        c_i = pairs["item_id"].to_numpy(np.int64)
-        own = self._t.position(c_u, c_i)
+        self.add_index(CodeIndex.of(pairs, z16))
+
+    def add_index(self, codes: CodeIndex) -> int:
+        """Fold in the codes of ``codes`` that serve a target; returns how many of its rows
+        were visited: those of the targets' users and of their neighbours."""
+        t = self._t
+        lo = np.searchsorted(codes.users, t.users, side="left")
+        hi = np.searchsorted(codes.users, t.users, side="right")
+        own_rows = _ranges(lo, hi)
+        own = t.position(codes.users[own_rows], codes.items[own_rows])
         self._own[own[own >= 0]] = True
-        rows = np.flatnonzero(np.isin(c_i, self._t.items))  # only target items match
-        if not len(rows):
-            return
-        z64 = np.ascontiguousarray(z16, dtype=np.float64)  # summed in float64: exact for float16
-        for target, edge, code in self._t.matches(c_u[rows], c_i[rows], rows):
-            self._fold(target, edge, code, z16, z64)
+        for target, edge, row in t.matches(codes):
+            if not len(target):
+                continue
+            rows, code = np.unique(row, return_inverse=True)  # each code gathered once
+            z16 = np.asarray(codes.z16[rows], dtype=np.float32)
+            self._fold(target, edge, code, z16, z16.astype(np.float64))
+        near = np.union1d(t.users, t.neighbours.to_numpy())
+        lo, hi = (
+            np.searchsorted(codes.users, near, "left"),
+            np.searchsorted(codes.users, near, "right"),
+        )
+        return int((hi - lo).sum())
 
     def _fold(
         self,

@@ -461,7 +461,7 @@ def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
     """One partition's aggregates, rerun as of the last interval: it reads only the shards
     that hold that partition (the others are moved away and it still succeeds), writes
     only uagg keys of that partition's users (seen through Redis keyspace notifications)
-    and only that partition's files."""
+    and only that partition's files (its item sums and its fill codes)."""
     import shutil
 
     import numpy as np
@@ -504,12 +504,15 @@ def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
     assert set(parts.of(users).tolist()) == {mine}
     assert {Path(p).name for p in changed} <= {
         f"{mine:05d}.parquet",
+        f"{mine:05d}.arrow",
         f"batch-cycle-{as_of}-p{mine:05d}.parquet",
     }, changed
     assert str(layout.item_partials(as_of, mine)) in changed
+    assert str(layout.fill_codes(as_of, mine)) in changed
 
-    # The partition's neighbour fill reads every partition's codes (its users' neighbours
-    # are anywhere) but writes only its own users' unn and nbr keys and batch files.
+    # The partition's neighbour fill looks codes up in every partition's fill codes (its
+    # users' neighbours are anywhere) but writes only its own users' unn and nbr keys and
+    # batch files.
     with _watching(namespace) as seen:
         filled = fill_partitions(cfg, as_of, [mine])
     touched = seen["keys"]

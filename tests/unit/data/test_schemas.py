@@ -19,12 +19,12 @@ from solaris.data.schemas import (
     REQUESTS_SCHEMA,
     SchemaError,
     pair_embeddings_schema,
-    read_pair_codes,
-    read_pair_keys,
+    read_fill_codes,
     read_table,
     validate_candidates,
     validate_pair_embeddings,
     validate_requests,
+    write_fill_codes,
     write_table,
 )
 
@@ -205,42 +205,35 @@ def test_round_trip_pair_embeddings_normalises_z_and_computed_at(tmp_path: Path)
     assert back.column("computed_at").cast(pa.int64()).to_pylist() == [1_000_000, 2_000_000]
 
 
-def test_read_pair_keys_reads_the_keys_alone_in_schema_form(tmp_path: Path) -> None:
-    target = tmp_path / "pe.parquet"
-    write_table(_pair_embeddings(), target, "pair_embeddings", z_dim=Z_DIM)
-    keys = read_pair_keys(target)
-    assert keys.column_names == ["user_id", "item_id", "computed_at", "fm_version"]
-    assert keys["user_id"].to_pylist() == [10, 11]
-    assert keys["computed_at"].type == pa.timestamp("us", tz="UTC")
+def test_fill_codes_round_trip_memory_mapped_and_exact(tmp_path: Path) -> None:
+    users = np.array([1, 1, 4, 9], np.int64)
+    items = np.array([3, 7, 3, 2], np.int64)
+    z16 = np.arange(4 * Z_DIM, dtype=np.float16).reshape(4, Z_DIM) / 7
+    target = tmp_path / "fc" / "00000.arrow"
+    write_fill_codes(target, users, items, z16)
+    back_u, back_i, back_z = read_fill_codes(target, z_dim=Z_DIM)
+    assert back_u.tolist() == users.tolist() and back_i.tolist() == items.tolist()
+    assert back_z.dtype == np.float16 and np.array_equal(back_z, z16)
+    assert not back_z.flags.owndata  # a view of the mapping, not a copy
+    write_fill_codes(target, users[:0], items[:0], z16[:0])
+    assert [a.shape for a in read_fill_codes(target, z_dim=Z_DIM)] == [(0,), (0,), (0, Z_DIM)]
 
 
-def test_read_pair_keys_refuses_bad_keys_naming_the_file_and_column(tmp_path: Path) -> None:
-    target = tmp_path / "pe.parquet"
-    pq.write_table(_pair_embeddings(item_id=pa.array([7, -8], pa.int64())), target)
-    with pytest.raises(SchemaError, match=r"pe\.parquet.*item_id.*negative"):
-        read_pair_keys(target)
-    pq.write_table(_pair_embeddings().drop_columns(["fm_version"]), target)
-    with pytest.raises(SchemaError, match=r"pe\.parquet.*fm_version"):
-        read_pair_keys(target)
-    with pytest.raises(SchemaError, match="no such file"):
-        read_pair_keys(tmp_path / "absent.parquet")
-
-
-def test_read_pair_codes_reads_z_alone_and_refuses_bad_codes_naming_the_file(
+def test_fill_codes_refuse_a_missing_file_another_width_and_unsorted_users(
     tmp_path: Path,
 ) -> None:
-    target = tmp_path / "pe.parquet"
-    write_table(_pair_embeddings(), target, "pair_embeddings", z_dim=Z_DIM)
-    z = read_pair_codes(target, z_dim=Z_DIM)
-    assert z.dtype == np.float32 and z.shape == (2, Z_DIM)
-    assert z[1].tolist() == pytest.approx([0.4, 0.5, 0.6])
-    pq.write_table(
-        _pair_embeddings(z=pa.array([[0.1, float("nan"), 0.3], [0.4, 0.5, 0.6]])), target
-    )
-    with pytest.raises(SchemaError, match=r"pe\.parquet.*z.*NaN"):
-        read_pair_codes(target, z_dim=Z_DIM)
-    with pytest.raises(SchemaError, match=r"pe\.parquet.*length"):
-        read_pair_codes(tmp_path / "pe.parquet", z_dim=4)
+    target = tmp_path / "00003.arrow"
+    with pytest.raises(SchemaError, match=r"00003\.arrow.*no such file"):
+        read_fill_codes(target, z_dim=Z_DIM)
+    z16 = np.zeros((3, Z_DIM), np.float16)
+    write_fill_codes(target, np.array([5, 2, 8]), np.array([1, 1, 1]), z16)
+    with pytest.raises(SchemaError, match=r"00003\.arrow.*user_id.*not sorted: row 1"):
+        read_fill_codes(target, z_dim=Z_DIM)
+    with pytest.raises(SchemaError, match=r"00003\.arrow.*halffloat>\[3\]\), expected.*halffloat>\[4\]\)"):
+        read_fill_codes(target, z_dim=4)
+    target.write_bytes(b"not arrow")
+    with pytest.raises(SchemaError, match=r"00003\.arrow.*cannot read fill codes"):
+        read_fill_codes(target, z_dim=Z_DIM)
 
 
 def test_read_table_accepts_directory_of_parquet_files(tmp_path: Path) -> None:

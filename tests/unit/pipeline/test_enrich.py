@@ -1,5 +1,6 @@
-"""The neighbour fill over partitions and chunks: a partition's fill folds the window's codes
-chunk by chunk and keeps only the codes that may serve its own targets."""
+"""The neighbour fill over partitions and code indexes: a partition's fill folds every
+partition's index of fresh codes in turn and visits only its targets' users' and their
+neighbours' rows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from solaris.pipeline.aggregate import select_window
-from solaris.pipeline.neighbors import NeighbourFill, nearest_users, neighbour_fill
+from solaris.pipeline.neighbors import CodeIndex, NeighbourFill, nearest_users, neighbour_fill
 from solaris.store.partitions import Partitioning
 
 WINDOW = {"as_of": 1_000, "ttl_seconds": 600, "fm_version": "fm-a"}
@@ -63,15 +64,49 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
         assert np.array_equal(np.stack(a[column]), np.stack(b[column]))
 
 
-def test_the_fill_over_the_wanted_codes_equals_the_fill_over_all_codes() -> None:
+def _fresh(pairs, z):
+    return select_window(
+        pairs,
+        z,
+        as_of=WINDOW["as_of"],
+        window_seconds=WINDOW["ttl_seconds"],
+        fm_version=WINDOW["fm_version"],
+    )
+
+
+def test_the_fill_over_per_partition_indexes_equals_the_fill_over_all_codes() -> None:
+    """Each partition's fresh codes in one CodeIndex (as the aggregates tasks store them),
+    folded index by index: the fill of all codes at once."""
     targets, neighbours, pairs, z = _world(0)
-    targets = targets.iloc[:30]  # few targets: most codes cannot serve them
+    fresh, z16 = _fresh(pairs, z)
     fill = NeighbourFill(targets, neighbours, z_dim=4)
-    keep = fill.wanted(pairs["user_id"].to_numpy(), pairs["item_id"].to_numpy())
-    assert 0 < keep.sum() < len(pairs)  # it drops codes, and keeps some
+    for rows in Partitioning(5).split(fresh["user_id"].to_numpy()):
+        fill.add_index(CodeIndex.of(fresh.iloc[rows], z16[rows]))
+    rows = fill.rows(as_of=WINDOW["as_of"], fm_version=WINDOW["fm_version"])
     full = _fill(targets, neighbours, pairs, z)
     assert len(full)
-    _same(_fill(targets, neighbours, pairs[keep], z[keep]), full)
+    _same(rows.drop(columns="event_ts"), full)
+
+
+def test_the_fill_visits_only_its_users_and_their_neighbours_rows() -> None:
+    """An index of codes of users that are neither a target's user nor one of their
+    neighbours is not visited (binary searches, no scan) and changes nothing."""
+    targets, neighbours, pairs, z = _world(0)
+    targets = targets.iloc[:5]  # five target users and their seven neighbours each
+    fill = NeighbourFill(targets, neighbours, z_dim=4)
+    fresh, z16 = _fresh(pairs, z)
+    table = neighbours.set_index("user_id")
+    near = set(targets["user_id"]) | {
+        int(v) for u in targets["user_id"].unique() for v in table.at[u, "nbr_ids"]
+    }
+    far = ~fresh["user_id"].isin(near).to_numpy()
+    assert 0 < far.sum() < len(fresh)
+    assert fill.add_index(CodeIndex.of(fresh[far], z16[far])) == 0
+    assert fill.rows(as_of=WINDOW["as_of"], fm_version=WINDOW["fm_version"]).empty
+    visited = fill.add_index(CodeIndex.of(fresh[~far], z16[~far]))
+    assert visited == (~far).sum()  # every near row once: own rows and neighbours' rows
+    rows = fill.rows(as_of=WINDOW["as_of"], fm_version=WINDOW["fm_version"])
+    _same(rows.drop(columns="event_ts"), _fill(targets, neighbours, pairs, z))
 
 
 def test_codes_folded_a_chunk_at_a_time_give_the_fill_of_them_all() -> None:
@@ -94,11 +129,12 @@ def test_partitions_folding_their_own_targets_make_the_whole_fill() -> None:
     _same(pd.concat(filled, ignore_index=True), _fill(targets, neighbours, pairs, z))
 
 
-def test_nothing_to_fill_wants_nothing_and_fills_nothing() -> None:
+def test_nothing_to_fill_visits_nothing_and_fills_nothing() -> None:
     _, neighbours, pairs, z = _world(3)
     empty = pd.DataFrame({"user_id": np.zeros(0, np.int64), "item_id": np.zeros(0, np.int64)})
     fill = NeighbourFill(empty, neighbours, z_dim=4)
-    assert not fill.wanted(pairs["user_id"].to_numpy(), pairs["item_id"].to_numpy()).any()
+    fresh, z16 = _fresh(pairs, z)
+    assert fill.add_index(CodeIndex.of(fresh, z16)) == 0
     assert _folded(empty, neighbours, pairs, z, 100).empty
 
 

@@ -637,29 +637,6 @@ def _order_key(sim: np.ndarray, edge: np.ndarray) -> np.ndarray:
     return (ordered << 32) | (0xFFFFFFFF - edge.astype(np.int64))
 
 
-def _add_product(out: np.ndarray, matrix, dense: np.ndarray) -> None:
-    """``out += matrix @ dense`` in place (``matrix`` a scipy CSR ``[n, m]``, ``dense`` a
-    C-contiguous float64 ``[m, d]``, ``out`` ``[n, d]``).
-
-    scipy's ``@`` allocates a zeroed ``[n, d]`` result for every product, a cost of the
-    targets' count paid once per folded block (``d`` float64 each); its own kernel
-    (``csr_matvecs``, what ``@`` calls) adds into an existing array instead, so a fold's
-    cost is its matches' plus a few 1-D arrays over the targets. The public product is the
-    fallback should a scipy release move the kernel."""
-    try:
-        from scipy.sparse._sparsetools import csr_matvecs
-    except ImportError:  # pragma: no cover - the lock pins a scipy that has it
-        csr_matvecs = None
-    usable = out.flags.c_contiguous and out.dtype == np.float64 and dense.flags.c_contiguous
-    if csr_matvecs is None or not usable:  # ravel() must be a view of what it adds into
-        out += matrix @ dense
-        return
-    n, m = matrix.shape
-    csr_matvecs(
-        n, m, dense.shape[1], matrix.indptr, matrix.indices, matrix.data, dense.ravel(), out.ravel()
-    )
-
-
 class NeighbourFill:
     """The ``nbr`` rows of a set of targets, folded over codes one index at a time.
 
@@ -732,32 +709,34 @@ class NeighbourFill:
         z16: np.ndarray,
         z64: np.ndarray,
     ) -> None:
-        """Fold one block of matches (target, edge, code row) into the targets' state. The
-        sums are sparse products (a targets × codes matrix of weights times the codes), whose
-        cost is the matches', however they spread over the targets (plus a few 1-D arrays
-        over the targets per block)."""
+        """Fold one block of matches (target, edge, code row) into the targets' state.
+
+        Only the block's targets are touched: the matches are renumbered over them, the
+        weighted sums are a sparse (touched targets × codes) product, and the results are
+        added into the touched rows. So a fold costs its matches, whatever the number of
+        targets: a fill folds at least once per partition's codes, and a cost over all
+        targets per fold would grow with the number of partitions."""
         from scipy.sparse import csr_matrix
 
         if not len(target):
             return
-        n = len(self._count)
+        touched, local = np.unique(target, return_inverse=True)
+        k = len(touched)
         sim = self._t.e_s[edge]
         w = np.maximum(sim.astype(np.float64), 0.0)
-        # Products over every target (rows of no match are zeros): adding whole contiguous
-        # arrays costs far less than gathering and scattering the matched rows.
-        _add_product(self._wz, csr_matrix((w, (target, code)), shape=(n, len(z64))), z64)
+        self._wz[touched] += csr_matrix((w, (local, code)), shape=(k, len(z64))) @ z64
         if not w.all():  # kept for the plain mean of targets whose every weight is 0
             zero = w == 0
             self._unweighted.append((target[zero], z16[code[zero]]))
-        self._wsum += np.bincount(target, weights=w, minlength=n)
-        self._count += np.bincount(target, minlength=n)
+        self._wsum[touched] += np.bincount(local, weights=w, minlength=k)
+        self._count[touched] += np.bincount(local, minlength=k)
         # The best candidate: the block's best per target, kept where it beats the best so far.
         key = _order_key(sim, edge)
-        block_best = np.full(n, np.iinfo(np.int64).min, np.int64)
-        np.maximum.at(block_best, target, key)
-        better = block_best > self._best_key
-        self._best_key[better] = block_best[better]
-        won = np.flatnonzero((key == block_best[target]) & better[target])  # one per target
+        block_best = np.full(k, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(block_best, local, key)
+        better = block_best > self._best_key[touched]
+        self._best_key[touched[better]] = block_best[better]
+        won = np.flatnonzero((key == block_best[local]) & better[local])  # one per target
         at = target[won]
         self._best_sim[at] = sim[won]
         self._best_nbr[at] = self._t.e_v[edge[won]]

@@ -542,34 +542,36 @@ class _Targets:
         at = np.minimum(np.searchsorted(self.items, c_i), len(self.items) - 1)
         return np.where(self.items[at] == c_i, at, -1)
 
-    def neighbour_rows(self, codes: CodeIndex) -> tuple[np.ndarray, np.ndarray]:
-        """``(lo, hi)``: the rows ``[lo, hi)`` of ``codes`` of each of :attr:`neighbours`."""
-        nb = self.neighbours.to_numpy()
-        return (
-            np.searchsorted(codes.users, nb, side="left"),
-            np.searchsorted(codes.users, nb, side="right"),
-        )
-
-    def matches(self, codes: CodeIndex) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def matches(
+        self, codes: CodeIndex, chosen: np.ndarray | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Blocks ``(target, edge, row)`` of every target ``(u, i)``, edge ``u -> v`` (its
-        position in ``e_v``/``e_s``) and code ``(v, i)`` at row ``row`` of ``codes``.
+        position in ``e_v``/``e_s``) and code ``(v, i)`` at row ``row`` of ``codes``;
+        ``chosen``: the positions in :attr:`neighbours` of the neighbours whose codes
+        ``codes`` can hold (``None``: any).
 
         The codes are sorted by user, so each neighbour's codes are one range found by a
-        binary search: only the neighbours' rows are visited, never the rest of the index,
-        and each visited row's item is looked up once however many edges point at it. Each
-        block expands at most ``_EXPANSION_ROWS`` (edge, code) rows (at least one edge), so
-        memory is a block's."""
-        lo, hi = self.neighbour_rows(codes)
+        binary search: only the chosen neighbours' rows are visited, never the rest of the
+        index, and each visited row's item is looked up once however many edges point at
+        it. Each block expands at most ``_EXPANSION_ROWS`` (edge, code) rows (at least one
+        edge), so memory is a block's."""
+        every = len(self.neighbours)
+        chosen = np.arange(every) if chosen is None else chosen
+        nb = self.neighbours.to_numpy()[chosen]
+        lo = np.searchsorted(codes.users, nb, side="left")
+        hi = np.searchsorted(codes.users, nb, side="right")
         visited = _ranges(lo, hi)  # the neighbours' rows, neighbour by neighbour
         key = self.item_keys(codes.items[visited])
         useful = key >= 0  # rows of an item some target has
         starts = np.concatenate([[0], np.cumsum(useful)])
         bounds = np.concatenate([[0], np.cumsum(hi - lo)])
-        first_of = starts[bounds[:-1]]  # each neighbour's useful rows: [first_of, first_of + n)
-        n_of = starts[bounds[1:]] - first_of
+        first_of = np.zeros(every, np.int64)  # each neighbour's useful rows: [first, first + n)
+        n_of = np.zeros(every, np.int64)
+        first_of[chosen] = starts[bounds[:-1]]
+        n_of[chosen] = starts[bounds[1:]] - first_of[chosen]
         rows, key = visited[useful], key[useful]
         nbr = self.e_n
-        count = n_of[nbr]
+        count = n_of[nbr]  # each edge's codes here (0: its neighbour has none)
         ends = np.cumsum(count)
         n_items = max(len(self.items), 1)
         first = 0
@@ -679,26 +681,34 @@ class NeighbourFill:
         (float16-rounded float32)."""
         self.add_index(CodeIndex.of(pairs, z16))
 
-    def add_index(self, codes: CodeIndex) -> int:
+    @property
+    def near_users(self) -> np.ndarray:
+        """The users whose codes can matter, ascending: the targets' users (their own codes
+        drop a target) and their neighbours."""
+        return np.union1d(self._t.users, self._t.neighbours.to_numpy())
+
+    def add_index(self, codes: CodeIndex, among: np.ndarray | None = None) -> int:
         """Fold in the codes of ``codes`` that serve a target; returns how many of its rows
-        were visited: those of the targets' users and of their neighbours."""
+        were visited: those of the targets' users and of their neighbours. ``among``: the
+        :attr:`near_users` whose codes ``codes`` can hold, ascending (one partition's, when
+        ``codes`` holds one partition's users), so that the others are not searched for."""
         t = self._t
-        lo = np.searchsorted(codes.users, t.users, side="left")
-        hi = np.searchsorted(codes.users, t.users, side="right")
+        near = self.near_users if among is None else np.asarray(among, np.int64)
+        own_users = np.intersect1d(t.users, near, assume_unique=True)
+        lo = np.searchsorted(codes.users, own_users, side="left")
+        hi = np.searchsorted(codes.users, own_users, side="right")
         own_rows = _ranges(lo, hi)
         own = t.position(codes.users[own_rows], codes.items[own_rows])
         self._own[own[own >= 0]] = True
-        for target, edge, row in t.matches(codes):
+        chosen = t.neighbours.get_indexer(near)
+        for target, edge, row in t.matches(codes, chosen[chosen >= 0]):
             if not len(target):
                 continue
             rows, code = np.unique(row, return_inverse=True)  # each code gathered once
             z16 = np.asarray(codes.z16[rows], dtype=np.float32)
             self._fold(target, edge, code, z16, z16.astype(np.float64))
-        near = np.union1d(t.users, t.neighbours.to_numpy())
-        lo, hi = (
-            np.searchsorted(codes.users, near, "left"),
-            np.searchsorted(codes.users, near, "right"),
-        )
+        lo = np.searchsorted(codes.users, near, side="left")
+        hi = np.searchsorted(codes.users, near, side="right")
         return int((hi - lo).sum())
 
     def _fold(

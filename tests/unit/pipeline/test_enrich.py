@@ -88,6 +88,22 @@ def test_the_fill_over_per_partition_indexes_equals_the_fill_over_all_codes() ->
     _same(rows.drop(columns="event_ts"), full)
 
 
+def test_each_index_searched_only_for_its_own_partitions_users_gives_the_whole_fill() -> None:
+    """The enrichment looks each near user up in its own partition's index only (``among``):
+    the fill is the same, and each index's visited rows are its near users' rows."""
+    targets, neighbours, pairs, z = _world(5)
+    fresh, z16 = _fresh(pairs, z)
+    parts = Partitioning(3)
+    fill = NeighbourFill(targets, neighbours, z_dim=4)
+    near = fill.near_users
+    for p, rows in enumerate(parts.split(fresh["user_id"].to_numpy())):
+        codes = CodeIndex.of(fresh.iloc[rows], z16[rows])
+        among = near[parts.of(near) == p]
+        assert fill.add_index(codes, among) == np.isin(codes.users, among).sum()
+    rows = fill.rows(as_of=WINDOW["as_of"], fm_version=WINDOW["fm_version"])
+    _same(rows.drop(columns="event_ts"), _fill(targets, neighbours, pairs, z))
+
+
 def test_the_fill_visits_only_its_users_and_their_neighbours_rows() -> None:
     """An index of codes of users that are neither a target's user nor one of their
     neighbours is not visited (binary searches, no scan) and changes nothing."""

@@ -12,7 +12,8 @@ interval against the traffic of that interval, and with the cycle partitioned by
 (``cycle.partitions``, :mod:`solaris.store.partitions`) each task must hold one partition's
 rows, whatever N is. For each N the bench sets the partition count so that the rows per
 partition stay about constant, ``P = max(1, round(N / --rows-per-partition))`` (default
-625,000 rows: P = 1 at 10^5, 2 at 10^6, 16 at 10^7), and runs the cycle's **real task
+500,000 rows: P = 1 at 10^5, 2 at 10^6, 20 at 10^7, exactly 500,000 rows a partition from
+10^6 on, so that the exponents compare partitions of one size), and runs the cycle's **real task
 functions** on a real cycle state (the namespace's folder under the temporary directory, the
 real Redis), **each task in a process of its own**, as an Airflow worker runs it. Every task
 process is a fresh ``python -m bench.scale --child``: it reads what the earlier tasks wrote to
@@ -153,7 +154,7 @@ REPO = Path(__file__).resolve().parents[1]
 FEATURE_REPO = REPO / "feature_repo"
 FULL_SIZES = (100_000, 1_000_000, 10_000_000)
 QUICK_SIZES = (10_000, 100_000)
-ROWS_PER_PARTITION = 625_000
+ROWS_PER_PARTITION = 500_000  # exactly 2, 20 and 200 partitions at 10^6, 10^7, 10^8
 STAGES = ("select", "embed", "enrich")
 TITLES = {
     "select": "selection (drain, verifier, budget vs ledger cache)",
@@ -1549,7 +1550,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--rows-per-partition",
         type=lambda s: parse_sizes(s)[0],
         default=ROWS_PER_PARTITION,
-        help="candidate rows per partition: cycle.partitions = round(N / this) (default 625,000)",
+        help="candidate rows per partition: cycle.partitions = round(N / this) (default 500,000)",
     )
     parser.add_argument(
         "--no-pool", action="store_true", help="skip the two-workers run at the largest size"

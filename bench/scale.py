@@ -403,6 +403,7 @@ class Job:
     start: int  # the interval [start, end)
     end: int
     users_per_row: float | None = None  # the user pool: N x this (None: the default 100,000)
+    partitions_per_task: int = 1  # the partitions one mapped task runs, one after the other
 
     @property
     def folder(self) -> Path:
@@ -1164,7 +1165,7 @@ def run_stages(runner: Runner, workers: int) -> dict[str, StageRun]:
 
     plan = step("embed", "plan", [Task("embed-plan", "plan")])[0]
     cfg = job.config()
-    groups = group_shards(plan.extra["shards"], cfg.cycle.shard_rows)
+    groups = group_shards(plan.extra["shards"], cfg.cycle.shard_rows * job.partitions_per_task)
     tasks = [
         Task(
             "embed-shards", "embed", {"shards": g}, (g[0]["partitions"][0], g[-1]["partitions"][1])
@@ -1579,6 +1580,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="a user pool of N x this users (0.01: 100,000 at 10^7), so that users grow with "
         "the traffic; default: a fixed pool of 100,000",
     )
+    parser.add_argument(
+        "--partitions-per-task",
+        type=int,
+        default=1,
+        help="partitions one mapped task runs in turn (default 1; 10 keeps the task starts of "
+        "a 10^8 run at those of 10^7, as the DAGs' groups do)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
@@ -1636,25 +1644,29 @@ def workspace(args: argparse.Namespace) -> Iterator[Workspace]:
 
 
 def size_config(
-    cfg: SolarisConfig, size: int, rows_per_partition: int
+    cfg: SolarisConfig, size: int, rows_per_partition: int, per_task: int = 1
 ) -> tuple[SolarisConfig, int]:
-    """The settings of size N: the partition count and the task sizes that make one
-    partition one task (shards of about a partition's pairs; selection and enrichment units
-    of half a partition, so a partition is never shared)."""
+    """The settings of size N: the partition count and the task sizes that make
+    ``per_task`` partitions one task (shards of about a partition's pairs, grouped by the
+    bench ``per_task`` at a time; selection and enrichment units that hold ``per_task``
+    partitions, never a part of one)."""
     from solaris.data.synthetic import SyntheticSpec
 
     partitions = partition_count(size, rows_per_partition)
     per_partition = size / partitions
+    # Units of half a partition make each partition a task whatever its size; units of
+    # ``per_task`` and a half partitions hold ``per_task`` (their sizes vary by a few %).
+    unit = 0.5 if per_task == 1 else per_task + 0.5
     pairs = max(1, math.ceil(cfg.selection.share * per_partition))  # selected rows
     cycle: dict[str, Any] = {
         "partitions": partitions,
         # A partition's pairs in one shard (a quarter over its expected count: the busiest
         # partitions too), never two partitions' (their pairs add up to twice that).
         "shard_rows": math.ceil(1.25 * pairs),
-        "enrich_rows": max(1, pairs // 2),
+        "enrich_rows": max(1, int(pairs * unit)),
     }
     requests = per_partition / SyntheticSpec(n_pairs=1).candidates_per_request
-    cycle["select_requests"] = max(1, int(requests // 2))
+    cycle["select_requests"] = max(1, int(requests * unit))
     return cfg.model_copy(update={"cycle": cfg.cycle.model_copy(update=cycle)}), partitions
 
 
@@ -1664,7 +1676,7 @@ def run_size(
     """Generate, set up and run one interval of N rows (and the two-worker run when
     ``pool``): the stage runs, the workload figures, the other processes' peaks, the
     embedding ratio and the two-worker stage runs."""
-    cfg, partitions = size_config(ws.cfg, n, args.rows_per_partition)
+    cfg, partitions = size_config(ws.cfg, n, args.rows_per_partition, args.partitions_per_task)
     cadence_s = round(cfg.selection.cadence_minutes * 60)
     work = ws.tmp / f"n{n}"
     work.mkdir()
@@ -1681,6 +1693,7 @@ def run_size(
         start=INTERVAL_START,
         end=INTERVAL_START + cadence_s,
         users_per_row=args.users_per_row,
+        partitions_per_task=args.partitions_per_task,
     )
     job_path = work / "job.json"
     job_path.write_text(json.dumps(dataclasses.asdict(job)))

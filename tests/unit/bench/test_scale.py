@@ -14,6 +14,7 @@ from bench.scale import (
     group_shards,
     parse_sizes,
     partition_count,
+    size_config,
     threads_per_task,
 )
 
@@ -87,3 +88,20 @@ def test_user_pool_grows_with_the_rows_and_refuses_a_rate_that_is_not_positive()
     assert user_pool(10, 0.01) == 1
     with pytest.raises(ValueError, match="users per row"):
         user_pool(1_000, 0)
+
+
+@pytest.mark.parametrize("per_task", [1, 10])
+def test_size_config_groups_per_task_partitions_into_one_task(per_task: int) -> None:
+    """200 partitions of a few percent different sizes, packed by the cycle's own units:
+    one partition a task by default, ten with ``per_task`` = 10."""
+    import numpy as np
+
+    from solaris.config import SolarisConfig
+    from solaris.store.partitions import pack
+
+    cfg, partitions = size_config(SolarisConfig(), 10**8, 500_000, per_task)
+    assert partitions == 200
+    rng = np.random.default_rng(0)
+    pairs = 100_000 * rng.uniform(0.95, 1.05, partitions)  # a partition's selected pairs
+    units = pack(pairs.astype(np.int64), cfg.cycle.enrich_rows, split=False)
+    assert {u.last - u.first + 1 for u in units} == {per_task}

@@ -527,7 +527,6 @@ def lookup_fill(
     which visits only the rows of the targets' users and of their neighbours and reads only
     the codes of the matches. The files are memory-mapped (locally): memory is the targets'
     sums and one block of matches, and the work is the targets' own, not the window's."""
-    import numpy as np
 
     from solaris.data.schemas import read_fill_codes
     from solaris.pipeline.neighbors import CodeIndex, NeighbourFill
@@ -540,18 +539,13 @@ def lookup_fill(
     # file only (a search per user, not per user and file), and a file none of them is in
     # is not opened.
     near = fill.near_users
-    part = Partitioning(count).of(near)
-    order = np.argsort(part, kind="stable")  # by partition, users ascending within each
-    near, part = near[order], part[order]
-    bounds = np.searchsorted(part, np.arange(count + 1))
     visited = 0
-    for partition in range(count):
-        among = near[bounds[partition] : bounds[partition + 1]]
-        if not len(among):
+    for partition, rows in enumerate(Partitioning(count).split(near)):
+        if not len(rows):
             continue
         path = layout.fill_codes(as_of, partition)
         codes = CodeIndex(*read_fill_codes(path, z_dim=cfg.model.z_dim))
-        visited += fill.add_index(codes, among)
+        visited += fill.add_index(codes, near[rows])  # ascending: split keeps row order
     return fill.rows(as_of=as_of, fm_version=fm_version), visited
 
 

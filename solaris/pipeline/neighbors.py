@@ -494,6 +494,7 @@ class _Targets:
     neighbours: pd.Index  # the distinct ``e_v``, ascending
     e_v: np.ndarray  # edges u -> v by ascending v: the neighbour
     e_n: np.ndarray  # ... its position in ``neighbours``
+    e_start: np.ndarray  # neighbour ``n``'s edges are ``e_start[n]:e_start[n + 1]``
     e_u: np.ndarray  # ... the target user's dense index
     e_s: np.ndarray  # ... the similarity
 
@@ -511,13 +512,15 @@ class _Targets:
         order = np.argsort(edges["nbr_user"].to_numpy(np.int64), kind="stable")
         e_v = edges["nbr_user"].to_numpy(np.int64)[order]
         neighbours = np.unique(e_v)
+        e_n = np.searchsorted(neighbours, e_v)
         return cls(
             users,
             items,
             pd.Index(keys),
             pd.Index(neighbours),
             e_v,
-            np.searchsorted(neighbours, e_v),
+            e_n,
+            np.searchsorted(e_n, np.arange(len(neighbours) + 1)),
             np.searchsorted(users, edges["user_id"].to_numpy(np.int64)[order]),
             edges["similarity"].to_numpy(np.float32)[order],
         )
@@ -556,7 +559,7 @@ class _Targets:
         it. Each block expands at most ``_EXPANSION_ROWS`` (edge, code) rows (at least one
         edge), so memory is a block's."""
         every = len(self.neighbours)
-        chosen = np.arange(every) if chosen is None else chosen
+        chosen = np.arange(every) if chosen is None else np.asarray(chosen, np.int64)
         nb = self.neighbours.to_numpy()[chosen]
         lo = np.searchsorted(codes.users, nb, side="left")
         hi = np.searchsorted(codes.users, nb, side="right")
@@ -565,22 +568,27 @@ class _Targets:
         useful = key >= 0  # rows of an item some target has
         starts = np.concatenate([[0], np.cumsum(useful)])
         bounds = np.concatenate([[0], np.cumsum(hi - lo)])
-        first_of = np.zeros(every, np.int64)  # each neighbour's useful rows: [first, first + n)
-        n_of = np.zeros(every, np.int64)
-        first_of[chosen] = starts[bounds[:-1]]
-        n_of[chosen] = starts[bounds[1:]] - first_of[chosen]
+        first_of = starts[bounds[:-1]]  # each chosen neighbour's useful rows: [first, first + n)
+        n_of = starts[bounds[1:]] - first_of
         rows, key = visited[useful], key[useful]
-        nbr = self.e_n
-        count = n_of[nbr]  # each edge's codes here (0: its neighbour has none)
+        # Only the edges into the neighbours with useful rows here are walked: a fill folds
+        # every partition's codes in turn, and a walk over all its edges for each would cost
+        # partitions x edges.
+        has = np.flatnonzero(n_of)
+        e_lo, e_hi = self.e_start[chosen[has]], self.e_start[chosen[has] + 1]
+        edges = _ranges(e_lo, e_hi)  # ascending where ``chosen`` is
+        of_edge = np.repeat(has, e_hi - e_lo)  # each edge's neighbour, among the chosen
+        count = n_of[of_edge]  # each edge's codes here (>= 1)
         ends = np.cumsum(count)
         n_items = max(len(self.items), 1)
         first = 0
         while first < len(count):
             base = ends[first - 1] if first else 0
             last = max(int(np.searchsorted(ends, base + _EXPANSION_ROWS, side="right")), first + 1)
-            edge = np.repeat(np.arange(first, last), count[first:last])  # (E,)
-            offset = np.arange(len(edge)) - (ends[edge] - count[edge] - base)  # rank in range
-            at = first_of[nbr[edge]] + offset  # (E,) positions in ``rows``
+            j = np.repeat(np.arange(first, last), count[first:last])  # (E,) in ``edges``
+            offset = np.arange(len(j)) - (ends[j] - count[j] - base)  # rank in range
+            at = first_of[of_edge[j]] + offset  # (E,) positions in ``rows``
+            edge = edges[j]
             target = self._position(self.e_u[edge] * n_items + key[at])
             hit = target >= 0
             yield target[hit], edge[hit], rows[at[hit]]
@@ -694,7 +702,10 @@ class NeighbourFill:
         ``codes`` holds one partition's users), so that the others are not searched for."""
         t = self._t
         near = self.near_users if among is None else np.asarray(among, np.int64)
-        own_users = np.intersect1d(t.users, near, assume_unique=True)
+        # The targets' users among ``near``: a search per near user, not a pass over every
+        # target user for each index folded in.
+        at = np.minimum(np.searchsorted(t.users, near), max(len(t.users) - 1, 0))
+        own_users = near[t.users[at] == near] if len(t.users) else near[:0]
         lo = np.searchsorted(codes.users, own_users, side="left")
         hi = np.searchsorted(codes.users, own_users, side="right")
         own_rows = _ranges(lo, hi)

@@ -120,12 +120,20 @@ def demo(
     namespace: Annotated[
         str, typer.Option(help="namespace of the replay (Feast project, streams, state folder)")
     ] = "demo",
+    force: Annotated[
+        bool, typer.Option(help="reset and replay into a namespace that holds live state")
+    ] = False,
 ) -> None:
-    """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures."""
+    """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures.
+    The namespace's earlier state is reset first; one holding live state is refused."""
     _namespace_arg(namespace, "--namespace")
     from solaris.examples.movielens.demo import run_demo
+    from solaris.orchestration.resources import refuse_live
 
-    run_demo(_config(config, namespace=namespace), airflow=airflow, echo=typer.echo)
+    if airflow:  # refused before the offline stage's minutes, not after them
+        refuse_live(_config(config), namespace, "replay into", force=force)
+    cfg = _config(config, namespace=namespace)
+    run_demo(cfg, airflow=airflow, echo=typer.echo, force=force)
 
 
 @app.command("cycle")
@@ -140,26 +148,33 @@ def cycle_command(
         ),
     ] = None,
     config: ConfigOption = None,
+    force: Annotated[
+        bool, typer.Option(help="reset and replay into a namespace that holds live state")
+    ] = False,
 ) -> None:
     """Replay your traffic (requests.source) through the five DAGs in this process
     (dag.test), as `make demo` does: cycle.demo_days from --start at
     cycle.demo_cadence_minutes, in a replay namespace whose earlier state is reset; prints
-    the figures. Refuses the live namespace."""
+    the figures. Refuses a namespace that holds live state (the live one, the settings' own
+    when they are not a replay's, one whose cycle ran live) unless --force."""
     eval_from = _epoch_option(start, "--start")
     if namespace is not None:
         _namespace_arg(namespace, "--namespace")
+    deployment = _config(config)
     cfg = _config(config, **({"namespace": namespace} if namespace else {}))
-    _refuse_live(cfg.namespace, "replay into")
     from solaris.local.demo import run_airflow_stage
     from solaris.namespace import Namespace
+    from solaris.orchestration.resources import refuse_live
     from solaris.pipeline.codes import read_manifest
 
+    refuse_live(deployment, cfg.namespace, "replay into", force=force)
     manifest = read_manifest(Namespace.of(cfg).models_dir)
     run_airflow_stage(
         cfg,
         eval_from=eval_from,
         fm_version=manifest.fm_version,
         echo=typer.echo,
+        force=force,
     )
 
 
@@ -167,22 +182,21 @@ def cycle_command(
 def namespace_reset(
     name: Annotated[str, typer.Argument(help="the namespace to forget")],
     config: ConfigOption = None,
-    force: Annotated[bool, typer.Option(help="allow resetting the live namespace")] = False,
+    force: Annotated[
+        bool, typer.Option(help="allow resetting a namespace that holds live state")
+    ] = False,
 ) -> None:
     """Delete one namespace's state: its Redis keys and streams (<name>:*), its cycle folder
-    and its offline parquet. Other namespaces are not touched."""
+    and its offline parquet. Other namespaces are not touched. A namespace that holds live
+    state (the live one, the settings' own when they are not a replay's, one whose cycle ran
+    on live traffic) is refused unless --force."""
     _namespace_arg(name, "NAME")
-    if name == "live" and not force:
-        raise typer.BadParameter(
-            "the live namespace holds the live cycle's state and serving's undrained request "
-            "log; pass --force to delete it anyway",
-            param_hint="NAME",
-        )
+    deployment = _config(config)
     cfg = _config(config, namespace=name)
     from solaris.namespace import Namespace
     from solaris.orchestration.resources import cycle_redis, reset_namespace
 
-    reset_namespace(cfg, cycle_redis(cfg))
+    reset_namespace(cfg, cycle_redis(cfg), deployment=deployment, force=force)
     typer.echo(f"reset {Namespace.of(cfg).describe()}")
 
 
@@ -232,15 +246,6 @@ def fit_autoencoder_command(
         f"autoencoder for FM {manifest.fm}: fm_version {manifest.fm_version} "
         f"(h {manifest.shared_dim} -> z {manifest.z_dim}, reconstruction MSE {mse:.4f})"
     )
-
-
-def _refuse_live(namespace: str, what: str) -> None:
-    if namespace == "live":
-        raise typer.BadParameter(
-            f"will not {what} the live namespace (its keys and streams would be reset and "
-            "overwritten with history); name a replay namespace with --namespace",
-            param_hint="--namespace",
-        )
 
 
 def _epoch_option(value: str, name: str) -> int:

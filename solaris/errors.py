@@ -12,6 +12,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── NeighborsError         (ValueError)    solaris.pipeline.neighbors: bad neighbour input
     ├── PartitionError         (ValueError)    solaris.store.partitions: a bad partition count
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
+    │   └── LiveNamespaceError                  a reset or replay aimed at live state
     ├── CodesError             (RuntimeError)  solaris.pipeline.codes: autoencoder artifacts
     ├── CheckpointError        (ValueError)    solaris.models.training: a checkpoint refused
     ├── ArtifactPathError      (ValueError)    solaris.files: a path leaving the artifacts root

@@ -128,9 +128,17 @@ def served_example(
 
 
 def run_airflow_stage(
-    cfg: SolarisConfig, *, eval_from: int, fm_version: str, echo: Printer = print
+    cfg: SolarisConfig,
+    *,
+    eval_from: int,
+    fm_version: str,
+    echo: Printer = print,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """Replay a window of the test period through the five DAGs; print and return figures."""
+    """Replay a window of the test period through the five DAGs in ``cfg``'s namespace,
+    reset first; print and return figures. A namespace holding live state is refused before
+    anything is deleted (:func:`~solaris.orchestration.resources.live_state`) unless
+    ``force``."""
     from solaris.local.airflow import LocalAirflow, configure_airflow
     from solaris.store.connection import redacted
     from solaris.store.local_redis import redis_for
@@ -160,7 +168,7 @@ def run_airflow_stage(
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
         }
         with _environ(**env):
-            reset_namespace(cfg, redis)
+            reset_namespace(cfg, redis, force=force)
             home = Path(cfg.cycle.airflow_home or artifacts / "airflow").resolve()
             configure_airflow(home, dags)
             airflow = LocalAirflow(dags, gpu_pool=cfg.cycle.gpu_pool)

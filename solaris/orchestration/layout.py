@@ -316,6 +316,23 @@ class CycleLayout:
     def run_record(self, dag_id: str, key: str) -> StatePath:
         return self.root / "runs" / dag_id / f"{key}.json"
 
+    def live_run_record(self) -> StatePath | None:
+        """The newest run record of some DAG that says its run served live traffic
+        (``"replay": false``), or None: the evidence that this namespace holds live state
+        whatever its name. Reads the newest record of each DAG only."""
+        runs = self.root / "runs"
+        for folder in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else ():
+            newest = max(folder.glob("*.json"), key=lambda p: p.name, default=None)
+            if newest is None:
+                continue
+            try:
+                record = json.loads(newest.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and record.get("replay") is False:
+                return newest
+        return None
+
     # -- listing ----------------------------------------------------------------------------
 
     def intervals(self, kind: str, *, ending_after: int, ending_by: int) -> list[Interval]:

@@ -9,6 +9,7 @@ costs the settings, not a dataframe library.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -24,9 +25,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CycleInputError",
+    "LiveNamespaceError",
     "cycle_redis",
     "feature_store",
+    "live_state",
     "read_parquet",
+    "refuse_live",
     "reset_namespace",
     "write_parquet",
 ]
@@ -34,6 +38,60 @@ __all__ = [
 
 class CycleInputError(SolarisError, RuntimeError):
     """An input of the cycle (conf, request log, models, Redis) is missing or unusable."""
+
+
+class LiveNamespaceError(CycleInputError):
+    """A reset or a replay was aimed at a namespace that holds live state (see
+    :func:`live_state`); nothing was deleted or written."""
+
+
+def live_state(deployment: SolarisConfig, name: str) -> str | None:
+    """Why namespace ``name`` holds live state, or None when it does not.
+
+    One rule for every way state is deleted or history written (``solaris namespace reset``,
+    ``solaris demo``, ``solaris cycle``, a DAG run whose conf says ``"replay": true``): the
+    ``live`` namespace, the namespace ``deployment`` (the settings as loaded, before a
+    command or a conf names another) runs on live traffic, and any namespace whose cycle
+    recorded a run on live traffic hold live state. A replay never writes into one, and a
+    reset needs ``--force``."""
+    from solaris.namespace import LIVE, Namespace
+    from solaris.orchestration.layout import CycleLayout
+
+    if name == LIVE:
+        return f"{LIVE!r} is the live namespace"
+    if name == deployment.namespace and not deployment.replay:
+        return (
+            f"{name!r} is the namespace these settings run on live traffic "
+            f"(namespace: {name}, replay: false)"
+        )
+    own = dataclasses.replace(Namespace.of(deployment), name=name)
+    record = CycleLayout(own).live_run_record()
+    if record is not None:
+        return f"{name!r} holds a cycle run on live traffic (run record {record}, replay: false)"
+    return None
+
+
+def refuse_live(
+    deployment: SolarisConfig,
+    name: str,
+    what: str,
+    *,
+    force: bool = False,
+    forcible: bool = True,
+) -> None:
+    """Raise :class:`LiveNamespaceError` when ``name`` holds live state (:func:`live_state`)
+    and ``force`` is not set; ``what`` names the action refused (``"reset"``, ``"replay
+    into"``); ``forcible``: whether the message offers ``--force`` (a DAG run's replay is
+    never forced into live state)."""
+    reason = None if force else live_state(deployment, name)
+    if reason is not None:
+        remedy = "name a replay namespace"
+        if forcible:
+            remedy += ", or pass --force to do it anyway"
+        raise LiveNamespaceError(
+            f"will not {what} namespace {name!r}: {reason}; its keys, streams and cycle "
+            f"state would be lost or mixed with history. Nothing was changed: {remedy}"
+        )
 
 
 def cycle_redis(cfg: SolarisConfig) -> str:
@@ -74,10 +132,21 @@ def feature_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
     return store
 
 
-def reset_namespace(cfg: SolarisConfig, redis: str) -> None:
+def reset_namespace(
+    cfg: SolarisConfig,
+    redis: str,
+    *,
+    deployment: SolarisConfig | None = None,
+    force: bool = False,
+) -> None:
     """Forget an earlier cycle of ``cfg``'s namespace: its state folder, its offline
     parquet and its Redis keys (views and streams, ``<namespace>:*``). Other namespaces and
-    other Redis data are never touched."""
+    other Redis data are never touched.
+
+    A namespace holding live state (:func:`live_state`, judged against ``deployment``, by
+    default ``cfg``) is refused with :class:`LiveNamespaceError` before anything is deleted,
+    unless ``force``."""
+    refuse_live(deployment or cfg, cfg.namespace, "reset", force=force)
     from solaris.files import remove_tree
     from solaris.namespace import Namespace
     from solaris.store.connection import redis_client

@@ -8,7 +8,11 @@ A task's edge is :func:`task_run`. It takes what Airflow hands the task (the run
 **Namespace.** A run's conf may name one (``{"namespace": "replay_1998", "replay": true}``);
 an asset-triggered run takes the namespace of the events that triggered it (they must agree);
 otherwise the configured one (``SOLARIS_NAMESPACE``, default ``live``). Every asset event a
-task emits carries its namespace, so a replay's downstream runs stay in the replay.
+task emits carries its namespace, so a replay's downstream runs stay in the replay. A run
+that replays (``"replay": true`` in its conf or its events) into a namespace holding live
+state (:func:`~solaris.orchestration.resources.live_state`: ``live``, the settings' own
+namespace when they are not a replay's, one whose cycle ran live) is refused before any
+work, with no override.
 
 **Time.** A run's "now" is its interval, never the wall clock: the interval its conf names
 (``interval_start``/``interval_end``, or ``intervals``), the intervals its triggering asset
@@ -44,7 +48,7 @@ from typing import Any
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval
-from solaris.orchestration.resources import CycleInputError
+from solaris.orchestration.resources import CycleInputError, refuse_live
 from solaris.store.contract import MAX_EPOCH_S
 
 __all__ = [
@@ -466,10 +470,14 @@ def _task_run(
         raise CycleInputError(
             f"unknown conf keys {unknown}; a SOLARIS run takes {sorted(CONF_KEYS)}"
         )
+    overrides = _namespace_overrides(params, extras)
+    deployment = SolarisConfig.load()
     try:
-        cfg = SolarisConfig.load(**_namespace_overrides(params, extras))
+        cfg = SolarisConfig.model_validate({**deployment.model_dump(), **overrides})
     except ValueError as exc:  # pydantic's ValidationError: a bad namespace or replay flag
         raise CycleInputError(f"conf: {exc}") from exc
+    if cfg.replay:  # history never lands in live state, whatever the conf says
+        refuse_live(deployment, cfg.namespace, "replay into", forcible=False)
     cadence = round(cfg.selection.cadence_minutes * 60)
     named = _conf_intervals(params) or _event_intervals(extras)
     if named:

@@ -26,7 +26,8 @@ from .conftest import REDIS
 
 pytestmark = pytest.mark.integration
 
-NAMESPACES = ("live", "demo", "r1998")
+NAMESPACES = ("live", "demo", "r1998", "prod")
+LIVE_RECORD = "runs/solaris_candidates/01700000000-01700000900.json"  # prod ran live
 _BOX = re.compile(r"[│╭╮╰╯─]")
 
 
@@ -44,6 +45,9 @@ def world(tmp_path: Path, redis_client: redis_py.Redis, snapshot_files, snapshot
         state = tmp_path / "artifacts" / "namespaces" / name
         state.mkdir(parents=True)
         (state / "ledger.parquet").write_bytes(b"state")
+        if name == "prod":  # no reserved name: only its run record says it holds live state
+            (state / LIVE_RECORD).parent.mkdir(parents=True)
+            (state / LIVE_RECORD).write_text('{"namespace": "prod", "replay": false}')
         offline = tmp_path / "feature_repo" / "data" / "offline" / name / "pair"
         offline.mkdir(parents=True)
         (offline / "batch-1.parquet").write_bytes(b"rows")
@@ -97,9 +101,22 @@ CASES = [
     pytest.param(["namespace", "reset", "Bad-Name"], {}, 2,
                  r"Invalid value for NAME: 'Bad-Name' is not a namespace name",
                  id="reset-bad-namespace-name"),
-    pytest.param(["namespace", "reset", "live"], {}, 2,
-                 r"Invalid value for NAME: the live namespace .* pass --force",
-                 id="reset-live-without-force"),
+    pytest.param(["namespace", "reset", "live"], {}, 1,
+                 r"^Error: will not reset namespace 'live': 'live' is the live namespace.*"
+                 r"Nothing was changed.*--force", id="reset-live-without-force"),
+    pytest.param(["namespace", "reset", "prod"], {}, 1,
+                 r"^Error: will not reset namespace 'prod': 'prod' holds a cycle run on live "
+                 r"traffic \(run record .*01700000000-01700000900\.json, replay: false\)",
+                 id="reset-a-namespace-that-ran-live"),
+    pytest.param(["namespace", "reset", "r1998"], {"SOLARIS_NAMESPACE": "r1998"}, 1,
+                 r"^Error: will not reset namespace 'r1998': 'r1998' is the namespace these "
+                 r"settings run on live traffic", id="reset-the-settings-own-namespace"),
+    pytest.param(["demo", "--namespace", "live"], {}, 1,
+                 r"^Error: will not replay into namespace 'live'.*--force", id="demo-into-live"),
+    pytest.param(["demo", "--namespace", "prod"], {}, 1,
+                 r"^Error: will not replay into namespace 'prod'", id="demo-ran-live"),
+    pytest.param(["cycle", "--start", ISO, "--namespace", "prod"], {}, 1,
+                 r"^Error: will not replay into namespace 'prod'", id="cycle-ran-live"),
     pytest.param(["namespace", "reset", "demo", "--config", "missing.yaml"], {}, 2,
                  r"Invalid value for '--config' / '-c': [Ff]ile 'missing\.yaml' does not exist",
                  id="config-file-missing"),
@@ -122,8 +139,8 @@ CASES = [
     pytest.param(["cycle", "--start", ISO, "--namespace", "Replay-1998"], {}, 2,
                  r"Invalid value for --namespace: 'Replay-1998' is not a namespace name",
                  id="cycle-bad-namespace-name"),
-    pytest.param(["cycle", "--start", ISO], {}, 2,
-                 r"Invalid value for --namespace: will not replay into the live namespace",
+    pytest.param(["cycle", "--start", ISO], {}, 1,
+                 r"^Error: will not replay into namespace 'live': 'live' is the live namespace",
                  id="cycle-into-live"),
     pytest.param(["cycle", "--start", ISO, "--namespace", "r1998"], {}, 1,
                  r"^Error: no codes\.json in .*: train the autoencoder", id="cycle-no-models"),
@@ -179,3 +196,14 @@ def test_a_namespace_reset_that_is_allowed_does_delete_so_the_snapshot_would_cat
     assert after != before
     assert after[1][NAMESPACES.index("demo")] == {}  # demo's keys are gone
     assert after[1][NAMESPACES.index("live")] == before[1][NAMESPACES.index("live")]
+
+
+def test_force_resets_a_namespace_that_holds_live_state_and_only_that_one(world: dict) -> None:
+    before = world["state"]()
+    code, stderr = _run(world, ["namespace", "reset", "prod", "--force"])
+    assert code == 0, stderr
+    after = world["state"]()
+    assert after[1][NAMESPACES.index("prod")] == {}
+    assert not (world["dir"] / "artifacts" / "namespaces" / "prod").exists()
+    for name in ("live", "demo", "r1998"):
+        assert after[1][NAMESPACES.index(name)] == before[1][NAMESPACES.index(name)]

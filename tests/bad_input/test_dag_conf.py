@@ -44,6 +44,9 @@ def run_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshot_files)
     monkeypatch.setenv("SOLARIS_STORE__REPO_PATH", str(tmp_path / "feature_repo"))
     (tmp_path / "artifacts" / "namespaces" / "live").mkdir(parents=True)
     (tmp_path / "artifacts" / "namespaces" / "live" / "ledger.parquet").write_bytes(b"old")
+    ran_live = tmp_path / "artifacts" / "namespaces" / "prod" / "runs" / "solaris_candidates"
+    ran_live.mkdir(parents=True)
+    (ran_live / "01000000000-01000000900.json").write_text('{"replay": false}')
     return snapshot_files(tmp_path)
 
 
@@ -99,6 +102,14 @@ CONF_CASES = [
     pytest.param({"namespace": "r1998", "replay": 1, **_interval()},
                  r"^conf replay: expected true or false, got 1", id="replay-an-int"),
     pytest.param({"interval_ned": T}, r"^unknown conf keys \['interval_ned'\]", id="unknown-key"),
+    pytest.param({"replay": True, **_interval()},
+                 r"^will not replay into namespace 'live': 'live' is the live namespace.*"
+                 r"name a replay namespace$", id="replay-into-the-default-namespace"),
+    pytest.param({"namespace": "live", "replay": True, **_interval()},
+                 r"^will not replay into namespace 'live'", id="replay-into-live"),
+    pytest.param({"namespace": "prod", "replay": True, **_interval()},
+                 r"^will not replay into namespace 'prod': 'prod' holds a cycle run on live "
+                 r"traffic", id="replay-into-a-namespace-that-ran-live"),
 ]  # fmt: skip
 
 
@@ -151,6 +162,8 @@ EVENT_CASES = [
     pytest.param([{"namespace": "Bad-Name", **_interval()}],
                  r"^asset event\b.*namespace.*Bad-Name",
                  id="namespace-with-capitals"),
+    pytest.param([{"namespace": "live", "replay": True, **_interval()}],
+                 r"^will not replay into namespace 'live'", id="replay-event-into-live"),
 ]  # fmt: skip
 
 

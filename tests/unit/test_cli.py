@@ -19,14 +19,14 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cycle_refuses_to_replay_into_the_live_namespace() -> None:
     result = CliRunner().invoke(app, ["cycle", "--start", "2023-11-15T00:00:00+00:00"])
-    assert result.exit_code == 2
-    assert "live namespace" in result.output
+    assert result.exit_code == 1
+    assert "will not replay into namespace 'live'" in result.output
 
 
 def test_resetting_the_live_namespace_needs_force() -> None:
     result = CliRunner().invoke(app, ["namespace", "reset", "live"])
-    assert result.exit_code == 2
-    assert "--force" in result.output
+    assert result.exit_code == 1
+    assert "will not reset namespace 'live'" in result.output and "--force" in result.output
 
 
 def test_fit_autoencoder_rejects_a_time_without_a_zone() -> None:

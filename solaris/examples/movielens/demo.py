@@ -183,9 +183,13 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
     return summary
 
 
-def run_demo(cfg: SolarisConfig, *, airflow: bool = True, echo: Printer = print) -> dict:
+def run_demo(
+    cfg: SolarisConfig, *, airflow: bool = True, echo: Printer = print, force: bool = False
+) -> dict:
     """The offline stage, then (unless ``airflow=False``) the cycle through Airflow DAG runs;
-    the summary of both is written to ``artifacts_dir/demo_summary.json``."""
+    the summary of both is written to ``artifacts_dir/demo_summary.json``. ``force``: reset
+    and replay into the namespace even if it holds live state
+    (:func:`~solaris.orchestration.resources.live_state`)."""
     summary = run_offline_cycle(cfg, echo=echo)
     if not airflow:
         return summary
@@ -194,7 +198,11 @@ def run_demo(cfg: SolarisConfig, *, airflow: bool = True, echo: Printer = print)
     start = time.perf_counter()
     models = summary["models"]
     summary["airflow"] = run_airflow_stage(
-        cfg, eval_from=int(models["val_end"]), fm_version=models["fm_version"], echo=echo
+        cfg,
+        eval_from=int(models["val_end"]),
+        fm_version=models["fm_version"],
+        echo=echo,
+        force=force,
     )
     summary["timings_s"]["airflow"] = round(time.perf_counter() - start, 2)
     path = Path(cfg.artifacts_dir) / "demo_summary.json"

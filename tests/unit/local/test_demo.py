@@ -33,7 +33,7 @@ def no_dag_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def redis_for(configured):
         yield configured, "configured"
 
-    def reset_namespace(cfg, redis):
+    def reset_namespace(cfg, redis, *, force=False):
         seen.append(redis)
 
     monkeypatch.setattr(local_redis, "redis_for", redis_for)

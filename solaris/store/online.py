@@ -16,7 +16,11 @@ expiry rules are specified in ``docs/online_store_format.md``; in short:
   with one ``frombuffer`` and returns a :class:`~solaris.store.response.SolarisOnlineResponse`,
   which builds Feast's proto only if someone asks for it. Freshness is applied inside the
   store: rows older than their view's read TTL, or computed after the request time, are not
-  ``PRESENT``, whoever the caller is.
+  ``PRESENT``, whoever the caller is. A key that answers an error (``WRONGTYPE``: a
+  foreign or corrupted key under the project's prefix) is read as absent for its own rows
+  only, and logged once by name: one bad key never fails the request, nor, through the
+  serving client's circuit breaker, every other user's. Only when every command of the
+  request fails does the read raise.
 * **Writes.** :meth:`SolarisOnlineStore.write_table` is the bulk Arrow path the pipeline
   uses; ``online_write_batch`` (any Feast producer) converts Feast's rows and calls it. Both
   validate the whole batch before the first command is sent. The most recent write of a row
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -80,6 +85,8 @@ from solaris.store.contract import (
 )
 from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, row_status
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "FeatureRequestError",
     "SolarisOnlineStore",
@@ -93,10 +100,14 @@ _INT64_MAX = np.iinfo(np.int64).max
 _COMMANDS_PER_PIPELINE = 1_000
 
 # After the HSET of a write, in one call: renew the hash's expiry, create its prune marker
-# (field "") if it has none, and return the marker.
+# (field "") if it has none, and return the marker. The expiry comes first and a missing
+# hash is left missing (nil): when the HSET before was refused (Redis out of memory) or the
+# marker is, no key is left without an expiry.
 #   KEYS[1] hash; ARGV[1] retention ms; ARGV[2] newest event us written
 _TOUCH_LUA = """
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then
+  return false
+end
 redis.call('HSETNX', KEYS[1], '', ARGV[2])
 return redis.call('HGET', KEYS[1], '')
 """
@@ -106,6 +117,9 @@ return redis.call('HGET', KEYS[1], '')
 # prune (field ""). Event times are below 2^53 us, exact in Lua's doubles.
 #   KEYS[1] hash; ARGV[1] cutoff us; ARGV[2] newest event us written
 _PRUNE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
 local cutoff = tonumber(ARGV[1])
 local all = redis.call('HGETALL', KEYS[1])
 local stale = {}
@@ -288,6 +302,7 @@ class SolarisOnlineStore(OnlineStore):
         self._prune = None
         self._touch = None
         self._plans: dict[tuple, tuple[object, object, _Plan | None]] = {}
+        self._refused_keys: set[str] = set()  # keys logged as answering an error (bounded)
 
     # -- connection -------------------------------------------------------------------------
 
@@ -365,6 +380,7 @@ class SolarisOnlineStore(OnlineStore):
             order = np.arange(n)
             bounds = np.array([0, n])
             key_names = [prefix]
+        _refuse_foreign_keys(client, spec, key_names)
         if spec.member is None:
             # One string per partition: the last row of the batch for it wins.
             records = encode_records(spec, params, rows, order)
@@ -428,7 +444,7 @@ class SolarisOnlineStore(OnlineStore):
         prunes = [
             (b"EVALSHA", self._prune.sha, 1, key, top - retention_us, top)
             for key, top, at in zip(key_names, newest, touches, strict=True)
-            if abs(top - int(replies[at])) >= interval
+            if replies[at] is not None and abs(top - int(replies[at])) >= interval
         ]
         if prunes:
             _send_scripted(client, prunes)
@@ -500,7 +516,8 @@ class SolarisOnlineStore(OnlineStore):
             ]
         else:
             built = _pack(commands)
-        replies = _send(client, built)
+        replies = _send(client, built, errors_as_replies=True)
+        replies = _absent_where_refused(replies, commands, self._refused_keys)
         out = []
         pos = 0
         for (spec, params), (count, assemble) in zip(plans, layouts, strict=True):
@@ -798,15 +815,77 @@ def _pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> list[byte
     return parts
 
 
-def _round_trip(client: redis_py.Redis, packed: list[bytes], count: int) -> list:
-    """Send the ``packed`` commands on one pooled connection and read ``count`` replies. On
-    any error (an error reply included) the connection is dropped, since it may hold unread
-    replies, and the error propagates."""
+def _refuse_foreign_keys(client, spec: ViewSpec, key_names: Sequence[str]) -> None:
+    """Raise :class:`InvalidWriteError` naming the keys of ``key_names`` that hold another
+    Redis type than ``spec`` writes (a hash, or a string for a view without members),
+    before anything is written: a ``WRONGTYPE`` in the middle of a batch would leave the
+    keys before it written and the rest not. One ``TYPE`` per key, in the write's round
+    trips (``TYPE`` is O(1))."""
+    wanted = b"hash" if spec.member is not None else b"string"
+    types = _send(client, [(b"TYPE", key) for key in key_names])
+    foreign = [
+        (key, kind.decode() if isinstance(kind, bytes) else str(kind))
+        for key, kind in zip(key_names, types, strict=True)
+        if kind not in (wanted, b"none", "none", wanted.decode())
+    ]
+    if foreign:
+        shown = ", ".join(f"{key} ({kind})" for key, kind in foreign[:5])
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise InvalidWriteError(
+            f"view {spec.name!r}: {len(foreign)} key(s) hold another Redis type than the "
+            f"{wanted.decode()} the view writes: {shown}{more}. Nothing of the batch was "
+            "written; delete those keys (they are not SOLARIS rows) and write again"
+        )
+
+
+def _absent_where_refused(
+    replies: list,
+    commands: Sequence[tuple[bytes, str, np.ndarray | None]],
+    warned: set[str],
+) -> list:
+    """``replies`` with each error reply (a key of another type, ``WRONGTYPE``) replaced by
+    what an absent key answers (``None``, or ``None`` per ``HMGET`` field), each such key
+    logged once by name (``warned``: the keys logged already, at most 10,000 kept). When
+    every reply is an error the first is raised: then the store itself fails, not one key."""
+    refused = [k for k, reply in enumerate(replies) if isinstance(reply, Exception)]
+    if not refused:
+        return replies
+    if len(refused) == len(replies):
+        raise replies[refused[0]]
+    out = list(replies)
+    for k in refused:
+        _name, key, members = commands[k]
+        out[k] = None if members is None else [None] * len(members)
+        if key not in warned and len(warned) < 10_000:
+            warned.add(key)
+            log.warning(
+                "online store key %s answered %s: its rows are read as absent (delete or "
+                "fix the key; the other keys of the request are served)",
+                key,
+                replies[k],
+            )
+    return out
+
+
+def _round_trip(
+    client: redis_py.Redis, packed: list[bytes], count: int, *, errors_as_replies: bool = False
+) -> list:
+    """Send the ``packed`` commands on one pooled connection and read ``count`` replies.
+    An error reply raises, unless ``errors_as_replies``: then it is returned in its place
+    (it was read whole, so the connection stays in step). On any other error the connection
+    is dropped, since it may hold unread replies, and the error propagates."""
     pool = client.connection_pool
     conn = pool.get_connection()
     try:
         conn.send_packed_command([b"".join(packed)], check_health=False)  # one sendall
-        replies = [conn.read_response(disable_decoding=True) for _ in range(count)]
+        replies = []
+        for _ in range(count):
+            try:
+                replies.append(conn.read_response(disable_decoding=True))
+            except redis_py.exceptions.ResponseError as exc:
+                if not errors_as_replies:
+                    raise
+                replies.append(exc)
     except BaseException:
         conn.disconnect()
         raise
@@ -827,9 +906,16 @@ def _send_scripted(client, commands: Sequence) -> list:
         return _send(client, commands)
 
 
-def _send(client, commands: Sequence, batch: int = _COMMANDS_PER_PIPELINE) -> list:
+def _send(
+    client,
+    commands: Sequence,
+    batch: int = _COMMANDS_PER_PIPELINE,
+    *,
+    errors_as_replies: bool = False,
+) -> list:
     """Send ``commands`` (argument tuples, or commands packed already: bytes) in batches of
-    one round trip each; the replies.
+    one round trip each; the replies. An error reply raises, unless ``errors_as_replies``
+    (reads: see :func:`_absent_where_refused`), which returns it in its place.
 
     A single Redis gets them packed by hiredis on one pooled connection; a cluster through
     redis-py's cluster pipeline, which routes each key to its node.
@@ -841,8 +927,10 @@ def _send(client, commands: Sequence, batch: int = _COMMANDS_PER_PIPELINE) -> li
             pipe = client.pipeline(transaction=False)
             for name, *args in part:  # redis-py's cluster routing wants str names
                 pipe.execute_command(name.decode(), *args)
-            replies.extend(pipe.execute())
+            replies.extend(pipe.execute(raise_on_error=not errors_as_replies))
         else:
             packed = [c if isinstance(c, bytes) else hiredis.pack_command(c) for c in part]
-            replies.extend(_round_trip(client, packed, len(part)))
+            replies.extend(
+                _round_trip(client, packed, len(part), errors_as_replies=errors_as_replies)
+            )
     return replies

@@ -13,6 +13,7 @@ one bad row writes nothing at all.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -315,3 +316,83 @@ def test_feasts_write_to_online_store_refuses_a_vector_of_the_wrong_length(
     with pytest.raises(InvalidWriteError, match=r"view 'pair', column 'z', row 1: expected 8"):
         feast_world.store.write_to_online_store("pair", rows)
     unchanged()
+
+
+# --------------------------------------------------------------------------------------------
+# The keys a write meets: one of another type, a Redis out of memory
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("view", "kind"), [("pair", "list"), ("uagg", "hash")])
+def test_a_key_of_another_type_in_the_batch_is_named_and_nothing_of_the_batch_is_written(
+    view: str, kind: str, feast_world: FeastWorld, snapshot_redis
+) -> None:
+    """The drill's case: a ``WRONGTYPE`` key among a batch's keys used to fail the batch
+    half-way (the keys before it written) with an error naming no key."""
+    from solaris.store.contract import VIEWS
+    from solaris.store.keys import partition_key, view_key
+
+    spec = VIEWS[view]
+    bad = partition_key(view_key(feast_world.project, spec), spec, 250)
+    client = feast_world.client
+    if kind == "list":
+        client.rpush(bad, b"not a hash")
+    else:
+        client.hset(bad, b"not", b"a string")
+    frame = pd.concat([pair_frame(1, user=u, first_item=20) for u in range(200, 300)])
+    if view == "uagg":
+        n = len(frame)
+        frame = pd.DataFrame(
+            {
+                "user_id": frame["user_id"].to_numpy(),
+                "z_sum": vectors(n),
+                "count": [1] * n,
+                "window_start": [NOW - 3600] * n,
+                "fm_version": [FM_VERSION] * n,
+                "event_ts": event_ts(n),
+            }
+        )
+    keys = snapshot_redis(client, feast_world.key_pattern)
+    before = keys()
+    try:
+        with pytest.raises(
+            InvalidWriteError,
+            match=rf"view '{view}': 1 key\(s\) hold another "
+            rf"Redis type .*{re.escape(bad)} \({kind}\)\. Nothing of the batch",
+        ):
+            materialize(feast_world.store, view, frame, batch_id="wrong-type")
+        assert keys() == before
+    finally:
+        client.delete(bad)
+
+
+def test_a_write_refused_for_memory_leaves_no_key_without_an_expiry(
+    feast_world: FeastWorld,
+) -> None:
+    """The drill's case: ``maxmemory`` just above what Redis uses, ``noeviction``, a large
+    write refused part-way; every key it left must expire (none did before: the touch
+    script created a marker-only hash for each refused ``HSET`` and then set no expiry)."""
+    import redis as redis_py
+
+    from solaris.store.feast_store import open_feature_store
+    from solaris.store.local_redis import embedded_redis
+
+    with embedded_redis() as connection:
+        admin = redis_py.Redis.from_url(f"redis://{connection}", socket_timeout=5)
+        cfg = feast_world.cfg.model_copy(
+            update={"store": feast_world.cfg.store.model_copy(update={"redis": connection})}
+        )
+        store = open_feature_store(cfg, connection)
+        online = online_store_of(store)
+        table = store.get_feature_view("pair")
+        online.write_table(store.config, table, pair_frame(50, user=1))  # scripts loaded
+        used = int(admin.info("memory")["used_memory"])
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", used + 2_000_000)
+        rows = pd.concat([pair_frame(20, user=u, first_item=20) for u in range(2, 3_002)])
+        with pytest.raises(redis_py.exceptions.OutOfMemoryError):
+            online.write_table(store.config, table, rows)
+        keys = list(admin.scan_iter(match=f"{feast_world.project}:*", count=1000))
+        assert len(keys) > 1  # some of the batch got in before memory ran out
+        assert [k for k in keys if admin.pttl(k) < 0] == []
+        admin.close()

@@ -215,6 +215,43 @@ def _with_store(cfg: SolarisConfig, **changes) -> SolarisConfig:
     return cfg.model_copy(update={"store": cfg.store.model_copy(update=changes)})
 
 
+def test_a_key_of_the_wrong_type_degrades_only_its_own_tier_and_never_opens_the_breaker(
+    solaris_cfg, redis_connection, feast_store, rows, redis_client, caplog
+) -> None:
+    """The drill's case: ``<ns>:uagg:{u:1}`` made a hash (a list too, for ``HMGET``),
+    user 1 fetched more times than the breaker allows failures."""
+    from solaris.store.contract import NBR, UAGG
+    from solaris.store.keys import partition_key, view_key
+
+    cfg = _with_timeout(_with_store(solaris_cfg, breaker_failures=2), 5_000)
+    rows.pair(1, 10, _z(1), NOW - 60)
+    rows.pair(2, 20, _z(2), NOW - 60)
+    rows.uagg(2, _z(3), 1, window_start=NOW - 24 * H, computed_at=NOW - 60)
+    ns = solaris_cfg.namespace
+    bad_uagg = partition_key(view_key(ns, UAGG), UAGG, 1)
+    bad_nbr = partition_key(view_key(ns, NBR), NBR, 1)
+    redis_client.hset(bad_uagg, "not", "a record")
+    redis_client.rpush(bad_nbr, "not a hash")
+    client = SolarisFeatures(cfg, redis=redis_connection, fm_version=FM_VERSION, store=feast_store)
+    try:
+        with caplog.at_level("WARNING", logger="solaris.store.online"):
+            for _ in range(4):
+                own = client.fetch(1, [10, 11], now=NOW)
+                # The user's pair code is still served; only the bad keys' tiers are absent.
+                assert own.tier.tolist() == ["pair", "none"]
+                np.testing.assert_array_equal(own.tier_z[0, PAIR], _z(1))
+        other = client.fetch(2, [20, 21], now=NOW)
+        assert other.tier.tolist() == ["pair", "uagg"]
+        assert client.breaker.state == "closed"
+        assert client.stats.failures == 0
+        warned = [r.getMessage() for r in caplog.records]
+        assert sum(bad_uagg in m and "WRONGTYPE" in m for m in warned) == 1  # once, by name
+        assert sum(bad_nbr in m for m in warned) == 1
+    finally:
+        client.close()
+        redis_client.delete(bad_uagg, bad_nbr)
+
+
 @pytest.mark.parametrize("target", ["closed-port", "blackhole"])
 def test_unreachable_or_stuck_redis_gives_zeros_within_the_bound(
     target: str,

@@ -277,7 +277,15 @@ def assemble_tiers(
     nbr_ok = (nbr.values[FM_VERSION] == version) & nbr.fresh(t, nbr_ttl_s)
 
     count = uagg.values[COUNT]
-    uagg_row = (count >= 0) & (uagg.values[FM_VERSION] == version) & uagg.fresh(t, uagg_ttl_s)
+    # A window that starts after its end cannot say which codes it holds: excluding the
+    # pair's own code would be guessed, so the row is not used (the store refuses to write
+    # one; this guards rows written around it).
+    uagg_row = (
+        (count >= 0)
+        & (uagg.values[WINDOW_START] <= uagg.values[COMPUTED_AT])
+        & (uagg.values[FM_VERSION] == version)
+        & uagg.fresh(t, uagg_ttl_s)
+    )
     pair_ca = pair.values[COMPUTED_AT]
     in_window = (
         uagg_row

@@ -190,10 +190,21 @@ def _vectors(spec: ViewSpec, name: str, kind: Kind, col: pa.ChunkedArray, d: int
     return f16_round(z) if kind is Kind.VECTOR_F16 else z
 
 
-def _at_least(spec: ViewSpec, field: FieldSpec, values: np.ndarray) -> None:
-    if field.minimum is not None and len(values) and values.min() < field.minimum:
-        row = _first(values < field.minimum)
-        raise _bad(spec, field.name, row, f"must be >= {field.minimum}, got {values[row]}")
+def _within(spec: ViewSpec, field: FieldSpec, values: np.ndarray) -> None:
+    """``values`` (one per row) within the field's ``minimum`` and ``maximum``."""
+    if not len(values):
+        return
+    for bound, bad, word in (
+        (field.minimum, lambda v, b: v < b, ">="),
+        (field.maximum, lambda v, b: v > b, "<="),
+    ):
+        if bound is None:
+            continue
+        out = bad(values, bound)
+        if out.any():
+            row = _first(out)
+            shown = f"{bound:g}" if isinstance(bound, float) else bound
+            raise _bad(spec, field.name, row, f"must be {word} {shown}, got {values[row]}")
 
 
 def _strings(spec: ViewSpec, name: str, col: pa.ChunkedArray) -> pa.Array:
@@ -212,6 +223,14 @@ def _lists(spec: ViewSpec, name: str, kind: Kind, col: pa.ChunkedArray) -> pa.Ar
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
         raise _bad(spec, name, None, f"must be a list, got {col.type}")
     target = _arrow_type(kind)
+    values = col.type.value_type
+    numeric = (
+        pa.types.is_integer(values)
+        or pa.types.is_null(values)  # every list empty
+        or (kind is Kind.FLOAT32_LIST and pa.types.is_floating(values))
+    )
+    if not numeric:  # a cast would read "7" as 7: ids and similarities are numbers
+        raise _bad(spec, name, None, f"must hold {target.value_type} values, got {col.type}")
     try:
         arr = pc.cast(col, target).combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -270,7 +289,7 @@ def normalize(spec: ViewSpec, params: ViewParams, data: pa.Table | pd.DataFrame)
             )
         elif f.kind is Kind.INT64:
             columns[f.name] = _ints(spec, f.name, data[f.name], ids=False)
-            _at_least(spec, f, columns[f.name].to_numpy())
+            _within(spec, f, columns[f.name].to_numpy())
         elif f.kind is Kind.FLOAT32:
             col = data[f.name]
             _no_nulls(spec, f.name, col)
@@ -279,6 +298,7 @@ def normalize(spec: ViewSpec, params: ViewParams, data: pa.Table | pd.DataFrame)
             values = col.to_numpy().astype(np.float32)
             if not np.isfinite(values).all():
                 raise _bad(spec, f.name, _first(~np.isfinite(values)), "is NaN or inf")
+            _within(spec, f, values)
             columns[f.name] = pa.array(values, pa.float32())
         elif f.kind is Kind.STRING:
             columns[f.name] = _strings(spec, f.name, data[f.name])
@@ -288,8 +308,21 @@ def normalize(spec: ViewSpec, params: ViewParams, data: pa.Table | pd.DataFrame)
             if f.kind is Kind.FLOAT32_LIST and not np.isfinite(flat).all():
                 raise _bad(spec, f.name, None, "holds NaN or inf")
             if f.minimum is not None and len(flat) and flat.min() < f.minimum:
-                raise _bad(spec, f.name, None, f"holds values below {f.minimum}")
+                raise _bad(spec, f.name, None, f"holds values below {f.minimum:g}")
+            if f.maximum is not None and len(flat) and flat.max() > f.maximum:
+                raise _bad(spec, f.name, None, f"holds values above {f.maximum:g}")
     for f in spec.fields:
+        if f.at_most_event_s:
+            after = columns[f.name].to_numpy() > event_us // _US
+            if after.any():
+                row = _first(after)
+                raise _bad(
+                    spec,
+                    f.name,
+                    row,
+                    f"{columns[f.name][row]} is after the row's event time "
+                    f"{event_us[row] // _US} (the window's end)",
+                )
         if f.same_length_as is not None:
             mine = pc.list_value_length(columns[f.name]).to_numpy(zero_copy_only=False)
             theirs = pc.list_value_length(columns[f.same_length_as]).to_numpy(zero_copy_only=False)

@@ -140,16 +140,25 @@ class FieldSpec:
 
     Attributes:
         name, kind, description: the feature.
-        minimum: the smallest value a write may hold (integer fields and lists): ``0`` for
-            ids and counts.
+        minimum, maximum: the smallest and largest value a write may hold (numbers and
+            lists of numbers): ``0`` for ids, ``1`` for counts (a row stands for at least
+            one code), about ``±1`` for cosine similarities.
         same_length_as: for a list field, the list field whose length each row must equal.
+        at_most_event_s: the value may not be later than the row's event time in seconds
+            (a window's start, which must not pass the window's end).
     """
 
     name: str
     kind: Kind
     description: str
-    minimum: int | None = None
+    minimum: float | None = None
+    maximum: float | None = None
     same_length_as: str | None = None
+    at_most_event_s: bool = False
+
+
+# A cosine similarity, with room for float32 rounding of unit vectors' inner products.
+_COSINE = {"minimum": -1.001, "maximum": 1.001}
 
 
 @dataclass(frozen=True, eq=False)
@@ -314,8 +323,8 @@ NBR = ViewSpec(
         FieldSpec(Z_TOP1, Kind.VECTOR_F16, "code of the most similar neighbour with the item"),
         FieldSpec(Z_MEAN, Kind.VECTOR_F16, "similarity-weighted mean of the neighbours' codes"),
         FieldSpec(SRC_USER, Kind.INT64, "the neighbour z_top1 comes from", minimum=0),
-        FieldSpec(SIMILARITY, Kind.FLOAT32, "cosine similarity of that neighbour"),
-        FieldSpec(N_NBRS, Kind.INT64, "neighbours averaged in z_mean", minimum=0),
+        FieldSpec(SIMILARITY, Kind.FLOAT32, "cosine similarity of that neighbour", **_COSINE),
+        FieldSpec(N_NBRS, Kind.INT64, "neighbours averaged in z_mean", minimum=1),
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "when the row was built, epoch s"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
@@ -330,8 +339,14 @@ UAGG = ViewSpec(
     member=None,
     fields=(
         FieldSpec(Z_SUM, Kind.VECTOR_F32, "sum of the user's float16-rounded pair codes"),
-        FieldSpec(COUNT, Kind.INT64, "codes in the sum", minimum=0),
-        FieldSpec(WINDOW_START, Kind.INT64, "window start, epoch s (exclusive)", minimum=0),
+        FieldSpec(COUNT, Kind.INT64, "codes in the sum", minimum=1),
+        FieldSpec(
+            WINDOW_START,
+            Kind.INT64,
+            "window start, epoch s (exclusive)",
+            minimum=0,
+            at_most_event_s=True,
+        ),
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s (inclusive)"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
@@ -347,7 +362,7 @@ IAGG = ViewSpec(
     member=ITEM,
     fields=(
         FieldSpec(Z_MEAN, Kind.VECTOR_F32, "mean of the item's pair codes over users"),
-        FieldSpec(COUNT, Kind.INT64, "users averaged", minimum=0),
+        FieldSpec(COUNT, Kind.INT64, "users averaged", minimum=1),
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
@@ -362,7 +377,13 @@ UNN = ViewSpec(
     member=None,
     fields=(
         FieldSpec(NBR_IDS, Kind.INT64_LIST, "the user's nearest users", minimum=0),
-        FieldSpec(NBR_SIMS, Kind.FLOAT32_LIST, "their cosine similarities", same_length_as=NBR_IDS),
+        FieldSpec(
+            NBR_SIMS,
+            Kind.FLOAT32_LIST,
+            "their cosine similarities",
+            same_length_as=NBR_IDS,
+            **_COSINE,
+        ),
     ),
     read_ttl=lambda cfg: _hours(cfg.store.unn_ttl_hours),
     retention=lambda cfg: _hours(cfg.store.unn_ttl_hours),

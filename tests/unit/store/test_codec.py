@@ -55,11 +55,14 @@ def _data(spec: ViewSpec, versions: list[str] | None = None, seed: int = 0) -> d
     ids = {"user_id": [1, 1, 2, 3, 2**62], "item_id": [10, 11, 10, 0, 2**63 - 1]}
     for key in spec.join_keys:
         data[key] = ids[key]
+    data[EVENT_TS] = [T0_US + k * 3_601 * US for k in range(N)]
     for f in spec.fields:
         if f.kind.is_vector:
             data[f.name] = (rng.standard_normal((N, D)) * 3).astype(np.float32)
+        elif f.kind is Kind.INT64 and f.at_most_event_s:  # a window start: before its end
+            data[f.name] = [t // US - 86_400 for t in data[EVENT_TS]]
         elif f.kind is Kind.INT64:
-            data[f.name] = [0, 5, 7, 2**62, 123]
+            data[f.name] = [1, 5, 7, 2**62, 123]
         elif f.kind is Kind.FLOAT32:
             data[f.name] = rng.random(N).astype(np.float32)
         elif f.kind is Kind.STRING:
@@ -68,7 +71,7 @@ def _data(spec: ViewSpec, versions: list[str] | None = None, seed: int = 0) -> d
             data[f.name] = [[1, 2, 3], [], [4], [5, 2**62], [7, 8, 9, 10]]
         elif f.kind is Kind.FLOAT32_LIST:
             data[f.name] = [[0.5, 0.25, 0.125], [], [1.0], [0.75, -0.5], [0.1, 0.2, 0.3, 0.4]]
-    data[EVENT_TS] = [T0_US + k * 3_601 * US for k in range(N)]
+    data[EVENT_TS] = data.pop(EVENT_TS)  # the last column, as before
     return data
 
 

@@ -44,6 +44,7 @@ SELECTION_EVENTS = AssetAlias("solaris_selection_events")
     max_active_runs=1,  # each interval's selection skips the pairs earlier ones cached
     tags=["solaris"],
     doc_md=__doc__,
+    params=runs.conf_params(),  # a conf of the wrong shape is refused at trigger time
 )
 def solaris_candidates():
     @task.sensor(

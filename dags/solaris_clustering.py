@@ -24,6 +24,7 @@ USER_NEIGHBOURS = Asset(runs.USER_NEIGHBOURS)
     catchup=False,
     tags=["solaris"],
     doc_md=__doc__,
+    params=runs.conf_params(),  # a conf of the wrong shape is refused at trigger time
 )
 def solaris_clustering():
     # A replay's clustering run may wait for a whole replayed day: it frees its worker slot

@@ -26,6 +26,7 @@ PAIR_EMBEDDINGS = Asset(runs.PAIR_EMBEDDINGS)
     max_active_runs=1,  # intervals in order: a later write must not land before an earlier
     tags=["solaris"],
     doc_md=__doc__,
+    params=runs.conf_params(),  # a conf of the wrong shape is refused at trigger time
 )
 def solaris_embeddings():
     @task

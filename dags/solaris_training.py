@@ -24,6 +24,7 @@ VERIFIER = Asset(runs.VERIFIER)
     catchup=False,
     tags=["solaris"],
     doc_md=__doc__,
+    params=runs.conf_params(),  # a conf of the wrong shape is refused at trigger time
 )
 def solaris_training():
     @task(outlets=[VERIFIER])

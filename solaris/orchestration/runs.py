@@ -35,6 +35,7 @@ asset → list of objects with an ``extra`` dict), so it is tested without a sch
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import numbers
@@ -56,6 +57,8 @@ __all__ = [
     "CANDIDATES",
     "CONF_KEYS",
     "ITEM_AGGREGATES",
+    "MAX_RUN_INTERVALS",
+    "MAX_RUN_SPAN_S",
     "NEIGHBOUR_FILL",
     "PAIR_EMBEDDINGS",
     "REQUEST_LOG",
@@ -65,6 +68,7 @@ __all__ = [
     "CycleInputError",
     "TaskRun",
     "combine_extras",
+    "conf_params",
     "cron_times",
     "emit",
     "event_extras",
@@ -101,6 +105,10 @@ ASSETS = (
 
 CONF_KEYS = frozenset({"namespace", "replay", "interval_start", "interval_end", "intervals"})
 INTERVAL_KEYS = ("interval_start", "interval_end")
+# What one run may name: a backfill of a month at a one-minute cadence is 44,640 runs of one
+# interval, not one run; a run naming 1970 to 2286 is a typo, not a replay.
+MAX_RUN_INTERVALS = 10_000
+MAX_RUN_SPAN_S = 31 * 86_400
 # Epoch seconds as text: ASCII digits only (str.isdigit() also takes '²' and other scripts'
 # digits), and short enough for int() (which refuses over 4,300 digits).
 _DIGITS = re.compile(r"[+-]?[0-9]{1,20}")
@@ -244,6 +252,93 @@ def _conf_intervals(params: Mapping[str, object]) -> list[tuple[str, Interval]]:
     if single == ["interval_start"]:
         raise CycleInputError("conf: interval_start without interval_end")
     return [("conf", _named_interval(params, "conf"))] if single else []
+
+
+def _run_intervals(named: Sequence[tuple[str, Interval]]) -> list[Interval]:
+    """The distinct intervals of ``named`` (each with where it was named), oldest first:
+    none may overlap another (its requests would be selected, and its figures counted,
+    twice), the conf may not repeat one (asset events may: the scheduler can merge one
+    interval's events), at most :data:`MAX_RUN_INTERVALS` spanning at most
+    :data:`MAX_RUN_SPAN_S`."""
+    where: dict[Interval, str] = {}
+    for name, interval in named:
+        if interval in where and name.startswith("conf"):
+            raise CycleInputError(
+                f"{name}: repeats {where[interval]} [{interval.start}, {interval.end})"
+            )
+        where.setdefault(interval, name)
+    ordered = sorted(where)
+    if len(ordered) > MAX_RUN_INTERVALS:
+        raise CycleInputError(
+            f"{named[0][0]}: {len(ordered):,} intervals in one run, at most "
+            f"{MAX_RUN_INTERVALS:,}; split the backfill into several runs"
+        )
+    for before, after in itertools.pairwise(ordered):
+        if after.start < before.end:
+            raise CycleInputError(
+                f"{where[after]}: [{after.start}, {after.end}) overlaps {where[before]} "
+                f"[{before.start}, {before.end}); its requests would be selected and counted "
+                "twice"
+            )
+    span = ordered[-1].end - ordered[0].start
+    if span > MAX_RUN_SPAN_S:
+        raise CycleInputError(
+            f"{where[ordered[0]]}: one run spans {span / 86_400:,.1f} days "
+            f"([{ordered[0].start}, {ordered[-1].end})), at most {MAX_RUN_SPAN_S // 86_400}; "
+            "split the backfill into several runs"
+        )
+    return ordered
+
+
+def conf_params() -> dict[str, Any]:
+    """The run conf as Airflow ``Param``s, for every DAG's ``params``: Airflow checks a
+    conf against them when the run is created (the UI's trigger form, the REST API,
+    ``airflow dags trigger``, a backfill), so a conf of the wrong shape is refused at trigger
+    time instead of failing when its first task runs. What a schema cannot say (intervals on
+    the cadence grid, overlaps, the span, live namespaces) is checked by :func:`task_run`."""
+    from airflow.sdk import Param
+
+    from solaris.namespace import NAME_PATTERN
+
+    epoch = [
+        {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_S - 1},
+        {"type": "string", "minLength": 1, "maxLength": 64},  # ISO 8601 with a zone, digits
+    ]
+    interval = {
+        "type": "object",
+        "properties": {key: {"anyOf": epoch} for key in INTERVAL_KEYS},
+        "required": list(INTERVAL_KEYS),
+        "additionalProperties": False,
+    }
+    return {
+        "namespace": Param(
+            None,
+            type=["null", "string"],
+            pattern=NAME_PATTERN,
+            description="run in this namespace (a replay names its own); default: the settings'",
+        ),
+        "replay": Param(
+            None,
+            type=["null", "boolean"],
+            description="replay history from requests.source (never into live state)",
+        ),
+        **{
+            key: Param(
+                None,
+                anyOf=[{"type": "null"}, *epoch],
+                description=f"{key}: epoch seconds or ISO 8601 with a zone",
+            )
+            for key in INTERVAL_KEYS
+        },
+        "intervals": Param(
+            None,
+            type=["null", "array"],
+            minItems=1,
+            maxItems=MAX_RUN_INTERVALS,
+            items=interval,
+            description="several intervals, oldest first, none overlapping",
+        ),
+    }
 
 
 def _event_intervals(extras: Sequence[Mapping[str, Any]]) -> list[tuple[str, Interval]]:
@@ -487,7 +582,7 @@ def _task_run(
                     on_cadence_grid(interval, cadence, snap=False)
                 except CycleInputError as exc:
                     raise CycleInputError(f"{where}: {exc}") from None
-        intervals = sorted({interval for _, interval in named})
+        intervals = _run_intervals(named)
     else:
         if data_interval_end is None:
             raise CycleInputError(

@@ -102,6 +102,18 @@ CONF_CASES = [
     pytest.param({"namespace": "r1998", "replay": 1, **_interval()},
                  r"^conf replay: expected true or false, got 1", id="replay-an-int"),
     pytest.param({"interval_ned": T}, r"^unknown conf keys \['interval_ned'\]", id="unknown-key"),
+    pytest.param({"intervals": [_interval(), _interval(T + H // 2, T + 2 * H)]},
+                 r"^conf intervals\[1\]: \[\d+, \d+\) overlaps conf intervals\[0\] .*counted "
+                 r"twice", id="overlapping-intervals"),
+    pytest.param({"intervals": [_interval(), _interval(T + H, T + 2 * H), _interval()]},
+                 r"^conf intervals\[2\]: repeats conf intervals\[0\]", id="repeated-interval"),
+    pytest.param({"intervals": [_interval(T + k * 900, T + (k + 1) * 900) for k in range(10_001)]},
+                 r"^conf intervals\[0\]: 10,001 intervals in one run, at most 10,000",
+                 id="too-many-intervals"),
+    pytest.param(_interval(0, 9_999_999_000),
+                 r"^conf: one run spans 115,740.7 days .*at most 31", id="1970-to-2286"),
+    pytest.param({"intervals": [_interval(), _interval(T + 40 * 86_400, T + 40 * 86_400 + H)]},
+                 r"^conf intervals\[0\]: one run spans 40\.0 days", id="span-over-a-month"),
     pytest.param({"replay": True, **_interval()},
                  r"^will not replay into namespace 'live': 'live' is the live namespace.*"
                  r"name a replay namespace$", id="replay-into-the-default-namespace"),
@@ -138,6 +150,73 @@ def test_the_valid_conf_of_these_cases_is_accepted(run_folders) -> None:
     run = task_run({"namespace": "r1998", "replay": True, **_interval()}, grid=True)
     assert (run.cfg.namespace, run.cfg.replay) == ("r1998", True)
     assert [(i.start, i.end) for i in run.intervals] == [(T, T + H)]
+    # Adjacent intervals, given in any order, and one event carried twice are fine.
+    later = _interval(T + H, T + 2 * H)
+    run = task_run({"namespace": "r1998", "intervals": [later, _interval()]}, grid=True)
+    assert [(i.start, i.end) for i in run.intervals] == [(T, T + H), (T + H, T + 2 * H)]
+    twice = _events({"namespace": "a", **_interval()}, {"namespace": "a", **_interval()})
+    assert len(task_run(None, events=twice, asset=CANDIDATES).intervals) == 1
+
+
+def _trigger_time_check(conf: dict[str, Any]) -> None:
+    """What Airflow runs as it creates a run (``create_dagrun``: the DAG's serialized
+    params, ``deep_merge(conf).validate()``), on the DAGs' Params."""
+    from airflow.serialization.definitions.param import SerializedParam, SerializedParamsDict
+
+    from solaris.orchestration.runs import conf_params
+
+    params = SerializedParamsDict(
+        {k: SerializedParam(p.value, p.description, **p.schema) for k, p in conf_params().items()}
+    )
+    params.deep_merge(conf).validate()
+
+
+VALID_CONFS = [
+    pytest.param({}, id="empty"),
+    pytest.param({"namespace": "r1998", "replay": True, **_interval()}, id="replay-interval"),
+    pytest.param(_interval("2001-09-09T02:00:00+00:00", str(T + H)), id="iso-and-digits"),
+    pytest.param({"intervals": [_interval(), _interval(T + H, T + 2 * H)]}, id="intervals"),
+    pytest.param({"replay": False, "namespace": None, **_interval()}, id="explicit-nulls"),
+]
+
+
+@pytest.mark.parametrize("conf", VALID_CONFS)
+def test_the_dags_params_accept_every_conf_a_task_accepts(
+    conf: dict[str, Any], run_folders
+) -> None:
+    _trigger_time_check(conf)
+    if conf:
+        assert task_run(conf, grid=True).intervals
+
+
+SHAPE_CASES = [
+    pytest.param({"replay": "yes"}, "replay", id="replay-a-string"),
+    pytest.param({"replay": 1}, "replay", id="replay-an-int"),
+    pytest.param({"namespace": 5}, "namespace", id="namespace-an-int"),
+    pytest.param({"namespace": "Replay-1998"}, "namespace", id="namespace-with-capitals"),
+    pytest.param(_interval(True, T + H), "interval_start", id="bool-start"),
+    pytest.param(_interval(T * 1000, (T + H) * 1000), "interval_start", id="milliseconds"),
+    pytest.param(_interval(-H, 0), "interval_start", id="before-1970"),
+    pytest.param(_interval(T, ""), "interval_end", id="empty-end"),
+    pytest.param({"intervals": []}, "intervals", id="intervals-empty"),
+    pytest.param({"intervals": "[]"}, "intervals", id="intervals-a-string"),
+    pytest.param({"intervals": ["a", "b"]}, "intervals", id="intervals-of-strings"),
+    pytest.param({"intervals": [{"interval_start": T}]}, "intervals", id="interval-end-missing"),
+    pytest.param({"intervals": [{**_interval(), "x": 1}]}, "intervals", id="interval-extra-key"),
+    pytest.param({"intervals": [_interval()] * 10_001}, "intervals", id="too-many-intervals"),
+]
+
+
+@pytest.mark.parametrize(("conf", "key"), SHAPE_CASES)
+def test_the_dags_params_refuse_a_conf_of_the_wrong_shape_at_trigger_time(
+    conf: dict[str, Any], key: str
+) -> None:
+    """Each of these fails the run's first task too (``CONF_CASES``); the Params refuse it
+    before the run exists, naming the key."""
+    from airflow.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match=rf"Invalid input for param {key}:"):
+        _trigger_time_check(conf)
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,6 +241,8 @@ EVENT_CASES = [
     pytest.param([{"namespace": "Bad-Name", **_interval()}],
                  r"^asset event\b.*namespace.*Bad-Name",
                  id="namespace-with-capitals"),
+    pytest.param([{"namespace": "a", **_interval()}, {"namespace": "a", **_interval(T, T + 2 * H)}],
+                 r"^asset event: \[\d+, \d+\) overlaps asset event", id="overlapping-events"),
     pytest.param([{"namespace": "live", "replay": True, **_interval()}],
                  r"^will not replay into namespace 'live'", id="replay-event-into-live"),
 ]  # fmt: skip

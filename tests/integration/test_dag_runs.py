@@ -283,6 +283,38 @@ def test_candidates_run_without_redis_fails_and_writes_no_ledger(
     assert not CycleLayout(Namespace.of(cfg)).selections(interval).exists()
 
 
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"replay": "yes"},
+        {"namespace": "Bad-Name"},
+        {"interval_start": True, "interval_end": 900},
+        {"intervals": []},
+        {"intervals": [{"interval_start": 0}]},
+        {"intervals": [{"interval_start": 0, "interval_end": 900, "extra": 1}]},
+    ],
+    ids=["replay-a-string", "bad-namespace", "bool-start", "no-intervals", "no-end", "extra-key"],
+)
+def test_a_conf_of_the_wrong_shape_is_refused_when_the_run_is_created(
+    cycle, conf: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow checks the conf against the DAGs' Params (``runs.conf_params``) as it
+    creates the run, so no task starts and nothing is written."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from solaris.local.airflow import LocalAirflow
+
+    cfg, _ = cycle
+    monkeypatch.setenv("SOLARIS_CONFIG", str(Path(cfg.artifacts_dir) / "airflow" / "solaris.yaml"))
+    namespace = Namespace.of(cfg)
+    before = _files(namespace.cycle_root, namespace.offline_root)
+    airflow = LocalAirflow(REPO / "dags")
+    for dag_id in ("solaris_candidates", "solaris_enrichment"):
+        with pytest.raises(ParamValidationError):
+            airflow.run(dag_id, conf)
+    assert _files(namespace.cycle_root, namespace.offline_root) == before
+
+
 # -- namespaces: a live-clock interval beside the replay, and logged scores -------------------
 
 

@@ -269,7 +269,8 @@ def test_a_time_that_is_not_epoch_seconds_or_iso_8601_names_its_field(
     "good", [_START, float(_START), str(_START), "1998-03-31T00:00:00+00:00", 0]
 )
 def test_epoch_seconds_as_int_whole_float_or_digits_and_iso_are_accepted(good: object) -> None:
-    run = task_run({"interval_start": good, "interval_end": _END})
+    end = 900 if good == 0 else _END  # a run spans at most 31 days
+    run = task_run({"interval_start": good, "interval_end": end})
     assert run.intervals[0].start == (0 if good == 0 else _START)
 
 

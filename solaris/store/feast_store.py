@@ -190,6 +190,9 @@ def open_feature_store(
             f"(Redis {redacted(redis)})"
         ) from None
     config.repo_path = repo
+    # The built online-store settings in place of their dict, so that the RepoConfig's repr
+    # (in a log, a traceback) shows the redacted connection string, not the password.
+    config.online_config = config.online_store
     store = FeatureStore(repo_path=str(repo), config=config)
     if _is_sql_registry(cfg.store.registry):
         # Feast connects to a SQL registry (and creates its tables) on first use: do it here,

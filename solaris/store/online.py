@@ -72,7 +72,7 @@ from solaris.store.codec import (
     encode_records,
     normalize,
 )
-from solaris.store.connection import redis_client, unlink_matching
+from solaris.store.connection import redacted, redis_client, unlink_matching
 from solaris.store.contract import (
     EVENT_TS,
     MAX_EPOCH_S,
@@ -185,6 +185,10 @@ class SolarisOnlineStoreConfig(FeastConfigBaseModel):
 
     write_fields_per_command: int = Field(2_000, gt=0)
     """Hash fields per ``HSET`` (bounds one command's size on the wire and in Redis)."""
+
+    def __repr_args__(self):  # the repr never shows the Redis password
+        for name, value in super().__repr_args__():
+            yield name, (redacted(value) if name == "connection_string" else value)
 
 
 @dataclass(frozen=True)

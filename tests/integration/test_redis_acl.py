@@ -141,6 +141,17 @@ def test_feast_store_and_miss_stream_log_in_as_the_acl_user(acl_user, admin, sol
     assert admin.xlen(stream) == 1
 
 
+def test_the_store_settings_repr_never_shows_the_password(acl_user, solaris_cfg) -> None:
+    """A repr lands in logs and tracebacks: Feast's RepoConfig and the online store's
+    settings show the connection string redacted, and the store still logs in."""
+    cfg = _cfg(solaris_cfg, acl_user.connection)
+    store = open_feature_store(cfg, acl_user.connection)
+    for shown in (repr(store.config), str(store.config), repr(store.config.online_store)):
+        assert acl_user.password not in shown
+        assert "password=***" in shown
+    assert online_store_of(store).client(store.config).acl_whoami() == acl_user.name
+
+
 def test_a_password_with_a_comma_is_refused_naming_the_option(acl_user, solaris_cfg) -> None:
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     connection = acl_user.with_password(f"pa,{secret}")

@@ -378,6 +378,19 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
         Series(tier, _points(records, lambda r, t=tier: _percent(_sub(r, "coverage", t))))
         for tier in TIERS
     )
+    if not any(series.points for series in coverage):
+        # No labelled impression (the live namespace): what serving knows instead, the
+        # share of its served rows whose main slot each tier filled.
+        coverage = tuple(
+            Series(
+                f"{tier} (served rows, main slot)",
+                _points(
+                    records,
+                    lambda r, t=tier: _percent(_sub(r.get("serving") or {}, "main_tier_share", t)),
+                ),
+            )
+            for tier in TIERS
+        )
     freshness = _points(records, lambda r: r.get("freshness_s"))
     divisor, unit = _duration_unit(max((v for _, v in freshness), default=0.0))
     views = sorted(

@@ -42,9 +42,16 @@ class ServedCoverage:
         for k, tier in enumerate(TIERS):
             self.tier_present_counts[tier] += int(served.mask[labelled, k].sum())
 
-    def coverage(self, tier: str) -> float:
-        return self.tier_present_counts.get(tier, 0) / max(self.n_impressions, 1)
+    def coverage(self, tier: str) -> float | None:
+        """Share of the labelled impressions with ``tier`` present; ``None`` without one (a
+        share of nothing is not 0% nor 100%)."""
+        if not self.n_impressions:
+            return None
+        return self.tier_present_counts.get(tier, 0) / self.n_impressions
 
     @property
-    def any_tier_coverage(self) -> float:
-        return 1.0 - self.main_tier_counts.get("none", 0) / max(self.n_impressions, 1)
+    def any_tier_coverage(self) -> float | None:
+        """Share of the labelled impressions some tier filled; ``None`` without one."""
+        if not self.n_impressions:
+            return None
+        return 1.0 - self.main_tier_counts.get("none", 0) / self.n_impressions

@@ -268,15 +268,18 @@ def serve_replay(
             f"{stats.requests_dropped} request-log writes of the replay failed (Redis); "
             "nothing was selected for this interval: rerun it"
         )
-    n = max(result.n_impressions, 1)
+    n = result.n_impressions
     return {
-        "labelled": result.n_impressions,
+        "labelled": n,
+        # No labelled impression, no coverage: the page leaves the interval out of the plot.
         "coverage": {
             **{tier: result.coverage(tier) for tier in TIERS},
             "any": result.any_tier_coverage,
-        },
+        }
+        if n
+        else None,
         "pair_hits": result.tier_present_counts["pair"],
-        "main_tier_share": {k: v / n for k, v in result.main_tier_counts.items()},
+        "main_tier_share": {k: v / n for k, v in result.main_tier_counts.items()} if n else None,
         "fetch_failures": stats.failures,
         "log_writes_dropped": stats.requests_dropped + stats.misses_dropped,
     }

@@ -235,6 +235,7 @@ WINDOW_FIGURES: tuple[str, ...] = (
     "fetch_p99_ms",
     "miss_backlog",
     "request_log_backlog",
+    "main_tier_share",
 )
 _FORMAT = b"1"
 # A row's tier mask as a pattern number (bit k: tier k present), and each pattern's main
@@ -641,6 +642,7 @@ class _Window:
     buckets: tuple[tuple[float, int], ...]
     miss_backlog: int
     request_log_backlog: int
+    tier_hits: dict[str, int]  # entity rows by main tier (TIERS and "none")
 
 
 def _parse_window(raw) -> _Window:
@@ -664,6 +666,12 @@ def _parse_window(raw) -> _Window:
         raise ValueError(f"{len(bounds)} bucket bounds for {len(buckets)} counts")
     if any(v < 0 for v in (*counts.values(), *buckets)) or any(math.isnan(b) for b in bounds):
         raise ValueError("negative count or NaN bound")
+    try:
+        hits = {t: int(fields.get(f"tier_{t}".encode(), 0)) for t in (*TIERS, NONE)}
+    except ValueError:
+        raise ValueError("tier hits must be decimal numbers") from None
+    if any(v < 0 for v in hits.values()):
+        raise ValueError("negative tier hits")
     return _Window(
         instance=fields[b"instance"].decode(errors="replace"),
         requests=counts[b"requests"],
@@ -671,15 +679,18 @@ def _parse_window(raw) -> _Window:
         buckets=tuple(zip(bounds, buckets, strict=True)),
         miss_backlog=counts[b"miss_backlog"],
         request_log_backlog=counts[b"request_log_backlog"],
+        tier_hits=hits,
     )
 
 
 def merge_windows(entries: Iterable[tuple[bytes, Any]], *, stream: str = "") -> dict | None:
     """The run-record figures (:data:`WINDOW_FIGURES`) of the window entries
     ``(id, fields)`` of every instance: requests and failures summed, p50/p99 in ms from the
-    merged latency buckets (``None`` without a fetch that reached the store), and each
-    backlog as the sum over instances of its peak. ``None`` when there is no entry;
-    unreadable entries are skipped and logged."""
+    merged latency buckets (``None`` without a fetch that reached the store), each backlog
+    as the sum over instances of its peak, and the share of served entity rows whose main
+    slot each tier filled (``TIERS`` and ``"none"``; ``None`` without a served row: what
+    serving knows of coverage where no impression is labelled, e.g. the live namespace).
+    ``None`` when there is no entry; unreadable entries are skipped and logged."""
     windows: list[_Window] = []
     skipped: list[tuple[bytes, str]] = []
     for entry_id, raw in entries:
@@ -696,6 +707,10 @@ def merge_windows(entries: Iterable[tuple[bytes, Any]], *, stream: str = "") -> 
         miss, req = peaks.get(w.instance, (0, 0))
         peaks[w.instance] = (max(miss, w.miss_backlog), max(req, w.request_log_backlog))
 
+    rows = {t: sum(w.tier_hits[t] for w in windows) for t in (*TIERS, NONE)}
+    total = sum(rows.values())
+    share = {t: round(n / total, 6) for t, n in rows.items()} if total else None
+
     def ms(q: float) -> float | None:
         value = histogram_quantile(q, buckets)
         return None if value is None else round(value * 1000, 3)
@@ -707,6 +722,7 @@ def merge_windows(entries: Iterable[tuple[bytes, Any]], *, stream: str = "") -> 
         "fetch_p99_ms": ms(0.99),
         "miss_backlog": sum(m for m, _ in peaks.values()),
         "request_log_backlog": sum(r for _, r in peaks.values()),
+        "main_tier_share": share,
     }
 
 

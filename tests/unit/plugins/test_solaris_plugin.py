@@ -615,3 +615,21 @@ def test_importing_the_plugin_stays_light() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_coverage_leaves_out_unlabelled_intervals_and_plots_servings_shares_where_none_is(
+    plugin: ModuleType,
+) -> None:
+    """The drill's chart: an interval with no labelled impression plotted "any tier 100%";
+    the live namespace, which labels nothing, plotted no coverage though serving knows it."""
+    share = {"pair": 0.25, "nbr": 0.125, "uagg": 0.0, "iagg": 0.5, "none": 0.125}
+    labelled = {"interval_end": T0, "coverage": {"pair": 0.5, "any": 0.9}, "labelled": 10}
+    quiet = {"interval_end": T0 + 900, "coverage": None, "labelled": 0}
+    [coverage, *_] = plugin.build_charts({"solaris_candidates": [labelled, quiet]})
+    assert dict(coverage.series[0].points) == {T0: 50.0}  # the quiet interval: no point
+
+    live = [{"interval_end": T0 + 900 * k, "serving": {"main_tier_share": share}} for k in (1, 2)]
+    [coverage, *_] = plugin.build_charts({"solaris_candidates": live})
+    by_name = {s.name: s.points for s in coverage.series}
+    assert by_name["pair (served rows, main slot)"] == ((T0 + 900, 25.0), (T0 + 1800, 25.0))
+    assert by_name["iagg (served rows, main slot)"][0] == (T0 + 900, 50.0)

@@ -132,6 +132,21 @@ def test_no_window_gives_none_and_windows_without_fetches_give_no_quantiles() ->
         "fetch_p99_ms": None,
         "miss_backlog": 2,
         "request_log_backlog": 0,
+        "main_tier_share": None,  # no served row: no share, not 0% or 100%
+    }
+
+
+def test_the_windows_tier_hits_merge_into_each_tiers_share_of_served_rows() -> None:
+    a = {**_entry("a", 2, 0, _latency()), b"tier_pair": b"3", b"tier_none": b"1"}
+    b = {**_entry("b", 1, 0, _latency()), b"tier_iagg": b"4"}
+    figures = merge_windows([(b"1-0", a), (b"2-0", b)])
+    assert figures is not None
+    assert figures["main_tier_share"] == {
+        "pair": 0.375,
+        "nbr": 0.0,
+        "uagg": 0.0,
+        "iagg": 0.5,
+        "none": 0.125,
     }
 
 

@@ -22,6 +22,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── FeatureRequestError    (ValueError)    solaris.store.online: a bad online read
     ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments
     ├── FeatureStoreError      (RuntimeError)  solaris.store.feast_store: Feast/Redis failures
+    ├── StreamError            (RuntimeError)  solaris.serving.streams: a stream key of another type
     ├── AirflowRunError        (RuntimeError)  solaris.local.airflow: a local DAG run failed
     ├── ServicesError          (RuntimeError)  solaris.local.scheduler: Airflow services, runs
     └── MovieLensFormatError, DataFetchError   solaris.examples.movielens: the example's data

@@ -314,7 +314,9 @@ def drain_request_log(
     stream = namespace.request_stream_of(partition, parts)
     client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        batch = read_request_log(client, stream, before=interval.end)
+        batch = read_request_log(
+            client, stream, before=interval.end, max_items=cfg.store.max_candidates
+        )
         rows = batch.rows
         ts = rows["ts"].to_numpy()
         stale = ts < interval.start - round(cfg.selection.ttl_hours * 3600)
@@ -361,7 +363,7 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
     path = CycleLayout(namespace).misses(interval)
     client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        misses = drain_misses(client, namespace.miss_stream)
+        misses = drain_misses(client, namespace.miss_stream, max_items=cfg.store.max_candidates)
         if path.is_file():  # an earlier attempt of this run drained these
             earlier = read_parquet(path)
             misses = pd.concat([earlier, misses], ignore_index=True).drop_duplicates(

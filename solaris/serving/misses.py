@@ -25,7 +25,15 @@ import numpy as np
 import pandas as pd
 import redis
 
-from solaris.serving.streams import as_bytes, entry_fields, warn_skipped
+from solaris.serving.streams import (
+    as_bytes,
+    check_items,
+    check_stamp,
+    decimal,
+    entry_fields,
+    stream_error,
+    warn_skipped,
+)
 from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID
 
 __all__ = ["DrainedMisses", "append_misses", "drain_miss_entries", "drain_misses"]
@@ -103,29 +111,41 @@ def drain_misses(
     client: redis.Redis,
     stream: str,
     count: int | None = None,
+    *,
+    max_items: int | None = None,
 ) -> pd.DataFrame:
     """Read and delete the oldest ``count`` entries (all when ``None``) of the miss stream.
 
     Returns one row per missed (user, item) with int64 columns ``user_id``, ``item_id`` and
     ``ts``, in stream order (oldest request first). An absent stream gives an empty frame.
-    Entries that cannot be read are skipped and logged (:func:`drain_miss_entries` returns
-    them).
+    Entries that cannot be read (:mod:`solaris.serving.streams`; ``max_items``: the most
+    candidates an entry may hold) are skipped and logged (:func:`drain_miss_entries`
+    returns them). A key of another type is a :class:`~solaris.serving.streams.StreamError`.
     """
-    return drain_miss_entries(client, stream, count).rows
+    return drain_miss_entries(client, stream, count, max_items=max_items).rows
 
 
-def drain_miss_entries(client: redis.Redis, stream: str, count: int | None = None) -> DrainedMisses:
+def drain_miss_entries(
+    client: redis.Redis,
+    stream: str,
+    count: int | None = None,
+    *,
+    max_items: int | None = None,
+) -> DrainedMisses:
     """:func:`drain_misses`, also returning the skipped entries as ``(id, reason)``."""
     if count is not None and count <= 0:
         raise ValueError(f"count must be > 0 or None, got {count}")
-    entries = client.eval(_DRAIN_LUA, 1, stream, 0 if count is None else int(count))
+    try:
+        entries = client.eval(_DRAIN_LUA, 1, stream, 0 if count is None else int(count))
+    except redis.ResponseError as exc:
+        raise stream_error(stream, exc) from None
     users: list[int] = []
     times: list[int] = []
     blobs: list[bytes] = []
     skipped: list[tuple[bytes, str]] = []
     for entry_id, raw in entries or []:
         try:
-            user, ts, blob = _parse_entry(raw)
+            user, ts, blob = _parse_entry(raw, max_items)
         except ValueError as exc:
             skipped.append((as_bytes(entry_id), str(exc)))
             continue
@@ -149,7 +169,7 @@ def drain_miss_entries(client: redis.Redis, stream: str, count: int | None = Non
     return DrainedMisses(rows, skipped)
 
 
-def _parse_entry(raw) -> tuple[int, int, bytes]:
+def _parse_entry(raw, max_items: int | None = None) -> tuple[int, int, bytes]:
     """``(user, ts, item bytes)`` of one entry; ``ValueError`` saying what is wrong."""
     try:
         fields = entry_fields(raw)
@@ -158,15 +178,13 @@ def _parse_entry(raw) -> tuple[int, int, bytes]:
     missing = [k for k in (b"user", b"ts", b"items") if k not in fields]
     if missing:
         raise ValueError(f"missing fields {[m.decode() for m in missing]}")
-    try:
-        user, ts = int(fields[b"user"]), int(fields[b"ts"])
-    except ValueError:
-        raise ValueError("user and ts must be decimal integers") from None
-    if not 0 <= user < 2**63 or not 0 <= ts < MAX_EPOCH_S:
-        raise ValueError(f"user {user} or ts {ts} out of range")
+    user = decimal(fields[b"user"], "user", 2**63)
+    ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
+    check_stamp(ts)
     blob = fields[b"items"]
     if not blob or len(blob) % 8:
         raise ValueError(f"items must be int64 bytes, got {len(blob)} bytes")
+    check_items(len(blob) // 8, max_items)
     if (np.frombuffer(blob, dtype="<i8") < 0).any():
         raise ValueError("negative item id")
     return user, ts, blob

@@ -44,7 +44,15 @@ import numpy as np
 import pandas as pd
 import redis
 
-from solaris.serving.streams import as_bytes, entry_fields, warn_skipped
+from solaris.serving.streams import (
+    as_bytes,
+    check_items,
+    check_stamp,
+    decimal,
+    entry_fields,
+    stream_error,
+    warn_skipped,
+)
 from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID, epoch_seconds
 
 __all__ = [
@@ -158,6 +166,7 @@ def read_request_log(
     *,
     before: int,
     count: int | None = None,
+    max_items: int | None = None,
 ) -> RequestLogBatch:
     """Read the oldest ``count`` entries (all when ``None``) of the request log; delete none.
 
@@ -165,6 +174,9 @@ def read_request_log(
     :attr:`~RequestLogBatch.ids`); later ones are only counted. ``count`` limits the entries
     looked at, whatever their stamp. An absent stream gives an empty batch. Delete the ids
     with :func:`delete_entries` only after the rows are stored (see the module docstring).
+    Unreadable entries (:mod:`solaris.serving.streams`; ``max_items``: the most candidates
+    an entry may hold) are skipped; a key of another type is a
+    :class:`~solaris.serving.streams.StreamError`.
     """
     before = epoch_seconds(before, "before")
     if count is not None and (
@@ -177,7 +189,7 @@ def read_request_log(
     parsed: list[tuple[int, int, int, bytes, bytes]] = []
     for entry_id, raw in _entries(client, stream, None if count is None else int(count)):
         try:
-            entry = _parse_entry(raw)
+            entry = _parse_entry(raw, max_items)
         except ValueError as exc:
             skipped.append((entry_id, str(exc)))
             ids.append(entry_id)
@@ -208,7 +220,10 @@ def _entries(client: redis.Redis, stream: str, count: int | None):
     left = count
     while left is None or left > 0:
         page = _PAGE if left is None else min(_PAGE, left)
-        entries = client.xrange(stream, min=start, max="+", count=page)
+        try:
+            entries = client.xrange(stream, min=start, max="+", count=page)
+        except redis.ResponseError as exc:
+            raise stream_error(stream, exc) from None
         for entry_id, raw in entries:
             yield as_bytes(entry_id), raw
         if len(entries) < page:
@@ -238,7 +253,7 @@ def _rows(parsed: list[tuple[int, int, int, bytes, bytes]]) -> pd.DataFrame:
     return frame
 
 
-def _parse_entry(raw) -> tuple[int, int, int, bytes, bytes]:
+def _parse_entry(raw, max_items: int | None = None) -> tuple[int, int, int, bytes, bytes]:
     """``(request id, user, ts, item bytes, score bytes)`` of one entry; ``ValueError``
     saying what is wrong."""
     try:
@@ -248,15 +263,14 @@ def _parse_entry(raw) -> tuple[int, int, int, bytes, bytes]:
     missing = [k.decode() for k in _FIELDS if k not in fields]
     if missing:
         raise ValueError(f"missing fields {missing}")
-    try:
-        rid, user, ts = int(fields[b"rid"]), int(fields[b"user"]), int(fields[b"ts"])
-    except ValueError:
-        raise ValueError("rid, user and ts must be decimal integers") from None
-    if not (0 <= rid < 2**63 and 0 <= user < 2**63 and 0 <= ts < MAX_EPOCH_S):
-        raise ValueError(f"rid {rid}, user {user} or ts {ts} out of range")
+    rid = decimal(fields[b"rid"], "rid", 2**63)
+    user = decimal(fields[b"user"], "user", 2**63)
+    ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
+    check_stamp(ts)
     items, scores = fields[b"items"], fields[b"scores"]
     if not items or len(items) % 8:
         raise ValueError(f"items must be int64 bytes, got {len(items)} bytes")
+    check_items(len(items) // 8, max_items)
     if len(scores) != len(items) // 2:
         raise ValueError(
             f"scores must be one float32 per item: {len(items) // 8} items, "

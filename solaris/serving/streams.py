@@ -1,11 +1,74 @@
-"""Reading Redis stream entries: what the miss stream and the request log share."""
+"""Reading Redis stream entries: what the miss stream and the request log share.
+
+Entries are written by serving processes, but any client of the Redis can write one, so a
+reader takes nothing on trust: numbers are plain ASCII decimals (``int()`` would also take
+``+5``, ``1_000`` and `` 7 ``), an entry holds at most the candidates a request may have,
+and one stamped more than a day past the wall clock is unreadable (it would otherwise sit
+in the stream until 2255). An unreadable entry is skipped, logged and deleted by the drain.
+A stream key of another type is a :class:`StreamError` naming the key.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
+import time
 from collections.abc import Sequence
 
-__all__ = ["as_bytes", "entry_fields", "warn_skipped"]
+from solaris.errors import SolarisError
+
+__all__ = [
+    "FUTURE_SLACK_S",
+    "StreamError",
+    "as_bytes",
+    "check_items",
+    "check_stamp",
+    "decimal",
+    "entry_fields",
+    "stream_error",
+    "warn_skipped",
+]
+
+# How far past the wall clock an entry's stamp may be (clocks of serving hosts drift; a day
+# is far beyond any drift and far below a mistyped year).
+FUTURE_SLACK_S = 86_400
+_DECIMAL = re.compile(rb"0|[1-9][0-9]{0,18}")
+
+
+class StreamError(SolarisError, RuntimeError):
+    """A stream cannot be read at all (its key holds another Redis type); names the key."""
+
+
+def decimal(value: bytes, name: str, high: int) -> int:
+    """``value`` as an integer in ``[0, high)``: ASCII digits only, no sign, underscore,
+    space or leading zero; ``ValueError`` naming ``name`` otherwise."""
+    if not _DECIMAL.fullmatch(value) or int(value) >= high:
+        shown = value[:24] + (b"..." if len(value) > 24 else b"")
+        raise ValueError(f"{name} must be a decimal integer in [0, {high}), got {shown!r}")
+    return int(value)
+
+
+def check_items(count: int, max_items: int | None) -> None:
+    """``ValueError`` when an entry holds more candidates than a request may."""
+    if max_items is not None and count > max_items:
+        raise ValueError(
+            f"{count:,} items in one entry, more than store.max_candidates ({max_items:,})"
+        )
+
+
+def check_stamp(ts: int, now: float | None = None) -> None:
+    """``ValueError`` when ``ts`` lies more than :data:`FUTURE_SLACK_S` past the wall clock."""
+    limit = (time.time() if now is None else now) + FUTURE_SLACK_S
+    if ts > limit:
+        raise ValueError(f"ts {ts} is more than a day past the wall clock: never drained")
+
+
+def stream_error(stream: str, exc: Exception) -> StreamError:
+    """The error of a stream read that Redis refused (``WRONGTYPE``), naming the key."""
+    return StreamError(
+        f"{stream}: cannot be read as a stream ({exc}); the key holds something else: "
+        "delete it (it is not a SOLARIS stream) and rerun"
+    )
 
 
 def entry_fields(raw) -> dict[bytes, bytes]:

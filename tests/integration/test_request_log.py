@@ -201,3 +201,32 @@ def test_log_request_against_a_dead_redis_never_raises_and_counts_the_drop(prefi
         features.close()
     features.log_request(3, 2, [3], [0.5], now=100)  # after close: dropped, not raised
     assert features.stats.requests_dropped == 3
+
+
+def test_a_stream_key_of_another_type_is_an_error_naming_it(client, prefix: str) -> None:
+    from solaris.serving.misses import drain_misses
+    from solaris.serving.streams import StreamError
+
+    key = f"{prefix}:requests"
+    client.hset(key, "not", "a stream")
+    with pytest.raises(StreamError, match=rf"^{key}: cannot be read as a stream .*WRONGTYPE"):
+        read_request_log(client, key, before=10**9)
+    with pytest.raises(StreamError, match=rf"^{key}: cannot be read as a stream"):
+        drain_misses(client, key)
+    assert client.hgetall(key) == {b"not": b"a stream"}  # nothing deleted
+
+
+def test_an_entry_stamped_centuries_ahead_is_skipped_and_deleted_not_kept_forever(
+    client, prefix: str
+) -> None:
+    key = f"{prefix}:requests"
+    append_request(client, key, 1000, 1, 7, [10, 11], [0.5, 0.25], 100)
+    client.xadd(key, {"rid": "2", "user": "7", "ts": "9100000000", "items": b"\0" * 8,
+                      "scores": b"\0" * 4})  # fmt: skip
+    batch = read_request_log(client, key, before=200)
+    assert batch.rows["request_id"].tolist() == [1, 1] and batch.later == 0
+    assert [why for _, why in batch.skipped] == [
+        "ts 9100000000 is more than a day past the wall clock: never drained"
+    ]
+    delete_entries(client, key, batch.ids)
+    assert client.xlen(key) == 0

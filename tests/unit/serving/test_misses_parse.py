@@ -3,12 +3,14 @@ refuses before it sends anything."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 
 from solaris.serving.misses import _parse_entry, append_misses
+from solaris.serving.streams import FUTURE_SLACK_S
 from solaris.store.contract import MAX_EPOCH_S
 
 USER = 42
@@ -72,9 +74,26 @@ def test_parse_entry_ignores_extra_fields_and_field_order() -> None:
 
 
 def test_parse_entry_accepts_the_bounds_of_the_ranges() -> None:
-    raw = _flat(user=str(2**63 - 1).encode(), ts=str(MAX_EPOCH_S - 1).encode())
-    assert _parse_entry(raw)[:2] == (2**63 - 1, MAX_EPOCH_S - 1)
+    soon = int(time.time()) + FUTURE_SLACK_S - 60  # a stamp may run a day ahead of the clock
+    raw = _flat(user=str(2**63 - 1).encode(), ts=str(soon).encode())
+    assert _parse_entry(raw)[:2] == (2**63 - 1, soon)
     assert _parse_entry(_flat(user=b"0", ts=b"0", items=bytes(8)))[:2] == (0, 0)
+
+
+@pytest.mark.parametrize("user", [b"+5", b"1_000", b" 7 ", b"007", b"-0", "\u0667".encode()])
+def test_parse_entry_takes_only_plain_ascii_decimals(user: bytes) -> None:
+    """The drill's cases: ``int()`` reads each of these as a number."""
+    with pytest.raises(ValueError, match=r"user must be a decimal integer in \[0, "):
+        _parse_entry(_flat(user=user))
+
+
+def test_parse_entry_refuses_a_stamp_far_past_the_clock_and_more_items_than_a_request() -> None:
+    with pytest.raises(ValueError, match=r"ts 9100000000 is more than a day past the wall clock"):
+        _parse_entry(_flat(ts=b"9100000000"))  # 2258: it would wait in the stream forever
+    many = np.arange(301, dtype="<i8").tobytes()
+    with pytest.raises(ValueError, match=r"301 items in one entry, more than .*\(300\)"):
+        _parse_entry(_flat(items=many), 300)
+    assert len(_parse_entry(_flat(items=many[:-8]), 300)[2]) == 300 * 8
 
 
 @pytest.mark.parametrize("missing", ["user", "ts", "items"])
@@ -90,13 +109,13 @@ def test_parse_entry_names_every_missing_field() -> None:
 
 @pytest.mark.parametrize("user", [b"abc", b"4.2", b"0x2a", b"", b"1e3"])
 def test_parse_entry_rejects_a_user_that_is_not_decimal(user: bytes) -> None:
-    with pytest.raises(ValueError, match="decimal integers"):
+    with pytest.raises(ValueError, match=r"must be a decimal integer in \[0, "):
         _parse_entry(_flat(user=user))
 
 
 @pytest.mark.parametrize("ts", [b"soon", b"1.7e9", b""])
 def test_parse_entry_rejects_a_ts_that_is_not_decimal(ts: bytes) -> None:
-    with pytest.raises(ValueError, match="decimal integers"):
+    with pytest.raises(ValueError, match=r"must be a decimal integer in \[0, "):
         _parse_entry(_flat(ts=ts))
 
 
@@ -111,7 +130,7 @@ def test_parse_entry_rejects_a_ts_that_is_not_decimal(ts: bytes) -> None:
     ],
 )
 def test_parse_entry_rejects_a_user_or_ts_out_of_range(field: str, value: int) -> None:
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match=r"must be a decimal integer in \[0, |past the wall clock"):
         _parse_entry(_flat(**{field: str(value).encode()}))
 
 

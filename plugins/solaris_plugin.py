@@ -148,12 +148,30 @@ def load_runs(root: StatePath) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for dag_id, records in runs.items():
         out[dag_id] = [
-            record
+            _cut(record, _MAX_RECORD_DEPTH)
             if isinstance(record, dict)
             else {"dag_id": dag_id, "error": f"not a JSON object: {record!r}"[:200]}
             for record in records
         ]
     return out
+
+
+# How deep a record is served (the JSON route) before "…": far past what a task writes,
+# far below what exhausts a serializer's stack.
+_MAX_RECORD_DEPTH = 32
+
+
+def _cut(value: Any, depth: int) -> Any:
+    """``value`` with whatever is nested ``depth`` levels down replaced by a marker."""
+    if isinstance(value, dict):
+        if depth <= 0:
+            return "… (nested deeper)"
+        return {k: _cut(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, list):
+        if depth <= 0:
+            return "… (nested deeper)"
+        return [_cut(v, depth - 1) for v in value]
+    return value
 
 
 # -- which runs are shown: namespaces, filters, permissions -----------------------------------
@@ -228,13 +246,16 @@ class Filters:
         return {k: v for k, v in query.items() if v}
 
 
+_EPOCH = re.compile(r"[0-9]{1,11}")  # epoch seconds up to 2286 (and a little past)
+
+
 def parse_time(value: str | None, name: str, *, end_of_day: bool = False) -> int | None:
     """Epoch seconds from a query parameter: epoch seconds, or an ISO 8601 date or date and
     time (UTC unless it names a zone). A bare date as ``to`` means the end of that day."""
     if value is None or not value.strip():
         return None
     text = value.strip()
-    if text.lstrip("-").isdigit():
+    if _EPOCH.fullmatch(text):  # ASCII digits: str.isdigit() also takes '²', int() refuses it
         return int(text)
     try:
         when = datetime.fromisoformat(text)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
+    "MAX_FIGURE_DEPTH",
     "MISSING",
     "as_number",
     "figure_html",
@@ -138,22 +139,35 @@ def _label(key: str) -> str:
     return key.replace("_", " ")
 
 
+# Nesting a figure is shown to: a run record is the task's, but one written by hand (or a
+# bug) nested hundreds deep must not exhaust the stack and take the whole page down.
+MAX_FIGURE_DEPTH = 6
+
+
 def figure_html(
-    key: str, value: Any, *, share: bool = False, skip: Mapping[str, Any] | None = None
+    key: str,
+    value: Any,
+    *,
+    share: bool = False,
+    skip: Mapping[str, Any] | None = None,
+    depth: int = 0,
 ) -> str:
-    """A figure as HTML: a nested dict as a ``key: value`` list, a list item by item.
+    """A figure as HTML: a nested dict as a ``key: value`` list, a list item by item, down
+    to :data:`MAX_FIGURE_DEPTH` levels (deeper: "…").
 
     ``skip`` holds key/value pairs a nested dict need not repeat (the record's own interval).
     """
     share = share or _is_share_key(key)
     skip = skip or {}
+    if depth >= MAX_FIGURE_DEPTH and isinstance(value, Mapping | list | tuple):
+        return "… (nested deeper)"
     if isinstance(value, Mapping):
         items = [(k, v) for k, v in value.items() if not (k in skip and skip[k] == v)]
         if not items:
             return MISSING
         lis = "".join(
             f'<li><span class="k">{html.escape(_label(str(k)))}:</span> '
-            f"{figure_html(str(k), v, share=share, skip=skip)}</li>"
+            f"{figure_html(str(k), v, share=share, skip=skip, depth=depth + 1)}</li>"
             for k, v in items
         )
         return f'<ul class="kv">{lis}</ul>'
@@ -164,7 +178,7 @@ def figure_html(
             shown = [html.escape(fmt_interval(v)) for v in value[:6]]
             more = f" … ({len(value)} in all)" if len(value) > 6 else ""
             return "; ".join(shown) + more
-        shown = [figure_html(key, v, share=share, skip=skip) for v in value[:12]]
+        shown = [figure_html(key, v, share=share, skip=skip, depth=depth + 1) for v in value[:12]]
         more = f", … ({len(value)} in all)" if len(value) > 12 else ""
         return ", ".join(shown) + more
     return html.escape(fmt_figure(key, value, share=share))

@@ -538,7 +538,7 @@ def read_run_records(root: StatePath | str) -> dict[str, list[dict[str, Any]]]:
         for path in sorted(folder.glob("*.json"), reverse=True):
             try:
                 records.append(json.loads(path.read_text()))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:  # nested past the stack too
                 records.append({"dag_id": folder.name, "key": path.stem, "error": str(exc)})
         out[folder.name] = records
     return out

@@ -331,6 +331,9 @@ def test_time_range_filters_on_the_interval_end(client: TestClient) -> None:
         ({"from": "yesterday"}, "'from'"),
         ({"to": "1997-13-01"}, "'to'"),
         ({"from": "1997-11-21", "to": "1997-11-20"}, "'to'"),
+        ({"from": "\u00b2"}, "'from'"),  # '²'.isdigit() is True; int() refuses it
+        ({"from": "--5"}, "'from'"),
+        ({"to": "9" * 5_000}, "'to'"),  # past int()'s 4,300 digits
     ],
 )
 def test_a_bad_time_is_a_400_that_names_the_parameter(
@@ -479,6 +482,20 @@ def test_odd_values_do_not_break_the_page(plugin: ModuleType, tmp_path: Path) ->
     assert "<script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "(9 in all)" in text
+
+
+def test_a_record_nested_hundreds_deep_is_shown_cut_and_never_takes_the_page_down(
+    plugin: ModuleType, tmp_path: Path
+) -> None:
+    deep: Any = "bottom"
+    for _ in range(500):
+        deep = {"k": deep}
+    write_run_record(_layout(tmp_path), "solaris_odd", "k", {"interval_end": T0, "deep": deep})
+    client = _client(plugin, tmp_path)
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "… (nested deeper)" in page.text and "bottom" not in page.text
+    assert client.get("/api/runs").status_code == 200
 
 
 def test_empty_artifacts_dir_says_no_runs_yet(plugin: ModuleType, tmp_path: Path) -> None:

@@ -489,7 +489,20 @@ def _triggering_extras(params: Mapping[str, object], events: Any, asset: object)
     conf names a namespace or intervals, which is then the whole instruction."""
     if any(params.get(k) is not None for k in ("namespace", "interval_end", "intervals")):
         return []
-    return [_checked_event(r) for e in event_extras(events, asset) for r in (e.get("runs") or [e])]
+    return [_checked_event(r) for e in event_extras(events, asset) for r in _event_records(e)]
+
+
+def _event_records(extra: Mapping[str, Any]) -> list[object]:
+    """The records one event carries: its ``runs`` list (an event of several namespaces),
+    else itself; a ``runs`` that is not a list of them is a :class:`CycleInputError`."""
+    runs = extra.get("runs")
+    if runs is None:
+        return [extra]
+    if not isinstance(runs, list) or not runs:
+        raise CycleInputError(
+            f"asset event runs: expected a non-empty list of run records, got {_shown(runs)}"
+        )
+    return runs
 
 
 def combine_extras(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:

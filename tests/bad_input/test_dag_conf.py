@@ -243,6 +243,10 @@ EVENT_CASES = [
                  id="namespace-with-capitals"),
     pytest.param([{"namespace": "a", **_interval()}, {"namespace": "a", **_interval(T, T + 2 * H)}],
                  r"^asset event: \[\d+, \d+\) overlaps asset event", id="overlapping-events"),
+    pytest.param([{"runs": 5}], r"^asset event runs: expected a non-empty list of run "
+                 r"records, got 5", id="runs-a-number"),
+    pytest.param([{"runs": [5]}], r"^asset event: expected an object, got 5",
+                 id="runs-of-numbers"),
     pytest.param([{"namespace": "live", "replay": True, **_interval()}],
                  r"^will not replay into namespace 'live'", id="replay-event-into-live"),
 ]  # fmt: skip

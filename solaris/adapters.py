@@ -48,6 +48,7 @@ __all__ = [
     "foundation_model",
     "load",
     "logged_scores",
+    "traffic_requests",
     "traffic_source",
     "verifier",
     "verifier_trainer",
@@ -177,13 +178,19 @@ def load(path: str, cfg: SolarisConfig, protocol: type, setting: str) -> Any:
         raise AdapterError(f"{setting}: {path!r} is not an import path 'package.module:factory'")
     module_name, attr = path.split(":")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        module = importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:  # whatever the module's own code raises or exits
+        raise AdapterError(
+            f"{setting}: cannot import {path!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        factory = getattr(module, attr)
+    except AttributeError as exc:
         raise AdapterError(f"{setting}: cannot import {path!r}: {exc}") from exc
     if inspect.isclass(factory) or inspect.isfunction(factory) or inspect.ismethod(factory):
         try:
             obj = factory(cfg)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise AdapterError(
                 f"{setting}: {path!r} failed to build: {type(exc).__name__}: {exc}"
             ) from exc
@@ -218,6 +225,30 @@ def verifier(cfg: SolarisConfig) -> Verifier:
 def traffic_source(cfg: SolarisConfig) -> TrafficSource:
     """The traffic of ``requests.source``, which replays feed through serving."""
     return _cached(cfg.requests.source, cfg, TrafficSource, "requests.source")
+
+
+def traffic_requests(cfg: SolarisConfig, start: int, end: int) -> pd.DataFrame:
+    """``requests.source``'s requests in ``[start, end)``, their columns checked here, at
+    the edge: a source that leaves one out is an :class:`AdapterError` naming the setting
+    and the columns, not a ``KeyError`` deep in a task."""
+    import pandas as pd
+
+    from solaris.serving.request_log import REQUEST_ID, SCORE
+    from solaris.store.contract import ITEM_ID, USER_ID
+
+    frame = traffic_source(cfg).requests(start, end)
+    where = f"requests.source: {cfg.requests.source!r}"
+    if not isinstance(frame, pd.DataFrame):
+        raise AdapterError(f"{where} gave a {type(frame).__name__}, not a pandas DataFrame")
+    needed = (REQUEST_ID, USER_ID, ITEM_ID, "ts", "label", SCORE)
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise AdapterError(
+            f"{where} gave requests without the columns {missing}; a TrafficSource gives "
+            f"{list(needed)} ({SCORE}: the score serving logged, NaN where none; label: NaN "
+            "where unknown)"
+        )
+    return frame
 
 
 def verifier_trainer(cfg: SolarisConfig) -> VerifierTrainer | None:

@@ -58,7 +58,7 @@ def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
     from solaris import adapters
     from solaris.evaluation.replay import replay
 
-    rows = adapters.traffic_source(cfg).requests(start, end)
+    rows = adapters.traffic_requests(cfg, start, end)
     sel = cfg.selection
     return replay(
         rows,
@@ -82,7 +82,7 @@ def served_example(
     from solaris.store.contract import PAIR
     from solaris.store.footprint import view_footprint
 
-    rows = adapters.traffic_source(cfg).requests(as_of - DAY, as_of)
+    rows = adapters.traffic_requests(cfg, as_of - DAY, as_of)
     if not rows["label"].notna().any():
         return {}
     request_id = rows.loc[rows["label"].notna(), "request_id"].iloc[-1]

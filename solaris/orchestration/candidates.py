@@ -231,7 +231,7 @@ def serve_replay(
     from solaris.serving.client import SolarisFeatures
     from solaris.serving.tiers import TIERS
 
-    requests = adapters.traffic_source(cfg).requests(interval.start, interval.end)
+    requests = adapters.traffic_requests(cfg, interval.start, interval.end)
     requests = requests.reset_index(drop=True)
     scores = requests["score"].to_numpy(np.float32, na_value=np.nan)
     unscored = np.isnan(scores)

@@ -183,7 +183,7 @@ def fit_autoencoder_from_traffic(
     if end <= start:
         raise CodesError(f"the sample's end {end} is not after its start {start}")
     fm = adapters.foundation_model(cfg)
-    rows = adapters.traffic_source(cfg).requests(start, end)
+    rows = adapters.traffic_requests(cfg, start, end)
     pairs = rows.drop_duplicates(["user_id", "item_id"])[["user_id", "item_id", "ts"]]
     if len(pairs) > max_pairs:
         pairs = pairs.sample(n=max_pairs, random_state=cfg.train.seed)

@@ -90,3 +90,51 @@ def test_the_cycle_library_imports_no_movielens_code() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("raise RuntimeError('no GPU here')", "cannot import .*RuntimeError: no GPU here"),
+        ("def broken(:\n    pass", "cannot import .*SyntaxError"),
+        ("raise SystemExit(3)", "cannot import .*SystemExit: 3"),
+        ("import sys\ndef build(cfg):\n    sys.exit('bye')", ".* failed to build: SystemExit: bye"),
+    ],
+    ids=["runtime-error", "syntax-error", "system-exit", "exit-in-the-factory"],
+)
+def test_an_adapter_module_that_fails_or_exits_is_an_adapter_error(
+    body: str, message: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drill's cases: each escaped as itself (a SystemExit ended the worker quietly)."""
+    import uuid
+
+    name = f"adapter_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(body + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AdapterError, match=f"model.foundation: {message}"):
+        load(f"{name}:build", CFG, FoundationModel, "model.foundation")
+
+
+def test_a_traffic_source_without_a_column_is_an_adapter_error_naming_it(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drill's case: a source without ``score`` ended in a pandas KeyError in a task."""
+    import uuid
+
+    from solaris.adapters import traffic_requests
+    from solaris.config import RequestLogConfig
+
+    name = f"traffic_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "import pandas as pd\n"
+        "class Source:\n"
+        "    def __init__(self, cfg):\n        pass\n"
+        "    def requests(self, start, end):\n"
+        "        return pd.DataFrame({'request_id': [1], 'user_id': [2], 'item_id': [3],\n"
+        "                             'ts': [start], 'label': [None]})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = CFG.model_copy(update={"requests": RequestLogConfig(source=f"{name}:Source")})
+    with pytest.raises(AdapterError, match=rf"requests.source: '{name}:Source' gave requests "
+                       r"without the columns \['score'\]"):  # fmt: skip
+        traffic_requests(cfg, 0, 900)

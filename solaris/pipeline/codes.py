@@ -87,21 +87,32 @@ def shared_layer(
     *,
     batch_size: int = 8192,
 ) -> torch.Tensor:
-    """``h`` ``[N, shared_dim]`` (float32, CPU) of the pairs as of ``ts``."""
+    """``h`` ``[N, shared_dim]`` (float32, CPU) of the pairs as of ``ts``. An FM whose
+    output is not ``[batch, fm.shared_dim]`` finite values is a :class:`CodesError` naming
+    what it gave: nothing downstream (an autoencoder, ``codes.json``) is built on it."""
     import torch
 
-    with torch.inference_mode():
-        parts = [
-            fm.shared(
-                fm.features(
-                    users[i : i + batch_size], items[i : i + batch_size], ts[i : i + batch_size]
-                )
-            )
-            .float()
-            .cpu()
-            for i in range(0, len(users), batch_size)
-        ]
     shared_dim = int(fm.shared_dim)
+    parts = []
+    with torch.inference_mode():
+        for i in range(0, len(users), batch_size):
+            rows = slice(i, i + batch_size)
+            h = fm.shared(fm.features(users[rows], items[rows], ts[rows]))
+            n = len(users[rows])
+            if not isinstance(h, torch.Tensor) or tuple(h.shape) != (n, shared_dim):
+                shape = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
+                raise CodesError(
+                    f"model.foundation ({fm.version}): shared() gave {shape} for a batch of "
+                    f"{n} pairs, expected ({n}, {shared_dim}) (its shared_dim); nothing was "
+                    "written"
+                )
+            h = h.float().cpu()
+            if not torch.isfinite(h).all():
+                raise CodesError(
+                    f"model.foundation ({fm.version}): shared() gave NaN or inf values; "
+                    "nothing was written"
+                )
+            parts.append(h)
     return torch.cat(parts) if parts else torch.zeros((0, shared_dim))
 
 

@@ -94,6 +94,12 @@ CRON_PRESETS = frozenset(
 )
 
 ImportPath = Annotated[str, Field(pattern=IMPORT_PATH)]
+# Durations are bounded on both sides: a TTL of 1e-9 h (no code is ever fresh) or 1e308 h
+# (seconds past int64, past any timestamp) loads as a float but breaks the cycle later.
+Hours = Annotated[float, Field(ge=1 / 3600, le=87_600)]  # one second .. ten years
+Minutes = Annotated[float, Field(ge=1 / 60, le=10_080)]  # one second .. a week
+Days = Annotated[float, Field(ge=1 / 86_400, le=3_650)]  # one second .. ten years
+Milliseconds = Annotated[float, Field(gt=0, le=3_600_000)]  # .. an hour
 
 
 class Section(BaseModel):
@@ -136,7 +142,7 @@ class RequestLogConfig(Section):
         1.0, ge=0, description="weight of history co-occurrence against trailing popularity"
     )
     cooccurrence_history: int = Field(20, gt=0, description="recent items used for co-occurrence")
-    recurrence_window_hours: float = Field(6.0, gt=0)
+    recurrence_window_hours: Hours = 6.0
     source: str = Field(
         "solaris.examples.movielens:traffic",
         pattern=IMPORT_PATH,
@@ -205,9 +211,9 @@ class SelectionConfig(Section):
     """Verifier selection, cache freshness and the refresh cadence."""
 
     share: float = Field(0.2, gt=0, le=1, description="share of each request's candidates")
-    ttl_hours: float = Field(6.0, gt=0)
-    cadence_minutes: float = Field(
-        15.0, ge=1 / 60, description="candidates DAG schedule interval (at least 1 s)"
+    ttl_hours: Hours = 6.0
+    cadence_minutes: Minutes = Field(
+        15.0, description="candidates DAG schedule interval (1 s to a week)"
     )
 
 
@@ -274,13 +280,13 @@ class StoreConfig(Section):
             )
         return _check_storage_uri("store.offline_uri", value)
 
-    uagg_window_hours: float = Field(24.0, gt=0)
-    uagg_ttl_hours: float = Field(24.0, gt=0)
-    iagg_ttl_hours: float = Field(24.0, gt=0)
-    unn_ttl_hours: float = Field(48.0, gt=0)
+    uagg_window_hours: Hours = 24.0
+    uagg_ttl_hours: Hours = 24.0
+    iagg_ttl_hours: Hours = 24.0
+    unn_ttl_hours: Hours = 48.0
     n_neighbors: int = Field(100, gt=0)
     nbr_strategy: Literal["top1", "weighted"] = "top1"
-    fetch_timeout_ms: float = Field(200.0, gt=0, description="bound on one fetch, incl. Redis")
+    fetch_timeout_ms: Milliseconds = Field(200.0, description="bound on one fetch, incl. Redis")
     max_candidates: int = Field(
         5_000, gt=0, description="most items one fetch accepts (more is a ValueError)"
     )
@@ -290,8 +296,8 @@ class StoreConfig(Section):
     breaker_failures: int = Field(
         3, gt=0, description="consecutive failed fetches that open the circuit breaker"
     )
-    breaker_cooldown_ms: float = Field(
-        1_000.0, gt=0, description="how long an open breaker answers zeros before a probe"
+    breaker_cooldown_ms: Milliseconds = Field(
+        1_000.0, description="how long an open breaker answers zeros before a probe"
     )
     miss_stream_maxlen: int = Field(100_000, gt=0)
     request_log_maxlen: int = Field(
@@ -388,14 +394,13 @@ class CycleConfig(Section):
     training_cron: str = Field(
         "30 0 * * *", description="training DAG schedule (cron or an Airflow preset)"
     )
-    wait_previous_minutes: float = Field(
+    wait_previous_minutes: Minutes = Field(
         60.0,
-        gt=0,
         description="how long a candidates run waits for the previous interval's embeddings "
         "and enrichment before it fails",
     )
-    training_window_days: float = Field(
-        30.0, gt=0, description="labelled impressions the retrained VM learns from"
+    training_window_days: Days = Field(
+        30.0, description="labelled impressions the retrained VM learns from"
     )
     val_share: float = Field(0.2, gt=0, lt=1, description="latest share held out to compare")
     dags_folder: Path = Field(Path("dags"), description="the project's DAG files")
@@ -404,12 +409,11 @@ class CycleConfig(Section):
         description="AIRFLOW_HOME of the demo's in-process DAG runs (SQLite metadata DB "
         "there); default artifacts_dir/airflow",
     )
-    demo_days: float = Field(
-        2.0, gt=0, description="test-period days the demo replays through Airflow DAG runs"
+    demo_days: Days = Field(
+        2.0, description="test-period days the demo replays through Airflow DAG runs"
     )
-    demo_cadence_minutes: float = Field(
+    demo_cadence_minutes: Minutes = Field(
         60.0,
-        ge=1 / 60,
         description="refresh cadence of the demo's Airflow window (coarser than production "
         "so that the window needs fewer DAG runs)",
     )

@@ -102,18 +102,19 @@ def cycle_redis(cfg: SolarisConfig) -> str:
     logs in as the string's ``username`` with its TLS options, as the tasks will. Errors show
     the connection :func:`~solaris.store.connection.redacted`, never its password.
     """
-    from solaris.store.connection import RedisTarget, answers, redacted
+    from solaris.store.connection import RedisTarget, ping_failure, redacted
 
     connection = cfg.store.redis or "localhost:6379"
     try:
         RedisTarget.parse(connection).check(cfg.store.redis_type)
     except ValueError as exc:  # a string that cannot be used is not "Redis is down"
         raise CycleInputError(f"store.redis: {exc}") from None
-    if not answers(connection, redis_type=cfg.store.redis_type):
+    failure = ping_failure(connection, redis_type=cfg.store.redis_type)
+    if failure is not None:
         hint = "" if cfg.store.redis else " (SOLARIS_STORE__REDIS is unset)"
         raise CycleInputError(
             f"Redis at {redacted(connection)} does not answer a PING (down, or refused the "
-            f"login or the command){hint}"
+            f"login, the database or the command: {failure}){hint}"
         )
     return connection
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +48,7 @@ __all__ = [
     "RedisType",
     "answers",
     "client_options",
+    "ping_failure",
     "redacted",
     "redacted_settings",
     "redis_client",
@@ -136,6 +138,40 @@ class ConnectionStringError(SolarisError, ValueError):
     option or node at fault, never a password."""
 
 
+# What the options redis-py would take without a word, then fail on later (a TypeError in
+# a socket call, "does not answer a PING"), must be: checked when the string is parsed.
+_SECONDS = ("socket_timeout", "socket_connect_timeout")
+_BOOLEANS = (
+    "ssl",
+    "socket_keepalive",
+    "retry_on_timeout",
+    "decode_responses",
+    "ssl_check_hostname",
+)
+
+
+def _check_value(key: str, value: Any) -> None:
+    """:class:`ConnectionStringError` naming ``key`` when its value cannot work."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if key in _SECONDS and not (number and math.isfinite(value) and value > 0):
+        raise ConnectionStringError(
+            f"Redis connection string: {key} must be seconds > 0 (e.g. 0.05), got {value!r}"
+        )
+    if key in _BOOLEANS and not isinstance(value, bool):
+        raise ConnectionStringError(
+            f"Redis connection string: {key} must be true or false, got {value!r}"
+        )
+    if key == "protocol" and (value not in (2, 3) or isinstance(value, bool)):
+        raise ConnectionStringError(
+            f"Redis connection string: protocol must be 2 or 3 (RESP2, RESP3), got {value!r}"
+        )
+    if key == "max_connections" and not (isinstance(value, int) and not isinstance(value, bool)
+                                         and value > 0):  # fmt: skip
+        raise ConnectionStringError(
+            f"Redis connection string: max_connections must be a count > 0, got {value!r}"
+        )
+
+
 @dataclass(frozen=True)
 class RedisTarget:
     """A parsed connection string: the nodes and the client options."""
@@ -204,6 +240,8 @@ class RedisTarget:
             nodes.append((host or "localhost", number))
         if not nodes:
             raise ConnectionStringError("the Redis connection string names no host:port")
+        for key, value in options.items():
+            _check_value(key, value)
         db = options.get("db", 0)
         if isinstance(db, bool) or not isinstance(db, int) or db < 0:
             raise ConnectionStringError(
@@ -347,14 +385,22 @@ def unlink_matching(client, pattern: str, batch: int = 1000) -> int:
 
 def answers(connection: str, timeout_s: float = 0.5, redis_type: RedisType = "redis") -> bool:
     """Whether Redis at ``connection`` answers a PING within ``timeout_s``."""
+    return ping_failure(connection, timeout_s, redis_type) is None
+
+
+def ping_failure(
+    connection: str, timeout_s: float = 0.5, redis_type: RedisType = "redis"
+) -> str | None:
+    """Why Redis at ``connection`` does not answer a PING within ``timeout_s`` (the error's
+    type and message, e.g. a ``db`` the server does not have), or None when it does."""
     import redis as redis_py
     from redis.exceptions import RedisClusterException  # not a RedisError: no node answered
 
     try:
         client = redis_client(connection, redis_type=redis_type, timeout_s=timeout_s, retries=0)
         try:
-            return bool(client.ping())
+            return None if client.ping() else "PING answered false"
         finally:
             client.close()
-    except (redis_py.RedisError, RedisClusterException, OSError, ValueError):
-        return False
+    except (redis_py.RedisError, RedisClusterException, OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"

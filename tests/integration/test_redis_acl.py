@@ -207,3 +207,11 @@ def test_a_cluster_client_logs_in_as_the_acl_user(one_node_cluster: str) -> None
         node.execute_command("ACL", "DELUSER", name)
         node.delete("solaris_test:k")
         node.close()
+
+
+def test_a_database_the_server_lacks_is_named_by_the_health_check(solaris_cfg) -> None:
+    """The drill's case: db=99999 read only "does not answer a PING"."""
+    host = "127.0.0.1:6379"
+    cfg = _cfg(solaris_cfg, f"{host},db=99999")
+    with pytest.raises(CycleInputError, match=r"does not answer a PING .*DB index is out of range"):
+        cycle_redis(cfg)

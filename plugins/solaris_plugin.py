@@ -187,7 +187,7 @@ def record_time(record: Mapping[str, Any]) -> int | None:
     if end is not None:
         return int(end)
     key = str(record.get("key", ""))
-    match = _KEY_END.match(key) or _KEY_START.match(key)
+    match = _KEY_END.fullmatch(key) or _KEY_START.match(key)
     return int(match[1]) if match else None
 
 

@@ -174,7 +174,7 @@ def load(path: str, cfg: SolarisConfig, protocol: type, setting: str) -> Any:
         AdapterError: naming ``setting`` when the path is malformed, the import or the
             factory fails, or the object lacks the protocol's members.
     """
-    if not isinstance(path, str) or not _IMPORT_PATH.match(path):
+    if not isinstance(path, str) or not _IMPORT_PATH.fullmatch(path):
         raise AdapterError(f"{setting}: {path!r} is not an import path 'package.module:factory'")
     module_name, attr = path.split(":")
     try:

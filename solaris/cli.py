@@ -101,6 +101,7 @@ def data_synth(
     for value, hint in ((pairs, "--pairs"), (users, "--users"), (items, "--items")):
         if value < 1:
             raise typer.BadParameter(f"must be a positive integer, got {value}", param_hint=hint)
+    _writable_file(out, "--out")
     from solaris.data.synthetic import SyntheticSpec, write_synthetic
 
     try:
@@ -248,6 +249,35 @@ def fit_autoencoder_command(
     )
 
 
+def _writable_file(path: Path, hint: str) -> None:
+    """A usage error unless ``path`` can be written as a file: not a folder, its folder
+    there and writable."""
+    import os
+
+    if path.is_dir():
+        raise typer.BadParameter(f"{str(path)!r} is a folder; name a file in it", param_hint=hint)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise typer.BadParameter(
+            f"{str(path)!r}: its folder {str(folder)!r} does not exist or is not writable",
+            param_hint=hint,
+        )
+
+
+def _writable_folder(path: Path, hint: str) -> None:
+    """A usage error unless ``path`` is (or can be made) a writable folder."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        raise typer.BadParameter(f"{str(path)!r} is a file, not a folder", param_hint=hint)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"{str(path)!r}: {exc.strerror}", param_hint=hint) from None
+    if not os.access(path, os.W_OK):
+        raise typer.BadParameter(f"{str(path)!r} is not writable", param_hint=hint)
+
+
 def _epoch_option(value: str, name: str) -> int:
     from datetime import datetime
 
@@ -296,7 +326,11 @@ def replay_command(
         ) from None
     from solaris.examples.movielens.replay import replay_from_artifacts
 
-    result = replay_from_artifacts(cfg, selection, selector)
+    try:
+        result = replay_from_artifacts(cfg, selection, selector)
+    except FileNotFoundError as exc:  # no demo ran here yet: say so, not a traceback
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(
         f"{selector}: native pair coverage {result.coverage:.1%} "
         f"({result.n_hits:,}/{result.n_eval_impressions:,} test-period impressions), "
@@ -321,6 +355,14 @@ def report_command(
         raise typer.BadParameter(
             f"{seeds!r} is not a comma-separated list of integers", param_hint="--seeds"
         ) from None
+    # Checked now, not after the seeds' runs (tens of minutes).
+    if len(set(parsed)) < 3 or len(set(parsed)) != len(parsed) or min(parsed) < 0:
+        raise typer.BadParameter(
+            f"{seeds!r}: give at least 3 distinct seeds >= 0 (the report's intervals are "
+            "over seeds)",
+            param_hint="--seeds",
+        )
+    _writable_folder(out, "--out")
     from solaris.examples.movielens.report.run import run_report
     from solaris.examples.movielens.report.settings import ReportSettings
 

@@ -59,7 +59,7 @@ class Namespace:
     offline_uri: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValueError(
                 f"namespace {self.name!r} must match {NAME_PATTERN} "
                 "(lower-case letters, digits and '_', starting with a letter)"

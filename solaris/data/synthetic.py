@@ -57,6 +57,9 @@ __all__ = ["SyntheticSpec", "generate_candidates", "write_synthetic"]
 _BLOCK_ROWS = 1 << 18  # rows per internal generation block (fixed: output must not depend on it)
 _ZIPF_ROUNDS = 32  # duplicate-resampling rounds from the Zipf law before falling back to uniform
 _INT32_MAX = np.iinfo(np.int32).max
+# The most per-user state a spec may ask for: 100,000 users take 60 MB; 3e9 users took the
+# machine's memory before a row was written.
+MAX_STATE_BYTES = 8 * 2**30
 
 _DrawFn = Callable[[int], np.ndarray]
 
@@ -128,6 +131,12 @@ class SyntheticSpec:
                     f"pool_size must lie in [{low}, {high}] (pool candidates per request, "
                     f"n_items minus fresh candidates per request), got {self.pool_size}"
                 )
+        if self.state_bytes > MAX_STATE_BYTES:
+            raise ValueError(
+                f"n_users {self.n_users:,} with pools of {self.effective_pool_size} items "
+                f"needs {self.state_bytes / 2**30:,.1f} GiB of pool state, more than "
+                f"{MAX_STATE_BYTES / 2**30:g} GiB: fewer users, or a smaller recurrence"
+            )
 
     @property
     def n_requests(self) -> int:
@@ -143,6 +152,12 @@ class SyntheticSpec:
     def fresh_candidates(self) -> int:
         """Candidates per (full) request drawn fresh from the Zipf popularity."""
         return self.candidates_per_request - self.pool_candidates
+
+    @property
+    def state_bytes(self) -> int:
+        """Memory of the per-user state: the ``int32`` pools, the ready flags and the
+        activity weights (float64), allocated before the first row."""
+        return self.n_users * (4 * self.effective_pool_size + 1 + 8)
 
     @property
     def effective_pool_size(self) -> int:

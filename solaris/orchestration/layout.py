@@ -82,7 +82,7 @@ class Interval:
 
     @classmethod
     def from_key(cls, key: str) -> Interval:
-        match = _INTERVAL.match(key)
+        match = _INTERVAL.fullmatch(key)
         if not match:
             raise ValueError(f"not an interval key: {key!r}")
         return cls(int(match[1]), int(match[2]))
@@ -259,7 +259,7 @@ class CycleLayout:
                 found.update(
                     entry.name
                     for entry in folder.iterdir()
-                    if _GENERATION.match(entry.name) and entry.is_dir()
+                    if _GENERATION.fullmatch(entry.name) and entry.is_dir()
                 )
         return sorted(found)
 
@@ -344,7 +344,7 @@ class CycleLayout:
         found = []
         for entry in folder.iterdir():
             name = entry.name.removesuffix(".parquet").removesuffix(".json")
-            if entry.name.startswith(".") or not _INTERVAL.match(name):
+            if entry.name.startswith(".") or not _INTERVAL.fullmatch(name):
                 continue
             interval = Interval.from_key(name)
             if ending_after < interval.end <= ending_by:
@@ -400,7 +400,7 @@ def shard_coverage(
 
 def _checked(generation: object) -> str:
     """``generation`` if it is one (6 to 32 lower-case hex digits), else ``ValueError``."""
-    if not isinstance(generation, str) or not _GENERATION.match(generation):
+    if not isinstance(generation, str) or not _GENERATION.fullmatch(generation):
         raise ValueError(f"not a generation: {generation!r} (6 to 32 lower-case hex digits)")
     return generation
 

@@ -146,7 +146,7 @@ def materialize(
     from solaris.store.feast_store import online_store_of
     from solaris.store.online import view_params
 
-    if not isinstance(batch_id, str) or not _BATCH_ID.match(batch_id):
+    if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id):
         raise InvalidWriteError(f"batch_id must match {_BATCH_ID.pattern}, got {batch_id!r}")
     folder = offline_dir(store, view)
     online = online_store_of(store)

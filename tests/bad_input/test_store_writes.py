@@ -198,11 +198,15 @@ def test_materialize_refuses_a_bad_batch_naming_view_column_and_row_and_writes_n
     unchanged()
 
 
+@pytest.mark.parametrize("batch_id", ["../escape", "b\n", "", "a b"])
 def test_materialize_refuses_a_batch_id_that_is_not_a_file_name(
-    feast_world: FeastWorld, unchanged
+    batch_id: str, feast_world: FeastWorld, unchanged
 ) -> None:
-    with pytest.raises(InvalidWriteError, match=r"batch_id must match .* got '\.\./escape'"):
-        materialize(feast_world.store, "pair", pair_frame(), batch_id="../escape")
+    """``b\\n`` is the drill's case: ``$`` matched before the newline, which named a file."""
+    with pytest.raises(
+        InvalidWriteError, match=rf"batch_id must match .* got {re.escape(repr(batch_id))}"
+    ):
+        materialize(feast_world.store, "pair", pair_frame(), batch_id=batch_id)
     unchanged()
 
 

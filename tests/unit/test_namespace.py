@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from solaris.config import SolarisConfig
 from solaris.files import is_local
 from solaris.namespace import Namespace
@@ -47,3 +49,10 @@ def test_a_relative_offline_uri_is_taken_from_the_repo_as_feast_does(tmp_path: P
     ns = Namespace.of(cfg)
     assert ns.offline_root == tmp_path / "repo" / "rows" / "live"
     assert ns.offline_source("pair") == "rows/live/pair"
+
+
+@pytest.mark.parametrize("name", ["demo\n", "Demo", "1demo", "", "d-emo", "d" * 41])
+def test_a_name_that_is_not_a_whole_namespace_name_is_refused(name: str, tmp_path: Path) -> None:
+    """``demo\\n`` passed a ``^...$`` match (``$`` matches before a final newline)."""
+    with pytest.raises(ValueError, match="must match"):
+        Namespace(name, tmp_path, tmp_path)

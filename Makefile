@@ -58,6 +58,7 @@ bench-scheduler: $(STAMP)
 # The Feast CLI on the repo (it expands ${SOLARIS_STORE__REDIS} from the environment). The
 # default is set for these two targets only: `make demo` must see "no Redis configured".
 feast-plan feast-apply: export SOLARIS_STORE__REDIS ?= localhost:6379
+feast-plan feast-apply: export SOLARIS_NAMESPACE ?= live
 feast-plan: $(STAMP)
 	$(BIN)/feast -c feature_repo plan
 feast-apply: $(STAMP)

@@ -47,12 +47,11 @@ def feature_server(feast_store, solaris_cfg, redis_connection) -> Iterator[str]:
     """``feast serve`` on a free loopback port, over the test's repo copy and project."""
     repo = Path(solaris_cfg.store.repo_path)
     yaml_path = repo / "feature_store.yaml"
-    yaml_path.write_text(
-        yaml_path.read_text().replace("project: live", f"project: {solaris_cfg.namespace}")
-    )
+    before = yaml_path.read_text()
     port = _free_port()
     env = {
         **os.environ,
+        "SOLARIS_NAMESPACE": solaris_cfg.namespace,  # the project: no file is edited
         "SOLARIS_STORE__REDIS": redis_connection,
         "SOLARIS_MODEL__Z_DIM": str(Z_DIM),
     }
@@ -78,6 +77,7 @@ def feature_server(feast_store, solaris_cfg, redis_connection) -> Iterator[str]:
                 pytest.fail(f"feast serve did not start:\n{(repo / 'serve.log').read_text()}")
             time.sleep(0.25)
         yield url
+        assert yaml_path.read_text() == before
     finally:
         server.terminate()
         try:
@@ -91,7 +91,7 @@ def test_feast_serve_reports_stale_and_missing_rows_as_such(feature_server, rows
     z = np.arange(Z_DIM, dtype=np.float32) * 0.5
     rows.pair(1, 10, z, NOW - 60)  # fresh
     rows.pair(1, 11, z, NOW - 10 * H)  # older than the 6 h read TTL, inside the retention
-    rows.uagg(1, z, 3, window_start=NOW - 24 * H, computed_at=NOW - 3 * 24 * H)  # stale
+    rows.uagg(1, z, 3, window_start=NOW - 4 * 24 * H, computed_at=NOW - 3 * 24 * H)  # stale
     body = {
         "feature_service": "solaris_serving",
         "entities": {"user_id": [1, 1, 1], "item_id": [10, 11, 12], "request_ts": [NOW] * 3},

@@ -32,7 +32,7 @@ def _feast(repo: Path, *args: str, project_env: dict) -> subprocess.CompletedPro
 def test_feast_cli_plans_and_applies_the_repo(tmp_path: Path) -> None:
     repo = tmp_path / "feature_repo"
     shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data"))
-    env = {"SOLARIS_STORE__REDIS": "127.0.0.1:6379,db=11"}
+    env = {"SOLARIS_STORE__REDIS": "127.0.0.1:6379,db=11", "SOLARIS_NAMESPACE": "live"}
     plan = _feast(repo, "plan", project_env=env)
     assert plan.returncode == 0, plan.stderr[-2000:]
     for name in ("pair", "nbr", "uagg", "iagg", "unn", "solaris_serving"):
@@ -73,6 +73,8 @@ def test_the_feast_cli_reads_a_password_with_quotes_colons_and_hashes(monkeypatc
 
     connection = '127.0.0.1:6379,db=11,password=a"b:c#d e'
     monkeypatch.setenv("SOLARIS_STORE__REDIS", connection)
+    monkeypatch.setenv("SOLARIS_NAMESPACE", "replay_1998")
     repo = REPO_ROOT / "feature_repo"
     config = load_repo_config(repo, repo / "feature_store.yaml")
     assert config.online_store.connection_string == connection
+    assert config.project == "replay_1998"  # the namespace, with no edit of the file

@@ -13,7 +13,31 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 # (default 300 s); min_file_process_interval: how often a known file is re-parsed (default 30).
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
-export SOLARIS_ARTIFACTS_DIR="${SOLARIS_ARTIFACTS_DIR:-$ROOT/artifacts}"
+# The settings' artifacts folder (and state URI), read once by SolarisConfig from
+# SOLARIS_CONFIG and the SOLARIS_* variables, and exported absolute: the tasks and the SOLARIS
+# page then read the same folder whatever their working directory. (A default exported here
+# instead would override the config file's artifacts_dir: every task of an adopter's config
+# looked for its models in <repo>/artifacts.)
+if ! solaris_settings="$(cd "$ROOT" && "$ROOT/.venv/bin/python" -c '
+import sys
+from solaris.config import SolarisConfig
+from solaris.errors import SolarisError
+try:
+    cfg = SolarisConfig.load()
+except SolarisError as exc:
+    sys.exit(f"SOLARIS settings: {exc}")
+print(cfg.artifacts_dir.resolve())
+print(cfg.cycle.state_uri or "")
+')"; then
+    echo "the SOLARIS settings (SOLARIS_CONFIG, SOLARIS_*) cannot be loaded; see above" >&2
+    exit 1
+fi
+SOLARIS_ARTIFACTS_DIR="$(sed -n 1p <<<"$solaris_settings")"
+export SOLARIS_ARTIFACTS_DIR
+if [[ -n "$(sed -n 2p <<<"$solaris_settings")" ]]; then
+    SOLARIS_CYCLE__STATE_URI="$(sed -n 2p <<<"$solaris_settings")"
+    export SOLARIS_CYCLE__STATE_URI
+fi
 # Scheduled runs start as soon as a DAG is parsed (AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION
 # =True to start them paused).
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"

@@ -12,12 +12,13 @@
 # namespace's earlier state (Redis keys, streams, cycle and offline files) is deleted first,
 # so the replay starts cold like the demo; the live namespace and others are not touched.
 # The backfill runs one interval at a time, in order (max active runs 1), and each
-# candidates run waits for the previous interval's embeddings and enrichment.
+# candidates run waits for the previous interval's embeddings and enrichment. Interrupted,
+# it can be run again: the earlier replay's backfills are cancelled first.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
     usage
     exit 0
@@ -41,6 +42,10 @@ if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == sqlite* ]]; then
     exit 1
 fi
 
+# An earlier, interrupted replay of this namespace: its backfills are cancelled and their runs
+# waited for before the reset (another namespace's active backfill stops the script here,
+# before anything is deleted), so the script can simply be run again.
+"$ROOT/.venv/bin/python" -m solaris.local.backfills "$namespace"
 "$ROOT/.venv/bin/solaris" namespace reset "$namespace"
 conf="{\"namespace\": \"$namespace\", \"replay\": true}"
 # The daily clustering of the range first: its runs wait for the enrichment as of their time,

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint format data venv clean bench bench-scale bench-scheduler feast-plan \
-	feast-apply report airflow airflow-celery
+	feast-apply report airflow airflow-celery airflow-stop
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,8 +38,14 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format .
 
+# Everything this repository's commands created, so that the next `make demo` starts as on a
+# fresh clone: the demo namespace's Redis keys and streams (other namespaces are left alone:
+# `solaris namespace reset NAME`), a running `make airflow` (stopped), Airflow's home, the
+# feature repo's registry and offline rows, the artifacts, the venv and the caches.
 clean:
-	rm -rf $(VENV) artifacts .pytest_cache .ruff_cache
+	-@test -x $(BIN)/solaris && $(BIN)/solaris namespace reset demo
+	-@bash scripts/airflow_stop.sh
+	rm -rf $(VENV) artifacts .airflow feature_repo/data .pytest_cache .ruff_cache
 
 # Benchmarks: ratios measured side by side in one run (not part of the tests).
 bench: $(STAMP)
@@ -74,3 +80,7 @@ airflow: $(STAMP)
 # workers, `default` and `gpu` (the queue embed_shard is routed to).
 airflow-celery: $(STAMP)
 	bash scripts/airflow_celery.sh
+
+# Stop the running `make airflow`, every process of it (Ctrl-C in its terminal does the same).
+airflow-stop:
+	bash scripts/airflow_stop.sh

@@ -8,8 +8,9 @@
 # (the database must exist; `airflow db migrate` creates the tables).
 #
 # Steps: migrate the DB, create the "gpu" pool (one slot: one FM embedding task at a time),
-# print the UI address and how to log in, then `exec airflow standalone` (api-server,
-# scheduler, dag-processor and triggerer in one process tree; Ctrl-C stops them all).
+# print the UI address and how to log in, then start `airflow standalone` (api-server,
+# scheduler, dag-processor and triggerer in one process group; Ctrl-C, a SIGTERM to this
+# script or `make airflow-stop` stops every process of it).
 # By default nothing listens beyond the loopback: the api-server binds AIRFLOW__API__HOST (default
 # 127.0.0.1; port AIRFLOW__API__PORT, default 8080), and no task-log server is started.
 #
@@ -97,4 +98,23 @@ mkdir -p "$shim"
 chmod +x "$shim/airflow"
 export PATH="$shim:$PATH"
 
-exec "$AIRFLOW" standalone
+# `airflow standalone` alone leaves its components behind when it is stopped by its PID, and
+# the LocalExecutor's workers ignore SIGTERM: it runs in a process group of its own, and
+# Ctrl-C, a SIGTERM to this script or `make airflow-stop` (scripts/airflow_stop.sh, through
+# the group id kept in AIRFLOW_HOME/standalone.pgid) stop that whole group: SIGTERM, then
+# SIGKILL for what is left after 20 s.
+pgid_file="$AIRFLOW_HOME/standalone.pgid"
+setsid "$AIRFLOW" standalone &
+group=$!
+echo "$group" >"$pgid_file"
+stop_group() {
+    trap - INT TERM
+    echo "stopping Airflow (process group $group)"
+    bash "$ROOT/scripts/airflow_stop.sh" "$group"
+    exit 130
+}
+trap stop_group INT TERM
+status=0
+wait "$group" || status=$?
+rm -f "$pgid_file"
+exit "$status"

@@ -158,7 +158,11 @@ def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
     """Ctrl-C to the whole session (as a terminal would), then SIGKILL what is left; returns
     the processes of the tree (psutil matches them by pid and start time, so a reused pid is
     never killed)."""
-    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:  # stopped already (make airflow-stop)
+        proc.wait(timeout=10)
+        return []
     with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=15)
@@ -212,6 +216,22 @@ def test_standalone_listens_on_the_loopback_only_at_the_printed_address(tmp_path
             time.sleep(0.5)
         time.sleep(3)
         listening = _listening(root)
+        # `make airflow-stop` stops every process of the tree (a LocalExecutor worker ignores
+        # SIGTERM; stopped by its PID alone, `airflow standalone` left its components).
+        tree_before = [root, *root.children(recursive=True)]
+        assert (home / "standalone.pgid").is_file()
+        stopped = subprocess.run(
+            ["make", "-s", "airflow-stop"], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert "Airflow stopped" in stopped.stdout
+        psutil.wait_procs(tree_before, timeout=10)
+        survivors = [
+            p for p in tree_before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        assert not survivors, f"left running by make airflow-stop: {survivors}"
+        assert not (home / "standalone.pgid").exists()
     finally:
         tree = _stop(proc)
         log.seek(0)

@@ -244,3 +244,50 @@ def test_standalone_listens_on_the_loopback_only_at_the_printed_address(tmp_path
     assert "--skip-serve-logs" not in output  # the shim is silent
     assert "Starting log server" not in output
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_rerun_replay_cancels_its_earlier_backfills_but_never_another_namespaces(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """The drill's case: an interrupted airflow_replay.sh left its backfills active, and the
+    rerun (after wiping the namespace) failed with AlreadyRunningBackfill. On Airflow's own
+    schema (migrated), the script's first step cancels that namespace's backfills, and
+    refuses, before anything is deleted, when another namespace's backfill holds a DAG."""
+    env = _env(tmp_path / "home", AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgres_db)
+    _run([str(AIRFLOW), "db", "migrate"], env)
+    dsn = postgres_db.replace("postgresql+psycopg2://", "postgresql://")
+
+    def backfill(dag_id: str, namespace: str) -> int:
+        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO backfill (dag_id, from_date, to_date, dag_run_conf, is_paused, "
+                "reprocess_behavior, max_active_runs, created_at, updated_at) VALUES "
+                "(%s, now(), now(), %s, false, 'completed', 1, now(), now()) RETURNING id",
+                (dag_id, json.dumps({"namespace": namespace, "replay": True})),
+            )
+            return int(cur.fetchone()[0])
+
+    def active() -> dict[int, bool]:
+        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT id, completed_at IS NULL FROM backfill")
+            return dict(cur.fetchall())
+
+    def stop(namespace: str) -> subprocess.CompletedProcess[str]:
+        python = REPO / ".venv" / "bin" / "python"
+        return subprocess.run(
+            [str(python), "-m", "solaris.local.backfills", namespace], cwd=REPO, env=env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    ours = [backfill("solaris_clustering", "r_old"), backfill("solaris_candidates", "r_old")]
+    done = stop("r_old")
+    assert done.returncode == 0, done.stderr
+    assert "cancelled backfill" in done.stdout
+    assert not any(active()[b] for b in ours)
+
+    other = backfill("solaris_candidates", "other")
+    refused = stop("r_new")
+    assert refused.returncode == 1
+    assert f"#{other} of solaris_candidates (namespace other)" in refused.stderr
+    assert "Nothing was deleted" in refused.stderr
+    assert active()[other]  # never touched

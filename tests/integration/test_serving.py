@@ -371,7 +371,7 @@ def test_one_bad_miss_entry_never_costs_the_good_ones(solaris_cfg, redis_client)
         "ts": [NOW, NOW, NOW + 1],
     }
     assert [reason for _, reason in drained.skipped] == [
-        "user and ts must be decimal integers",
+        "user must be a decimal integer in [0, 9223372036854775808), got b'x'",
         "missing fields ['items']",
     ]
     assert redis_client.xlen(stream) == 0

@@ -257,9 +257,9 @@ def _conf_intervals(params: Mapping[str, object]) -> list[tuple[str, Interval]]:
 def _run_intervals(named: Sequence[tuple[str, Interval]]) -> list[Interval]:
     """The distinct intervals of ``named`` (each with where it was named), oldest first:
     none may overlap another (its requests would be selected, and its figures counted,
-    twice), the conf may not repeat one (asset events may: the scheduler can merge one
-    interval's events), at most :data:`MAX_RUN_INTERVALS` spanning at most
-    :data:`MAX_RUN_SPAN_S`."""
+    twice); a conf may not repeat one (asset events may: the scheduler can merge one
+    interval's events) nor name more than :data:`MAX_RUN_INTERVALS` spanning more than
+    :data:`MAX_RUN_SPAN_S` (events may: a merged backlog spans what it spans)."""
     where: dict[Interval, str] = {}
     for name, interval in named:
         if interval in where and name.startswith("conf"):
@@ -268,18 +268,18 @@ def _run_intervals(named: Sequence[tuple[str, Interval]]) -> list[Interval]:
             )
         where.setdefault(interval, name)
     ordered = sorted(where)
+    if not named[0][0].startswith("conf"):
+        # Events are the cycle's own: the scheduler may merge a backlog of them (a replay's
+        # and a live interval's of one namespace) into one run, far apart; only overlaps
+        # are errors there. The bounds are for what an operator types.
+        _no_overlap(ordered, where)
+        return ordered
     if len(ordered) > MAX_RUN_INTERVALS:
         raise CycleInputError(
             f"{named[0][0]}: {len(ordered):,} intervals in one run, at most "
             f"{MAX_RUN_INTERVALS:,}; split the backfill into several runs"
         )
-    for before, after in itertools.pairwise(ordered):
-        if after.start < before.end:
-            raise CycleInputError(
-                f"{where[after]}: [{after.start}, {after.end}) overlaps {where[before]} "
-                f"[{before.start}, {before.end}); its requests would be selected and counted "
-                "twice"
-            )
+    _no_overlap(ordered, where)
     span = ordered[-1].end - ordered[0].start
     if span > MAX_RUN_SPAN_S:
         raise CycleInputError(
@@ -288,6 +288,16 @@ def _run_intervals(named: Sequence[tuple[str, Interval]]) -> list[Interval]:
             "split the backfill into several runs"
         )
     return ordered
+
+
+def _no_overlap(ordered: Sequence[Interval], where: Mapping[Interval, str]) -> None:
+    for before, after in itertools.pairwise(ordered):
+        if after.start < before.end:
+            raise CycleInputError(
+                f"{where[after]}: [{after.start}, {after.end}) overlaps {where[before]} "
+                f"[{before.start}, {before.end}); its requests would be selected and counted "
+                "twice"
+            )
 
 
 def conf_params() -> dict[str, Any]:

@@ -156,6 +156,11 @@ def test_the_valid_conf_of_these_cases_is_accepted(run_folders) -> None:
     assert [(i.start, i.end) for i in run.intervals] == [(T, T + H), (T + H, T + 2 * H)]
     twice = _events({"namespace": "a", **_interval()}, {"namespace": "a", **_interval()})
     assert len(task_run(None, events=twice, asset=CANDIDATES).intervals) == 1
+    # Events merged by the scheduler may lie far apart (a replay's and today's interval of
+    # one namespace): the bounds are the conf's.
+    far = _interval(T + 3_000 * 86_400, T + 3_000 * 86_400 + H)
+    apart = _events({"namespace": "a", **_interval()}, {"namespace": "a", **far})
+    assert len(task_run(None, events=apart, asset=CANDIDATES).intervals) == 2
 
 
 def _trigger_time_check(conf: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ def _guide_parts() -> tuple[str, list[str], list[str]]:
     assert settings, "the guide's settings file moved"
     block = text[settings.end() : text.index("```", settings.end())]
     lines = [line for line in block.splitlines() if line.startswith(".venv/bin/")]
-    replay = re.search(r"^scripts/airflow_replay\.sh synthetic .*$", text, re.M)
+    replay = re.search(r"^scripts/airflow_replay\.sh synthetic\w* .*$", text, re.M)
     assert replay, "the guide's replay command moved"
     return settings.group(1), lines, shlex.split(replay.group(0))
 
@@ -106,7 +106,7 @@ def test_the_guides_airflow_recipe_replays_its_window_to_the_end(
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__WORKERS": "1",
     }
-    namespace = settings["namespace"]
+    namespace = replay[1]  # the replay's namespace, as the guide names it
     # The guide's set-up lines, but its `solaris cycle` (the same window with dag.test(),
     # tests/integration/test_synthetic_cycle.py): prepare, fit-autoencoder.
     for line in lines:
@@ -163,7 +163,8 @@ def test_the_guides_airflow_recipe_replays_its_window_to_the_end(
             os.killpg(airflow.pid, signal.SIGKILL)
         airflow.wait(timeout=30)
         log.close()
-        delete_project_keys(redis_client(REDIS), namespace)
+        for name in (namespace, settings["namespace"]):  # the replay's, the scheduled runs'
+            delete_project_keys(redis_client(REDIS), name)
     assert stopped.returncode == 0
     steps = [i.end - i.start for i in candidates]
     assert set(steps) == {settings["selection"]["cadence_minutes"] * 60}

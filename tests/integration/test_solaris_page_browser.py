@@ -92,7 +92,7 @@ class Airflow:
     password: str
     artifacts: Path
     log: Path
-    pgid: int  # the process group of `airflow standalone` and its components
+    pgid: int  # the process group of `airflow standalone` and its components (not the script's)
 
 
 def _wait_until_up(url: str, proc: subprocess.Popen, log: Path) -> None:
@@ -155,7 +155,9 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(url, proc, log)
-        yield Airflow(url, password, artifacts, log, proc.pid)
+        # The script runs `airflow standalone` in a process group of its own, kept here.
+        pgid = int((home / "standalone.pgid").read_text())
+        yield Airflow(url, password, artifacts, log, pgid)
     finally:
         _stop_group(proc)
 

@@ -239,3 +239,32 @@ class RowWriter:
 def rows(feast_store, solaris_cfg: SolarisConfig) -> RowWriter:
     """A :class:`RowWriter` on the test's store."""
     return RowWriter(feast_store, Path(solaris_cfg.store.repo_path), solaris_cfg)
+
+
+# The local PostgreSQL (trust auth) for Airflow metadata DBs; SOLARIS_TEST_POSTGRES overrides.
+POSTGRES = os.environ.get("SOLARIS_TEST_POSTGRES", "postgresql+psycopg2://postgres@127.0.0.1:5432")
+
+
+@pytest.fixture
+def postgres_db() -> Iterator[str]:
+    """A throwaway database on the local PostgreSQL; its SQLAlchemy URL. A PostgreSQL that
+    does not answer fails the test."""
+    import psycopg2
+
+    server = POSTGRES.replace("postgresql+psycopg2://", "postgresql://")
+    try:
+        admin = psycopg2.connect(f"{server}/postgres", connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL at {server} does not answer (start it or set SOLARIS_TEST_POSTGRES): {exc}"
+        )
+    admin.autocommit = True
+    name = f"solaris_airflow_{uuid.uuid4().hex[:8]}"
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{POSTGRES}/{name}"
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()

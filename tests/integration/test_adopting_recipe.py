@@ -22,8 +22,6 @@ import socket
 import subprocess
 import time
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg2
@@ -35,7 +33,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "adopting.md"
 REDIS = "127.0.0.1:6379,db=8"  # this module's own database number
-POSTGRES = os.environ.get("SOLARIS_TEST_POSTGRES", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 INTERVALS = 10  # what the guide says its replay runs
 
 
@@ -55,22 +52,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def postgres_db() -> Iterator[str]:
-    server = POSTGRES.replace("postgresql+psycopg2://", "postgresql://")
-    admin = psycopg2.connect(f"{server}/postgres", connect_timeout=5)
-    admin.autocommit = True
-    name = f"solaris_recipe_{uuid.uuid4().hex[:8]}"
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{POSTGRES}/{name}"
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 def _runs(dsn: str) -> dict[tuple[str, str], int]:

@@ -16,8 +16,6 @@ import socket
 import subprocess
 import time
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -29,7 +27,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "airflow_standalone.sh"
 AIRFLOW = REPO / ".venv" / "bin" / "airflow"
-POSTGRES = os.environ.get("SOLARIS_TEST_POSTGRES", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 
 
 def _env(airflow_home: Path, **extra: str) -> dict[str, str]:
@@ -76,28 +73,6 @@ def test_check_mode_on_sqlite(tmp_path: Path) -> None:
     db_env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"}
     _check_mode(env, db_env)
     assert (home / "airflow.db").is_file()
-
-
-@pytest.fixture
-def postgres_db() -> Iterator[str]:
-    """A throwaway database on the local PostgreSQL; its SQLAlchemy URL."""
-    server = POSTGRES.replace("postgresql+psycopg2://", "postgresql://")
-    try:
-        admin = psycopg2.connect(f"{server}/postgres", connect_timeout=5)
-    except psycopg2.OperationalError as exc:
-        pytest.fail(
-            f"PostgreSQL at {server} does not answer (start it or set SOLARIS_TEST_POSTGRES): {exc}"
-        )
-    admin.autocommit = True
-    name = f"solaris_airflow_{uuid.uuid4().hex[:8]}"
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{POSTGRES}/{name}"
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 def test_check_mode_on_postgres(tmp_path: Path, postgres_db: str) -> None:

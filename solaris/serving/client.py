@@ -72,6 +72,8 @@ from solaris.store.partitions import Partitioning
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from solaris.store.online import SolarisOnlineStore
+
 __all__ = [
     "FEATURE_SERVICE",
     "CircuitBreaker",
@@ -410,6 +412,7 @@ class SolarisFeatures:
         self.timeout_s = s.fetch_timeout_ms / 1000.0
         self.z_dim = cfg.model.z_dim
         self._tier_settings = tier_settings(cfg)
+        self._online: SolarisOnlineStore | None = None  # the store's, on first read
         self._store = store
         self._service = None
         self._store_lock = threading.Lock()
@@ -519,6 +522,22 @@ class SolarisFeatures:
             full_feature_names=True,
         )
 
+    def _read(self, store, service, user_id: int, items: np.ndarray, now: float):
+        """The tier views' rows of one request, in one round trip: the online store's
+        request path, or Feast's ``get_online_features`` where that path does not apply."""
+        online = self._online
+        if online is None:
+            from solaris.store.feast_store import online_store_of
+
+            online = self._online = online_store_of(store)
+        rows = online.read_user(
+            store.config, store.registry, store.project, service, user_id, items
+        )
+        if rows is None:
+            response = self._get_online(store, service, user_id, items, now)
+            rows = {tier: response.rows(tier) for tier in TIERS}
+        return rows
+
     def fetch(
         self,
         user_id: int,
@@ -560,8 +579,7 @@ class SolarisFeatures:
         start = time.monotonic()
         try:
             store, service = self._ensure_store()
-            response = self._get_online(store, service, user, items, now)
-            rows = {tier: response.rows(tier) for tier in TIERS}
+            rows = self._read(store, service, user, items, now)
         except Exception as exc:  # Redis or Feast failure: never into the VM
             self.breaker.record(False)
             elapsed = time.monotonic() - start

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from solaris.store.codec import ViewRows
+from solaris.store.codec import ViewRows, widen
 from solaris.store.contract import (
     COMPUTED_AT,
     COUNT,
@@ -191,11 +191,13 @@ def _mean_excluding(
     """:func:`mean_excluding` without the argument checks (the request path)."""
     eff = c - w
     valid = eff > 0
-    num = s.astype(np.float64)
+    num = s.astype(np.float64)  # [N, d], or [1, d]: one user's row for every candidate
     if w.all():  # the request path: every candidate's pair is in the user's window
-        num -= p
+        num = num - p
     elif w.any():
-        num[w] -= p[w]
+        num = num - np.where(w[:, None], p, 0)
+    elif num.shape != p.shape:
+        num = np.array(np.broadcast_to(num, p.shape))
     num /= np.maximum(eff, 1)[:, None]
     mean = num.astype(np.float32)
     if not valid.all():
@@ -239,7 +241,8 @@ def assemble_tiers(
 
     Args:
         views: view name → its :class:`~solaris.store.codec.ViewRows` for the ``N`` rows
-            (``pair``, ``nbr``, ``uagg``, ``iagg``; extra views are ignored).
+            (``pair``, ``nbr``, ``uagg``, ``iagg``; extra views are ignored). ``uagg`` may
+            hold one row, the requesting user's, which then stands for every row.
         now: epoch seconds, a scalar (serving) or one value per row (training: the
             impression time).
         z_dim: ``d``, values per vector.
@@ -263,9 +266,9 @@ def assemble_tiers(
     if missing:
         raise ValueError(f"assemble_tiers: views {missing} are missing")
     lengths = {t: len(views[t]) for t in TIERS}
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"assemble_tiers: views have different lengths {lengths}")
     n = lengths["pair"]
+    if any(m != n and (m != 1 or t != UAGG.name) for t, m in lengths.items()):
+        raise ValueError(f"assemble_tiers: views have different lengths {lengths}")
     if n == 0:
         return empty_tiers(0, z_dim)
     t = _now_array(now, n)
@@ -286,6 +289,7 @@ def assemble_tiers(
         & (uagg.values[FM_VERSION] == version)
         & uagg.fresh(t, uagg_ttl_s)
     )
+    pair_z = widen(pair.values[Z])  # [N, d] float32: the pair block and the exclusion
     pair_ca = pair.values[COMPUTED_AT]
     in_window = (
         uagg_row
@@ -294,7 +298,7 @@ def assemble_tiers(
         & (pair_ca <= uagg.values[COMPUTED_AT])
     )
     z_user, user_valid = _mean_excluding(
-        uagg.values[Z_SUM], np.where(uagg_row, count, 0), pair.values[Z], in_window
+        uagg.values[Z_SUM], np.where(uagg_row, count, 0), pair_z, in_window
     )
     uagg_ok = uagg_row & user_valid
 
@@ -306,8 +310,8 @@ def assemble_tiers(
     tz = features.reshape(n, len(TIERS), z_dim)  # [N, 4, d] view
     mask = np.empty((n, len(TIERS)), dtype=bool)
     blocks = (
-        (pair.values[Z], pair_ok),
-        (nbr.values[_NBR_FIELD[nbr_strategy]], nbr_ok),
+        (pair_z, pair_ok),
+        (widen(nbr.values[_NBR_FIELD[nbr_strategy]]), nbr_ok),
         (z_user, uagg_ok),
         (iagg.values[Z_MEAN], iagg_ok),
     )

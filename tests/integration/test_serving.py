@@ -15,6 +15,8 @@ from solaris.config import SolarisConfig
 from solaris.serving.client import FEATURE_SERVICE, SolarisFeatures, serving_connection_string
 from solaris.serving.misses import append_misses, drain_misses
 from solaris.serving.tiers import TIERS
+from solaris.store import online as online_module
+from solaris.store.contract import SERVING_VIEWS
 
 pytestmark = pytest.mark.integration
 
@@ -118,23 +120,22 @@ def test_composite_keys_do_not_collide(client, rows) -> None:
     np.testing.assert_array_equal(b.tier_z[0, PAIR], _z(9))
 
 
-def test_all_tiers_in_one_feast_call_per_fetch(client, rows, feast_store, monkeypatch) -> None:
+def test_all_tiers_in_one_round_trip_per_fetch(client, rows, monkeypatch) -> None:
     rows.pair(4, 40, _z(1), NOW - 60)
     rows.nbr(4, 41, _z(2), _z(3), NOW - 60)
     rows.uagg(4, _z(4), 2, window_start=NOW - 24 * H, computed_at=NOW - 60)
     rows.iagg(43, _z(5), 2, NOW - 60)
     calls = []
-    real = feast_store.get_online_features
+    real = online_module._read_uniform
 
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return real(*args, **kwargs)
+    def spy(conns, packed, shapes, size_hint):
+        calls.append(len(shapes))
+        return real(conns, packed, shapes, size_hint)
 
-    monkeypatch.setattr(feast_store, "get_online_features", spy)
+    monkeypatch.setattr(online_module, "_read_uniform", spy)
     items = [40, 41, 42, 43, *range(1000, 1296)]  # 300 candidates
     out = client.fetch(4, items, now=NOW)
-    assert len(calls) == 1
-    assert calls[0]["features"].name == FEATURE_SERVICE and calls[0]["full_feature_names"]
+    assert calls == [len(SERVING_VIEWS)]  # one command per view, one round trip
     assert out.tier[:4].tolist() == ["pair", "nbr", "uagg", "uagg"]
     assert out.counts() == {"pair": 1, "nbr": 1, "uagg": 299 - 1, "iagg": 0, "none": 0}
     assert out.mask[3, IAGG] and out.mask[:, UAGG].all()

@@ -43,3 +43,79 @@ def test_a_slice_of_pairs_is_a_valid_command_of_its_own() -> None:
 def test_head_arguments_of_every_type_are_packed_by_hiredis() -> None:
     packed = resp.command(b"EVALSHA", ["abc", 1, "key", 86_400_000], b"", 0)
     assert packed == hiredis.pack_command(("EVALSHA", "abc", 1, "key", 86_400_000))
+
+
+# -- reading: UniformReplies against hiredis ----------------------------------------------------
+
+
+def _bulk_reply(value: bytes | None) -> bytes:
+    return b"$-1\r\n" if value is None else b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def _array_reply(values: list[bytes | None]) -> bytes:
+    return b"*%d\r\n" % len(values) + b"".join(_bulk_reply(v) for v in values)
+
+
+def _advance_in_chunks(stream: bytes, shapes: list, cuts: list[int]) -> object:
+    """Feed ``stream`` to one parser cut at ``cuts``, as a socket would deliver it; the
+    first answer that is not INCOMPLETE (or INCOMPLETE when the bytes run out)."""
+    buf = np.frombuffer(stream + b"\0" * 7, np.uint8).copy()  # spare room, as a real buffer
+    parser = resp.UniformReplies(shapes)
+    for have in [*cuts, len(stream)]:
+        answer = parser.advance(buf, have)
+        if answer is not resp.INCOMPLETE:
+            return answer
+    return resp.INCOMPLETE
+
+
+def _hiredis_all(stream: bytes, count: int) -> list:
+    reader = hiredis.Reader()
+    reader.feed(stream)
+    return [reader.gets() for _ in range(count)]
+
+
+def _as_python(reply: object) -> object:
+    if isinstance(reply, np.ndarray):
+        return [bytes(v) for v in reply.tolist()]
+    return reply
+
+
+def test_uniform_replies_parse_as_hiredis_does_at_every_cut() -> None:
+    rng = np.random.default_rng(7)
+    records = [bytes(rng.integers(0, 256, 87, dtype=np.uint8)) for _ in range(5)]
+    records[2] = b"\r\n$87\r\n" * 12 + b"\r\n$"  # framing bytes inside a payload
+    stream = _array_reply(records) + _bulk_reply(b"user row") + _array_reply(records[:2])
+    shapes = [5, None, 2]
+    expected = _hiredis_all(stream, 3)
+    for cut in range(len(stream) + 1):
+        answer = _advance_in_chunks(stream, shapes, [cut])
+        assert [_as_python(r) for r in answer] == expected, cut
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        [[b"a" * 9, None, b"c" * 9]],  # a nil in an array
+        [[b"a" * 9, b"b" * 10, b"c" * 9]],  # two lengths
+        [[b"a" * 9, b"b" * 9, b"c" * 8]],  # the last one shorter
+        [[b"a" * 9, b"b" * 9, None]],  # a nil last: the stream is shorter than uniform
+        [[None, b"b" * 9]],  # a nil first
+    ],
+)
+def test_replies_that_are_not_uniform_are_refused_before_any_wait(replies: list) -> None:
+    """Every complete non-uniform stream, delivered in any two parts, is refused (None)
+    once all of it has arrived, never answered INCOMPLETE: a reader would wait forever."""
+    stream = b"".join(_array_reply(r) for r in replies)
+    shapes = [len(r) for r in replies]
+    for cut in range(len(stream) + 1):
+        assert _advance_in_chunks(stream, shapes, [cut]) is None, cut
+
+
+def test_an_error_reply_and_a_nil_get_are_told_apart() -> None:
+    assert _advance_in_chunks(b"-WRONGTYPE Operation against a key\r\n", [None], []) is None
+    assert _advance_in_chunks(b"$-1\r\n", [None], []) == [None]
+    assert _advance_in_chunks(b"$-1\r\n*1\r\n$2\r\nab\r\n", [None, 1], [3])[0] is None
+
+
+def test_bytes_beyond_the_replies_are_not_uniform() -> None:
+    assert _advance_in_chunks(_array_reply([b"ab"]) + b"+OK\r\n", [1], []) is None

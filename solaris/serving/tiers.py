@@ -186,9 +186,10 @@ def mean_excluding(
 
 
 def _mean_excluding(
-    s: np.ndarray, c: np.ndarray, p: np.ndarray, w: np.ndarray
+    s: np.ndarray, c: np.ndarray, p: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`mean_excluding` without the argument checks (the request path)."""
+    """:func:`mean_excluding` without the argument checks (the request path): ``s`` may be
+    one row ``[1, d]`` standing for every row; the mean goes into ``out`` when given."""
     eff = c - w
     valid = eff > 0
     num = s.astype(np.float64)  # [N, d], or [1, d]: one user's row for every candidate
@@ -198,8 +199,13 @@ def _mean_excluding(
         num = num - np.where(w[:, None], p, 0)
     elif num.shape != p.shape:
         num = np.array(np.broadcast_to(num, p.shape))
-    num /= np.maximum(eff, 1)[:, None]
-    mean = num.astype(np.float32)
+    # One division for all rows where they share a count (the request path), computed in
+    # float64 and rounded to float32 once, as below.
+    divisor = eff[0] if eff.size and (eff == eff[0]).all() else np.maximum(eff, 1)[:, None]
+    divisor = max(divisor, 1) if np.ndim(divisor) == 0 else divisor
+    mean = np.divide(num, divisor, out=out, casting="same_kind", dtype=np.float64)
+    if out is None:
+        mean = mean.astype(np.float32)
     if not valid.all():
         mean[~valid] = 0.0
     return mean, valid
@@ -297,31 +303,32 @@ def assemble_tiers(
         & (pair_ca > uagg.values[WINDOW_START])
         & (pair_ca <= uagg.values[COMPUTED_AT])
     )
-    z_user, user_valid = _mean_excluding(
-        uagg.values[Z_SUM], np.where(uagg_row, count, 0), pair_z, in_window
+    features = np.zeros((n, len(TIERS) * z_dim), dtype=np.float32)
+    tz = features.reshape(n, len(TIERS), z_dim)  # [N, 4, d] view
+    k_uagg = TIERS.index(UAGG.name)
+    # The mean is zero exactly where the tier is missing (count 0 where the row is not used).
+    _z_user, uagg_ok = _mean_excluding(
+        uagg.values[Z_SUM], np.where(uagg_row, count, 0), pair_z, in_window, out=tz[:, k_uagg]
     )
-    uagg_ok = uagg_row & user_valid
 
     iagg_ok = (
         (iagg.values[COUNT] > 0) & (iagg.values[FM_VERSION] == version) & iagg.fresh(t, iagg_ttl_s)
     )
 
-    features = np.zeros((n, len(TIERS) * z_dim), dtype=np.float32)
-    tz = features.reshape(n, len(TIERS), z_dim)  # [N, 4, d] view
+    present = {PAIR.name: pair_ok, NBR.name: nbr_ok, UAGG.name: uagg_ok, IAGG.name: iagg_ok}
+    blocks = {
+        PAIR.name: pair_z,
+        NBR.name: widen(nbr.values[_NBR_FIELD[nbr_strategy]]),
+        IAGG.name: iagg.values[Z_MEAN],
+    }
     mask = np.empty((n, len(TIERS)), dtype=bool)
-    blocks = (
-        (pair_z, pair_ok),
-        (widen(nbr.values[_NBR_FIELD[nbr_strategy]]), nbr_ok),
-        (z_user, uagg_ok),
-        (iagg.values[Z_MEAN], iagg_ok),
-    )
     first = np.full(n, len(TIERS))
     for k in reversed(range(len(TIERS))):
-        z, ok = blocks[k]
-        mask[:, k] = ok
-        if ok.all():
+        ok = mask[:, k] = present[TIERS[k]]
+        z = blocks.get(TIERS[k])  # the user's mean is in place already
+        if z is not None and ok.all():
             tz[:, k] = z
-        elif ok.any():
+        elif z is not None and ok.any():
             np.copyto(tz[:, k], z, where=ok[:, None])
         first[ok] = k
     return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])

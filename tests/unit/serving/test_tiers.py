@@ -563,3 +563,28 @@ def test_mean_excluding_rejects_inconsistent_shapes_and_dtypes() -> None:
         mean_excluding(s, np.array([-1]), p, w)
     with pytest.raises(ValueError, match="2-D"):
         mean_excluding(np.ones(2, np.float32), c, p, w)
+
+
+@pytest.mark.parametrize("uagg", [_uagg([4, 4, 4, 4], 3), _uagg([4, 4, 4, 4], 3, version="fm-0")])
+def test_one_uagg_row_stands_for_every_candidate(uagg: Row) -> None:
+    """The request path reads the user's aggregate once: one row gives what the row
+    repeated for every candidate gives, pair in and out of the window, tiers missing too."""
+    rows = [
+        _row(pair=_pair([1, 2, 3, 4]), uagg=uagg),
+        _row(pair=_pair([1, 2, 3, 4], ca=NOW - 30 * H), uagg=uagg),  # out of the window
+        _row(nbr=_nbr([5, 5, 5, 5]), uagg=uagg),
+        _row(uagg=uagg, iagg=_iagg([6, 6, 6, 6])),
+    ]
+    repeated = _views(*rows)
+    once = {**repeated, UAGG.name: _view_rows(UAGG.name, [uagg])}
+    a, b = assemble_tiers(repeated, NOW, **KW), assemble_tiers(once, NOW, **KW)
+    np.testing.assert_array_equal(a.features, b.features)
+    np.testing.assert_array_equal(a.mask, b.mask)
+    assert a.tier.tolist() == b.tier.tolist()
+
+
+def test_a_uagg_row_of_another_length_than_one_or_n_is_refused() -> None:
+    views = _views(_row(pair=_pair([1, 2, 3, 4])), _row(pair=_pair([1, 2, 3, 4])))
+    views[UAGG.name] = _view_rows(UAGG.name, [None, None, None])
+    with pytest.raises(ValueError, match="different lengths"):
+        assemble_tiers(views, NOW, **KW)

@@ -580,3 +580,20 @@ def test_normalize_rejects_negative_counts_and_neighbour_ids_and_unpaired_lists(
     _rejects(UNN, _with(UNN, "nbr_ids", ids), "nbr_ids", None)
     sims = pa.array([[0.5, 0.25], [], [1.0], [0.75, -0.5], [0.1, 0.2, 0.3, 0.4]])
     _rejects(UNN, _with(UNN, "nbr_sims", sims), "nbr_sims", 0)
+
+
+@pytest.mark.parametrize("now", [1_700_000_000, 1_700_000_000.25, 1_700_000_000.999999, 3600])
+@pytest.mark.parametrize("ttl", [0, 1, 3600, 6 * 3600.5])
+def test_fresh_of_one_time_selects_the_rows_of_the_general_rule(now: float, ttl: float) -> None:
+    """The request path's one-comparison freshness agrees with the general rule (one time
+    per row) on every edge: both ends inclusive, absent rows never fresh."""
+    now_us = int(now * 1_000_000)
+    edges = np.array([now_us, now_us + 1, now_us - 1, int((now - ttl) * 1_000_000)])
+    near = np.concatenate([edges, edges - 1, edges + 1, [0, 1, -5, 2**62]])
+    found = np.resize([True, True, False], len(near))
+    rows = ViewRows(found, np.where(found, near, 0).astype(np.int64), {})
+    general = rows.current(np.full(len(near), now)) & (
+        rows.event_us >= np.full(len(near), now) * 1_000_000 - ttl * 1_000_000
+    )
+    np.testing.assert_array_equal(rows.fresh(now, ttl), general)
+    np.testing.assert_array_equal(rows.fresh(np.full(len(near), now), ttl), general)

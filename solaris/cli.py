@@ -28,6 +28,7 @@ __all__ = [
     "namespace_reset",
     "replay_command",
     "report_command",
+    "serve_command",
 ]
 
 
@@ -176,6 +177,66 @@ def cycle_command(
         fm_version=manifest.fm_version,
         echo=typer.echo,
         force=force,
+    )
+
+
+@app.command("serve")
+def serve_command(
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="the namespace whose features are served; default: the config's"),
+    ] = None,
+    host: Annotated[str, typer.Option(help="address to listen on (loopback by default)")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = 8080,
+    workers: Annotated[
+        int, typer.Option(min=1, max=256, help="worker processes on the one port")
+    ] = 1,
+    redis: Annotated[
+        str | None, typer.Option(help="Redis connection string; default: the config's store.redis")
+    ] = None,
+    fm_version: Annotated[
+        str | None,
+        typer.Option(help="the version the VM was trained with; default: the namespace's codes"),
+    ] = None,
+    metrics_dir: Annotated[
+        Path | None,
+        typer.Option(help="folder where the workers' metric counts meet (default: a temp one)"),
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Serve features over HTTP to callers in any language: POST /v1/features answers one
+    user x items as one Arrow IPC record batch (docs/serving_http.md); GET /metrics sums
+    every worker's counts. Stops on Ctrl-C or SIGTERM."""
+    if namespace is not None:
+        _namespace_arg(namespace, "--namespace")
+    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
+    connection = redis or cfg.store.redis
+    if not connection:
+        raise typer.BadParameter(
+            "no Redis to read: pass --redis host:port or set store.redis in the config",
+            param_hint="--redis",
+        )
+    if fm_version is None:
+        from solaris.namespace import Namespace
+        from solaris.pipeline.codes import read_manifest
+
+        fm_version = read_manifest(Namespace.of(cfg).models_dir).fm_version
+    from solaris.serving.http import run
+
+    typer.echo(
+        f"serving namespace {cfg.namespace!r} (fm_version {fm_version}) on "
+        f"http://{host}:{port}/v1/features with {workers} worker(s)"
+    )
+    run(
+        cfg,
+        redis=connection,
+        fm_version=fm_version,
+        host=host,
+        port=port,
+        workers=workers,
+        metrics_dir=metrics_dir,
     )
 
 

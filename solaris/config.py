@@ -81,6 +81,7 @@ NON_SETTING_ENV = frozenset(
         "SOLARIS_BENCH_POSTGRES",
         "SOLARIS_CELERY_BROKER_URL",
         "SOLARIS_CELERY_CONCURRENCY",
+        "SOLARIS_SERVE_SETTINGS",  # solaris serve -> its workers (solaris.serving.http)
         "SOLARIS_TEST_BROKER",
         "SOLARIS_TEST_POSTGRES",
         "SOLARIS_TEST_REDIS",

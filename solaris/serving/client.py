@@ -412,6 +412,7 @@ class SolarisFeatures:
         self.timeout_s = s.fetch_timeout_ms / 1000.0
         self.z_dim = cfg.model.z_dim
         self._tier_settings = tier_settings(cfg)
+        self._read_ttls = {t: self._tier_settings[f"{t}_ttl_s"] for t in TIERS}
         self._online: SolarisOnlineStore | None = None  # the store's, on first read
         self._store = store
         self._service = None
@@ -561,21 +562,40 @@ class SolarisFeatures:
             FetchArgumentError: for invalid arguments (a ``ValueError``). Store errors never
                 raise.
         """
+        return self._fetch(user_id, item_ids, now, False)[0]
+
+    def fetch_with_statuses(
+        self,
+        user_id: int,
+        item_ids: Sequence[int] | np.ndarray,
+        now: int | float | None = None,
+    ) -> tuple[TierFeatures, dict[str, np.ndarray], bytes]:
+        """:meth:`fetch`, with each serving view's ``[N]`` Feast ``FieldStatus`` (int32:
+        PRESENT, NOT_FOUND, OUTSIDE_MAX_AGE, by the rule ``feast serve`` reports) and the
+        outcome: ``b"ok"``, or ``b"failed"`` / ``b"shed"`` when the store did not answer
+        (then every status is NOT_FOUND). The binary endpoint answers with these."""
+        return self._fetch(user_id, item_ids, now, True)
+
+    def _fetch(self, user_id, item_ids, now, with_statuses: bool):
         user = _check_user(user_id)
         items = _check_items(item_ids, self.cfg.store.max_candidates)
         now = _check_now(now)
         if items.size == 0:
-            return empty_tiers(0, self.z_dim)
+            return self._answer(empty_tiers(0, self.z_dim), None, now, with_statuses, b"ok")
         self._bump(requests=1)
         if not self.breaker.allow():
             self._bump(failures=1, shed_open=1)
             self.metrics.observe_shed(items.size)
-            return empty_tiers(items.size, self.z_dim)
+            return self._answer(
+                empty_tiers(items.size, self.z_dim), None, now, with_statuses, b"shed"
+            )
         if not self._slots.acquire(blocking=False):
             self._bump(failures=1, shed_busy=1)
             self.metrics.observe_shed(items.size)
             self._warn("%d fetches in flight: shedding", self.cfg.store.max_concurrent_fetches)
-            return empty_tiers(items.size, self.z_dim)
+            return self._answer(
+                empty_tiers(items.size, self.z_dim), None, now, with_statuses, b"shed"
+            )
         start = time.monotonic()
         try:
             store, service = self._ensure_store()
@@ -591,7 +611,9 @@ class SolarisFeatures:
                 type(exc).__name__,
                 exc,
             )
-            return empty_tiers(items.size, self.z_dim)
+            return self._answer(
+                empty_tiers(items.size, self.z_dim), None, now, with_statuses, b"failed"
+            )
         finally:
             self._slots.release()
         self.breaker.record(True)
@@ -601,7 +623,22 @@ class SolarisFeatures:
         missed = ~out.mask[:, 0]
         if missed.any():
             self._log_misses(user, items[missed], int(now))
-        return out
+        return self._answer(out, rows, now, with_statuses, b"ok")
+
+    def _answer(self, out: TierFeatures, rows, now, with_statuses: bool, outcome: bytes):
+        if not with_statuses:
+            return out, None, outcome
+        from solaris.store.response import NOT_FOUND, row_status  # Feast's statuses
+
+        n = len(out)
+        if rows is None:
+            statuses = {t: np.full(n, NOT_FOUND, np.int32) for t in TIERS}
+        else:
+            statuses = {
+                t: np.broadcast_to(row_status(rows[t], self._read_ttls[t], now), (n,))
+                for t in TIERS
+            }
+        return out, statuses, outcome
 
     def _metrics_state(self) -> ClientState:
         """The counts and backlogs :attr:`metrics` reads at scrape and publish time."""

@@ -81,6 +81,7 @@ __all__ = [
     "MetricSpec",
     "ServingMetrics",
     "Snapshot",
+    "families",
     "histogram_quantile",
     "merge_windows",
     "read_window",
@@ -527,7 +528,7 @@ class _RegistryCollector:
             self._members.add(member)
 
     def describe(self):
-        return _families({})
+        return families({})
 
     def collect(self):
         with self._lock:
@@ -535,7 +536,7 @@ class _RegistryCollector:
         by_namespace: dict[str, list[Snapshot]] = {}
         for member in members:
             by_namespace.setdefault(member.namespace, []).append(member.snapshot())
-        return _families(by_namespace)
+        return families(by_namespace)
 
 
 _COLLECTORS: weakref.WeakKeyDictionary[Any, _RegistryCollector] = weakref.WeakKeyDictionary()
@@ -552,7 +553,7 @@ def _collector_of(registry: CollectorRegistry) -> _RegistryCollector:
         return collector
 
 
-def _families(by_namespace: Mapping[str, Sequence[Snapshot]]) -> list:
+def families(by_namespace: Mapping[str, Sequence[Snapshot]]) -> list:
     """The metric families of :data:`METRICS` with one sample set per namespace."""
     from prometheus_client.core import (
         CounterMetricFamily,

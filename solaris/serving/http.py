@@ -1,0 +1,429 @@
+"""The binary feature endpoint: one HTTP call per request for callers that are not Python.
+
+``solaris serve`` runs it (``docs/serving_http.md`` is the reference, with a reader in Go).
+Each call is one :meth:`~solaris.serving.client.SolarisFeatures.fetch`, so it answers what
+the Python client answers, under the same configuration, freshness, version and leakage
+rules, and it counts in the same metrics::
+
+    POST /v1/features          {"user_id": 42, "item_ids": [7, 9, ...], "now": 1717000000}
+    POST /v1/features?user_id=42[&now=1717000000]
+                               body: the item ids, little-endian int64 (application/octet-stream)
+    GET  /metrics              Prometheus text, summed over every worker process
+    GET  /healthz              "ok"
+
+The answer is one Arrow IPC stream (``application/vnd.apache.arrow.stream``) of one record
+batch with a row per item, in the request's order (:func:`response_schema`):
+
+* ``item_id`` int64;
+* ``tier`` the first present tier (``pair``, ``nbr``, ``uagg``, ``iagg``, ``none``),
+  dictionary-encoded;
+* one ``fixed_size_list<d>`` column per tier, **null where the tier is missing** (the VM's
+  mask): ``pair`` and ``nbr`` float16 (as the store keeps them: exact), ``uagg`` (the
+  user's mean without the item) and ``iagg`` float32;
+* ``<view>_status`` int32 per view, Feast's ``FieldStatus`` of the row as ``feast serve``
+  reports it (1 PRESENT, 2 NOT_FOUND, 3 OUTSIDE_MAX_AGE) on the same rule.
+
+The header ``Solaris-Fetch`` says ``ok``, or ``failed`` / ``shed`` when the store could not
+answer within its bound: then every tier is null, as the Python client serves zeros.
+
+**Workers.** A worker process answers one request at a time (the fetch is a few hundred
+microseconds of CPU); ``--workers N`` runs ``N`` of them on one listening socket (uvicorn's
+supervisor). Each writes its metric counts to a shared folder every
+:data:`METRICS_EVERY_S` seconds and on every scrape, so a scrape of any worker sums all of
+them, each at most that old (what Prometheus's multiprocess mode does for its own metric
+types, done for this package's collectors).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import numpy as np
+import pyarrow as pa
+
+from solaris.errors import SolarisError
+from solaris.serving.tiers import NONE, TIERS, TierFeatures
+
+if TYPE_CHECKING:
+    from solaris.config import SolarisConfig
+    from solaris.serving.client import SolarisFeatures
+    from solaris.serving.metrics import Snapshot
+
+__all__ = [
+    "ARROW_STREAM",
+    "METRICS_EVERY_S",
+    "FeatureApp",
+    "ServeSettings",
+    "decode_request",
+    "encode_response",
+    "response_schema",
+    "run",
+]
+
+log = logging.getLogger(__name__)
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+METRICS_EVERY_S = 1.0
+_SETTINGS_ENV = "SOLARIS_SERVE_SETTINGS"  # how the supervisor hands the settings to workers
+_F16_TIERS = frozenset({"pair", "nbr"})  # stored float16: sent as they are kept
+_TIER_TYPE = pa.dictionary(pa.int8(), pa.utf8())
+_TIER_NAMES = pa.array([*TIERS, NONE], pa.utf8())
+_MAX_BODY = 1 << 20
+
+
+class RequestError(SolarisError, ValueError):
+    """A request the endpoint refuses (HTTP 400); the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What each worker process needs: built once by ``solaris serve`` and handed to the
+    workers as JSON (they are fresh interpreters)."""
+
+    config_json: str
+    redis: str
+    fm_version: str
+    metrics_dir: str | None = None
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> ServeSettings:
+        raw = os.environ.get(_SETTINGS_ENV)
+        if not raw:
+            raise SolarisError(f"{_SETTINGS_ENV} is not set: start workers with `solaris serve`")
+        return cls(**json.loads(raw))
+
+
+def response_schema(z_dim: int) -> pa.Schema:
+    """The answer's columns (module docstring)."""
+    fields = [pa.field("item_id", pa.int64(), nullable=False), pa.field("tier", _TIER_TYPE)]
+    for tier in TIERS:
+        value = pa.float16() if tier in _F16_TIERS else pa.float32()
+        fields.append(pa.field(tier, pa.list_(value, z_dim)))
+    fields += [pa.field(f"{tier}_status", pa.int32(), nullable=False) for tier in TIERS]
+    return pa.schema(fields)
+
+
+def _narrow(z: np.ndarray) -> np.ndarray:
+    """float32 values that are float16 values (the pair and nbr blocks) as float16, exactly;
+    torch converts with the CPU's half-precision instructions (see ``codec.widen``)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(z)).half().numpy()
+
+
+def encode_response(
+    items: np.ndarray, out: TierFeatures, statuses: Mapping[str, np.ndarray]
+) -> bytes:
+    """The Arrow IPC stream of one answer: ``out`` for ``items``, ``statuses[view]`` the
+    ``[N]`` FieldStatus of each serving view."""
+    n, d = len(out), out.z_dim
+    tz = out.tier_z
+    columns: list[pa.Array] = [
+        pa.array(items, pa.int64()),
+        pa.DictionaryArray.from_arrays(pa.array(_tier_index(out.tier), pa.int8()), _TIER_NAMES),
+    ]
+    for k, tier in enumerate(TIERS):
+        block = tz[:, k]
+        values = _narrow(block) if tier in _F16_TIERS else np.ascontiguousarray(block)
+        missing = ~out.mask[:, k]
+        columns.append(
+            pa.FixedSizeListArray.from_arrays(
+                pa.array(values.reshape(-1)), d, mask=pa.array(missing) if missing.any() else None
+            )
+        )
+    columns += [pa.array(np.asarray(statuses[t], np.int32)) for t in TIERS]
+    batch = pa.RecordBatch.from_arrays(columns, schema=response_schema(d))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    assert batch.num_rows == n
+    return sink.getvalue().to_pybytes()
+
+
+_TIER_CODE = {name: k for k, name in enumerate([*TIERS, NONE])}
+
+
+def _tier_index(tier: np.ndarray) -> np.ndarray:
+    codes = np.empty(len(tier), np.int8)
+    for name, code in _TIER_CODE.items():
+        codes[tier == name] = code
+    return codes
+
+
+def _number(raw: str, name: str) -> int | float:
+    try:
+        value = float(raw) if any(c in raw for c in ".eE") else int(raw)
+    except ValueError:
+        raise RequestError(f"{name} must be a number, got {raw!r}") from None
+    return value
+
+
+def decode_request(query: bytes, content_type: str, body: bytes) -> tuple[Any, Any, Any]:
+    """``(user_id, item_ids, now)`` of a request (module docstring); the values go to
+    :meth:`SolarisFeatures.fetch`, which checks them. :class:`RequestError` for a body or a
+    query that cannot be read."""
+    if content_type.startswith("application/octet-stream"):
+        params = parse_qs(query.decode("latin-1"))
+        if "user_id" not in params:
+            raise RequestError("a binary body needs ?user_id=<id> in the query")
+        if len(body) % 8:
+            raise RequestError(
+                f"the body must be little-endian int64 item ids (a multiple of 8 bytes), got "
+                f"{len(body)} bytes"
+            )
+        now = params.get("now")
+        return (
+            _number(params["user_id"][0], "user_id"),
+            np.frombuffer(body, "<i8").astype(np.int64),
+            _number(now[0], "now") if now else None,
+        )
+    if content_type and not content_type.startswith("application/json"):
+        raise RequestError(
+            f"Content-Type {content_type!r}: send application/json or application/octet-stream"
+        )
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the body is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or "user_id" not in doc or "item_ids" not in doc:
+        raise RequestError('the body must be {"user_id": ..., "item_ids": [...], "now": ...}')
+    unknown = sorted(set(doc) - {"user_id", "item_ids", "now"})
+    if unknown:
+        raise RequestError(f"unknown fields {unknown}: user_id, item_ids and now are read")
+    if not isinstance(doc["item_ids"], list):
+        raise RequestError("item_ids must be a list of integers")
+    return doc["user_id"], doc["item_ids"], doc.get("now")
+
+
+# -- metrics over several worker processes ---------------------------------------------------
+
+
+def _snapshot_json(snap: Snapshot) -> str:
+    doc = asdict(snap)
+    doc["stream_writes"] = [[*k, v] for k, v in snap.stream_writes.items()]
+    return json.dumps(doc)
+
+
+def _snapshot_of(raw: str) -> Snapshot:
+    from solaris.serving.metrics import Snapshot
+
+    doc = json.loads(raw)
+    doc["latency"] = tuple(doc["latency"])
+    doc["stream_writes"] = {(a, b): v for a, b, v in doc["stream_writes"]}
+    return Snapshot(**doc)
+
+
+class _SharedCounts:
+    """This worker's counts in ``<folder>/<pid>.json`` (written atomically), and the sum of
+    every worker's on a scrape. A worker that exited keeps its file: its counts stay in the
+    totals, as counters must."""
+
+    def __init__(self, folder: Path, features: SolarisFeatures) -> None:
+        self.folder = folder
+        self.features = features
+        self.path = folder / f"{os.getpid()}.json"
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def write(self) -> None:
+        with self._lock:
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(_snapshot_json(self.features.metrics.snapshot()))
+            os.replace(temporary, self.path)
+
+    def start(self) -> None:
+        """Write now and then every :data:`METRICS_EVERY_S` seconds from a daemon thread,
+        so an idle worker's last counts reach the folder too."""
+        self.write()
+        self._stop = threading.Event()
+        threading.Thread(target=self._loop, name="solaris-serve-metrics", daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(METRICS_EVERY_S):
+            try:
+                self.write()
+            except OSError as exc:  # a full or vanished folder: the next scrape says so
+                log.warning("metrics counts not written to %s: %s", self.path, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.write()
+
+    def exposition(self) -> bytes:
+        from prometheus_client.exposition import generate_latest
+
+        from solaris.serving.metrics import families
+
+        self.write()
+        snapshots = []
+        for path in sorted(self.folder.glob("*.json")):
+            try:
+                snapshots.append(_snapshot_of(path.read_text()))
+            except (OSError, ValueError, TypeError, KeyError) as exc:  # a torn or odd file
+                log.warning("metrics file %s skipped: %s", path, exc)
+        namespace = self.features.metrics.namespace
+
+        class _Sum:
+            def collect(self):
+                return families({namespace: snapshots})
+
+        return generate_latest(_Sum())  # type: ignore[arg-type]
+
+
+# -- the ASGI application ----------------------------------------------------------------------
+
+
+class FeatureApp:
+    """The endpoint as an ASGI application over one :class:`SolarisFeatures` (module
+    docstring). The fetch runs on the event loop's thread: a worker is CPU-bound on it,
+    and more workers, not more threads, use more cores."""
+
+    def __init__(self, features: SolarisFeatures, metrics_dir: Path | None = None) -> None:
+        self.features = features
+        self.counts = _SharedCounts(metrics_dir, features) if metrics_dir else None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/v1/features" and method == "POST":
+            body = await _body(receive)
+            if body is None:
+                await _reply(send, 413, b"request body over 1 MiB\n")
+                return
+            headers = dict(scope["headers"])
+            status, extra, payload = self.answer(
+                scope.get("query_string", b""),
+                headers.get(b"content-type", b"").decode("latin-1"),
+                body,
+            )
+            await _reply(send, status, payload, extra)
+        elif path == "/metrics" and method == "GET":
+            if self.counts is not None:
+                text = self.counts.exposition()
+            else:
+                text = self.features.metrics.exposition().encode()
+            await _reply(send, 200, text, [(b"content-type", b"text/plain; version=0.0.4")])
+        elif path == "/healthz" and method == "GET":
+            await _reply(send, 200, b"ok\n")
+        else:
+            await _reply(send, 404, b"not found: POST /v1/features, GET /metrics, /healthz\n")
+
+    def answer(self, query: bytes, content_type: str, body: bytes) -> tuple[int, list, bytes]:
+        """``(HTTP status, extra headers, body)`` of one feature request."""
+        from solaris.serving.client import FetchArgumentError
+
+        try:
+            user, items, now = decode_request(query, content_type, body)
+            out, statuses, outcome = self.features.fetch_with_statuses(user, items, now)
+        except (RequestError, FetchArgumentError) as exc:
+            return 400, [], f"{exc}\n".encode()
+        payload = encode_response(np.asarray(items, np.int64), out, statuses)
+        return 200, [(b"content-type", ARROW_STREAM.encode()), (b"solaris-fetch", outcome)], payload
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.features.warm_up()
+                if self.counts is not None:
+                    self.counts.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.counts is not None:
+                    self.counts.stop()
+                self.features.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _body(receive: Any) -> bytes | None:
+    parts, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > _MAX_BODY:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _reply(send: Any, status: int, body: bytes, headers: list | None = None) -> None:
+    head = [(b"content-length", str(len(body)).encode())]
+    if not any(k == b"content-type" for k, _ in headers or []):
+        head.append((b"content-type", b"text/plain; charset=utf-8"))
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _features_of(settings: ServeSettings) -> SolarisFeatures:
+    from solaris.config import SolarisConfig
+    from solaris.serving.client import SolarisFeatures
+
+    cfg = SolarisConfig.model_validate_json(settings.config_json)
+    return SolarisFeatures(cfg, redis=settings.redis, fm_version=settings.fm_version)
+
+
+def app_from_environment() -> FeatureApp:
+    """The application of one worker process (uvicorn's factory), from the settings
+    ``solaris serve`` left in the environment."""
+    settings = ServeSettings.from_env()
+    folder = Path(settings.metrics_dir) if settings.metrics_dir else None
+    return FeatureApp(_features_of(settings), folder)
+
+
+def run(
+    cfg: SolarisConfig,
+    *,
+    redis: str,
+    fm_version: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    workers: int = 1,
+    metrics_dir: Path | None = None,
+) -> None:
+    """Serve until SIGINT or SIGTERM: ``workers`` processes on ``host:port`` (loopback by
+    default). The metric counts of several workers meet in ``metrics_dir`` (a fresh
+    temporary folder when not given; its earlier files are removed first)."""
+    import tempfile
+
+    import uvicorn
+
+    if workers < 1:
+        raise SolarisError(f"workers must be >= 1, got {workers}")
+    if workers > 1 and metrics_dir is None:
+        metrics_dir = Path(tempfile.mkdtemp(prefix="solaris-serve-metrics-"))
+    if metrics_dir is not None:
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+        for old in metrics_dir.glob("*.json"):
+            old.unlink()
+    settings = ServeSettings(
+        cfg.model_dump_json(), redis, fm_version, str(metrics_dir) if metrics_dir else None
+    )
+    os.environ[_SETTINGS_ENV] = settings.to_env()
+    uvicorn.run(
+        "solaris.serving.http:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )

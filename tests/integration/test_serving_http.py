@@ -1,0 +1,225 @@
+"""The binary endpoint (`solaris serve`), started as an operator starts it, against the
+Python client on the same rows: features, masks, tiers, Feast statuses and TTLs; bad
+requests; metrics summed over two worker processes; a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import yaml
+from feast.protos.feast.serving.ServingService_pb2 import FieldStatus
+
+from solaris.config import SolarisConfig
+from solaris.serving.client import FEATURE_SERVICE, SolarisFeatures
+from solaris.serving.http import ARROW_STREAM, response_schema
+from solaris.serving.tiers import TIERS
+
+pytestmark = pytest.mark.integration
+
+Z_DIM = 8  # as tests/integration/conftest.py
+FM_VERSION = "fm-test-1"
+NOW = 1_700_000_000
+H = 3600
+
+
+def _z(seed: float) -> np.ndarray:
+    return (np.arange(Z_DIM, dtype=np.float32) + seed) * 0.5  # exact in float16
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: bytes, content_type: str) -> tuple[int, dict, bytes]:
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": content_type}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.fixture
+def endpoint(
+    solaris_cfg: SolarisConfig, redis_connection: str, feast_store, tmp_path: Path
+) -> Iterator[str]:
+    """``solaris serve`` with two workers on a free loopback port; stopped by SIGTERM."""
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))
+    port = _free_port()
+    command = [
+        str(Path(sys.executable).parent / "solaris"),
+        "serve",
+        f"--config={config}",
+        f"--port={port}",
+        "--workers=2",
+        f"--redis={redis_connection}",
+        f"--fm-version={FM_VERSION}",
+        f"--metrics-dir={tmp_path / 'metrics'}",
+    ]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=1) as response:
+                if response.read() == b"ok\n":
+                    break
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"solaris serve did not start:\n{server.stdout.read().decode()}")
+        time.sleep(0.2)
+    yield base
+    server.send_signal(signal.SIGTERM)
+    try:
+        code = server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        pytest.fail("solaris serve did not stop within 30 s of SIGTERM")
+    output = server.stdout.read().decode()
+    assert code == 0, output
+    assert "Traceback" not in output, output
+
+
+@pytest.fixture
+def client(solaris_cfg, redis_connection, feast_store) -> Iterator[SolarisFeatures]:
+    features = SolarisFeatures(
+        solaris_cfg, redis=redis_connection, fm_version=FM_VERSION, store=feast_store
+    )
+    yield features
+    features.close()
+
+
+def _read(body: bytes) -> pa.Table:
+    return pa.ipc.open_stream(body).read_all()
+
+
+def _write_rows(rows) -> list[int]:
+    """Rows of every tier, fresh, stale and of another version; the request's items."""
+    rows.pair(4, 40, _z(1), NOW - 60)
+    rows.pair(4, 44, _z(6), NOW - 10 * H)  # older than the 6 h TTL: OUTSIDE_MAX_AGE
+    rows.pair(4, 45, _z(7), NOW - 60, version="fm-old")  # another version: not served
+    rows.nbr(4, 41, _z(2), _z(3), NOW - 60)
+    rows.uagg(4, _z(1) + _z(4) + _z(8), 3, window_start=NOW - 24 * H, computed_at=NOW - 30)
+    rows.iagg(43, _z(5), 2, NOW - 60)
+    return [40, 41, 42, 43, 44, 45, 9_999, 40]  # a duplicate too
+
+
+def test_the_endpoint_answers_what_the_client_answers(endpoint, client, rows, feast_store):
+    items = _write_rows(rows)
+    body = json.dumps({"user_id": 4, "item_ids": items, "now": NOW}).encode()
+    status, headers, payload = _post(f"{endpoint}/v1/features", body, "application/json")
+    assert status == 200, payload
+    assert headers["content-type"] == ARROW_STREAM and headers["solaris-fetch"] == "ok"
+    table = _read(payload)
+    assert table.schema == response_schema(Z_DIM)
+    expected, statuses, _ = client.fetch_with_statuses(4, items, now=NOW)
+
+    assert table["item_id"].to_pylist() == items
+    assert table["tier"].to_pylist() == expected.tier.tolist()
+    for k, tier in enumerate(TIERS):
+        column = table[tier].combine_chunks()
+        assert (~np.asarray(column.is_null())).tolist() == expected.mask[:, k].tolist(), tier
+        values = column.flatten().to_numpy(zero_copy_only=False)  # the present rows only
+        np.testing.assert_array_equal(
+            values.reshape(-1, Z_DIM), expected.tier_z[expected.mask[:, k], k]
+        )
+        assert table[f"{tier}_status"].to_pylist() == statuses[tier].tolist(), tier
+    assert table["tier"].to_pylist() == [
+        "pair",
+        "nbr",
+        "uagg",
+        "uagg",
+        "uagg",
+        "uagg",
+        "uagg",
+        "pair",
+    ]
+    # The user's mean leaves out the item's own code (40 is in the window).
+    np.testing.assert_allclose(table["uagg"][2].values.to_numpy(), (_z(1) + _z(4) + _z(8)) / 3)
+    np.testing.assert_allclose(table["uagg"][7].values.to_numpy(), (_z(4) + _z(8)) / 2)
+
+    # The statuses are the ones feast's own read reports for the same rows and time.
+    response = feast_store.get_online_features(
+        features=feast_store.get_feature_service(FEATURE_SERVICE),
+        entity_rows={"user_id": [4] * len(items), "item_id": items, "request_ts": NOW},
+        full_feature_names=True,
+    )
+    names = list(response.proto.metadata.feature_names.val)
+    feast_status = {n: list(r.statuses) for n, r in zip(names, response.proto.results, strict=True)}
+    assert table["pair_status"].to_pylist() == feast_status["pair__z"]
+    assert table["nbr_status"].to_pylist() == feast_status["nbr__z_top1"]
+    assert table["iagg_status"].to_pylist() == feast_status["iagg__z_mean"]
+    assert table["pair_status"][4].as_py() == FieldStatus.OUTSIDE_MAX_AGE
+
+
+def test_a_binary_body_and_the_ttl_at_another_time(endpoint, rows):
+    items = _write_rows(rows)
+    body = np.asarray(items, "<i8").tobytes()
+    later = NOW + 6 * H + 61  # the pair of item 40 is older than its TTL by then
+    url = f"{endpoint}/v1/features?user_id=4&now={later}"
+    status, _, payload = _post(url, body, "application/octet-stream")
+    assert status == 200, payload
+    table = _read(payload)
+    assert table["item_id"].to_pylist() == items
+    assert table["pair_status"][0].as_py() == FieldStatus.OUTSIDE_MAX_AGE
+    assert table["pair"][0].as_py() is None
+
+
+BAD_REQUESTS = [  # (body, content type, query, what the answer names)
+    (b"{", "application/json", "", "not JSON"),
+    (b'{"user_id": 1}', "application/json", "", "item_ids"),
+    (b'{"user_id": 1, "item_ids": [1], "when": 3}', "application/json", "", "unknown fields"),
+    (b'{"user_id": -1, "item_ids": [1]}', "application/json", "", "user_id"),
+    (b'{"user_id": 1, "item_ids": ["a"]}', "application/json", "", "item_ids"),
+    (b"\x01\x00", "application/octet-stream", "?user_id=1", "multiple of 8"),
+    (b"\x01" * 8, "application/octet-stream", "", "user_id"),
+    (b"x", "text/csv", "", "Content-Type"),
+]
+
+
+def test_bad_requests_are_refused_naming_what_is_wrong_and_log_nothing(
+    endpoint, redis_client, solaris_cfg
+):
+    streams = [f"{solaris_cfg.namespace}:misses", f"{solaris_cfg.namespace}:requests"]
+    before = [redis_client.exists(s) for s in streams]
+    for body, content_type, query, says in BAD_REQUESTS:
+        status, _, payload = _post(f"{endpoint}/v1/features{query}", body, content_type)
+        assert status == 400 and says in payload.decode(), (body, payload)
+    assert [redis_client.exists(s) for s in streams] == before
+    status, _, payload = _post(f"{endpoint}/v1/nothing", b"", "application/json")
+    assert status == 404
+
+
+def test_metrics_are_summed_over_the_workers(endpoint, rows):
+    items = _write_rows(rows)
+    body = json.dumps({"user_id": 4, "item_ids": items, "now": NOW}).encode()
+    for _ in range(40):  # new connections: both workers take some
+        assert _post(f"{endpoint}/v1/features", body, "application/json")[0] == 200
+    time.sleep(2.5)  # every worker has written its counts since
+    with urllib.request.urlopen(f"{endpoint}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    requests = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("solaris_serving_requests_total{")
+    ]
+    assert sum(requests) == 40, text

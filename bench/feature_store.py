@@ -75,6 +75,7 @@ import os
 import pstats
 import random
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -97,7 +98,7 @@ from solaris.serving.client import SolarisFeatures
 from solaris.store import keys
 from solaris.store import online as online_mod
 from solaris.store.codec import decode_records, encode_records, f16_round, normalize
-from solaris.store.connection import redis_client, unlink_matching
+from solaris.store.connection import RedisTarget, redis_client, unlink_matching
 from solaris.store.contract import EVENT_TS, FEATURE_SERVICE, PAIR, SERVING_VIEWS, ViewParams
 from solaris.store.feast_store import (
     apply_definitions,
@@ -467,10 +468,15 @@ class Bench:
     data: RequestData
     pair_params: ViewParams
     notes: list[str] = field(default_factory=list)
+    sockets: list[Wire] = field(default_factory=list)  # closed with the bench
 
     @property
     def project(self) -> str:
         return self.cfg.namespace
+
+    def wire(self, floor: Wire) -> Wire:
+        self.sockets.append(floor)
+        return floor
 
 
 def solaris_projects(tag: str) -> list[str]:
@@ -526,7 +532,7 @@ def bench_context(redis_url: str, n: int, d: int, seed: int) -> Iterator[Bench]:
         write_request(store, data)
         for name, frame in stock_frames(data).items():
             stock_store.write_to_online_store(name, frame)
-        yield Bench(
+        bench = Bench(
             redis_url=redis_url,
             redis=client,
             tmp=tmp,
@@ -545,6 +551,11 @@ def bench_context(redis_url: str, n: int, d: int, seed: int) -> Iterator[Bench]:
             data=data,
             pair_params=view_params(store.get_feature_view("pair"))[1],
         )
+        try:
+            yield bench
+        finally:
+            for floor in bench.sockets:
+                floor.close()
     finally:
         delete_bench_keys(client, projects, stock)
         client.close()
@@ -560,6 +571,7 @@ Args = tuple[Any, ...]  # one command's arguments for redis-py's execute_command
 Fetch = Callable[[], Any]
 
 FLOOR = "raw pipeline (floor)"
+WIRE = "wire (raw socket + hiredis)"
 
 
 def read_commands(project: str, data: RequestData) -> list[Command]:
@@ -685,6 +697,49 @@ def raw_packed(client: redis_py.Redis, commands: Sequence[Command]) -> Fetch:
     return lambda: online_mod._round_trip(client, online_mod._pack(commands), count)
 
 
+class Wire:
+    """The wire floor: the store's exact request bytes written on a plain TCP socket and
+    every reply read back with hiredis until all are parsed, nothing else (no pool, no
+    decoding). Plain TCP only: a TLS connection string has no such floor here."""
+
+    def __init__(self, redis_url: str, packed: list[bytes], count: int) -> None:
+        target = RedisTarget.parse(redis_url)
+        if target.options.get("ssl"):
+            raise RuntimeError("the wire floor needs a plain TCP connection string")
+        (host, port), options = target.nodes[0], target.options
+        self.sock = socket.create_connection((host, port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        hello = []
+        if options.get("password"):
+            user = options.get("username")
+            hello.append(("AUTH", *((user,) if user else ()), options["password"]))
+        hello.append(("SELECT", int(options.get("db", 0))))
+        for command in hello:
+            self.sock.sendall(hiredis.pack_command(command))
+            if self._replies(1)[0] is False:
+                raise RuntimeError(f"{command[0]} refused by the server")
+        self.payload = b"".join(packed)
+        self.count = count
+
+    def _replies(self, count: int) -> list:
+        reader = hiredis.Reader()
+        out: list = []
+        while len(out) < count:
+            reply = reader.gets()
+            if reply is False:
+                reader.feed(self.sock.recv(1 << 20))
+            else:
+                out.append(reply)
+        return out
+
+    def __call__(self) -> list:
+        self.sock.sendall(self.payload)
+        return self._replies(self.count)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def fetch_variants(b: Bench, client: SolarisFeatures) -> dict[str, Fetch]:
     """The timed variants on the ``--redis`` server. The Feast ones use the client's own
     FeatureStore (and stock Feast its Registry object, :func:`share_registry`), as one
@@ -699,6 +754,7 @@ def fetch_variants(b: Bench, client: SolarisFeatures) -> dict[str, Fetch]:
         "stock feast + to_dict": feast_fetch(b.stock, rows, to_dict=True),
         FLOOR: raw_pipeline(b.redis, command_args(commands)),
         "raw packed": raw_packed(b.redis, commands),
+        WIRE: b.wire(Wire(b.redis_url, online_mod._pack(commands), len(commands))),
     }
 
 
@@ -734,7 +790,7 @@ def check_values(b: Bench, variants: dict[str, Fetch]) -> None:
             np.frombuffer(b"".join(stock["iagg__z_mean"]), "<f4").reshape(n, d), z_item
         ):
             problems.append("stock feast: iagg z_mean differs")
-    for name in (FLOOR, "raw packed"):
+    for name in (FLOOR, "raw packed", WIRE):
         replies = variants[name]()
         rows = decode_records(PAIR, b.pair_params, replies[0])
         if not (rows.found.all() and np.array_equal(rows.values["z"].astype(np.float32), z_pair)):
@@ -852,6 +908,17 @@ def floor_ratios(times: dict[str, np.ndarray]) -> dict[str, float]:
         f"   client/floor    p99 {ratios['client_over_floor_p99']:6.2f}x  (target <= 3: "
         f"{_verdict(ratios['client_over_floor_p99'], 3, at_most=True)})"
     )
+    if WIRE in times:
+        ratios["client_over_wire_p50"] = _pct(times["client"], 50) / _pct(times[WIRE], 50)
+        ratios["client_over_wire_p99"] = _pct(times["client"], 99) / _pct(times[WIRE], 99)
+        say(
+            f"   client/wire     p50 {ratios['client_over_wire_p50']:6.2f}x  (target <= 2: "
+            f"{_verdict(ratios['client_over_wire_p50'], 2, at_most=True)})"
+        )
+        say(
+            f"   client/wire     p99 {ratios['client_over_wire_p99']:6.2f}x  (target <= 2.5: "
+            f"{_verdict(ratios['client_over_wire_p99'], 2.5, at_most=True)})"
+        )
     return ratios
 
 
@@ -910,6 +977,7 @@ def fetch_embedded(b: Bench, reps: int, warmup: int, seed: int, main: dict) -> d
                 ),
                 FLOOR: raw_pipeline(raw, command_args(commands)),
                 "raw packed": raw_packed(raw, commands),
+                WIRE: b.wire(Wire(url, online_mod._pack(commands), len(commands))),
             }
             check_values(b, variants)
             with gc_counter() as collections:
@@ -941,6 +1009,25 @@ def fetch_embedded(b: Bench, reps: int, warmup: int, seed: int, main: dict) -> d
     out["client_stats"] = stats
     out["gc_collections"] = collections
     return out
+
+
+def client_and_wire(b: Bench, variants: dict[str, Fetch], reps: int, warmup: int, seed: int):
+    """Section 1c: the client against the wire floor and redis-py's, interleaved with each
+    other only. In section 1 every client call follows calls of the other variants (stock
+    Feast's take 40-60x as long and allocate heavily), which leave the caches and the
+    allocator to the next call; a serving process runs fetches back to back."""
+    chosen = {name: variants[name] for name in ("client", FLOOR, "raw packed", WIRE)}
+    with gc_counter() as collections:
+        times = interleaved(chosen, reps, warmup, seed + 3)
+    say(
+        f"\n1c. The client against the wire only: {reps} interleaved reps of client, the "
+        "redis-py floor, raw packed and the wire floor"
+    )
+    gcs = "/".join(map(str, collections))
+    say(f"   garbage collections during the timed run (gen 0/1/2): {gcs}")
+    table = latency_table(times)
+    ratios = floor_ratios(times)
+    return {"variants": table, "ratios": ratios, "gc_collections": collections}
 
 
 def two_registries(b: Bench, client: SolarisFeatures, reps: int, seed: int) -> dict:
@@ -1750,6 +1837,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = server_line(b.redis, b.project, b.data)
         main_block = report_fetch(b, times, client.stats.as_dict(), collections, server)
         report["fetch"] = main_block
+        report["fetch_wire"] = client_and_wire(b, variants, args.reps, args.warmup, args.seed)
         report["fetch_embedded"] = fetch_embedded(b, args.reps, args.warmup, args.seed, main_block)
         report["fetch_two_registries"] = two_registries(b, client, min(args.reps, 300), args.seed)
 

@@ -50,6 +50,7 @@ clean:
 # Benchmarks: ratios measured side by side in one run (not part of the tests).
 bench: $(STAMP)
 	$(BIN)/python -m bench.feature_store
+	$(BIN)/python -m bench.serving_http
 	$(BIN)/python -m bench.offline_join
 
 # How one interval's cost grows with its traffic, 10^5 to 10^7 candidates, each task of the

@@ -620,9 +620,8 @@ class SolarisFeatures:
         out = assemble_tiers(rows, now, fm_version=self.fm_version, **self._tier_settings)
         # The fetch's latency: read and assembly, not the queueing of its misses.
         self.metrics.observe_fetch(time.monotonic() - start, out.mask)
-        missed = ~out.mask[:, 0]
-        if missed.any():
-            self._log_misses(user, items[missed], int(now))
+        if not out.mask[:, 0].all():
+            self._log_misses(user, items[~out.mask[:, 0]], int(now))
         return self._answer(out, rows, now, with_statuses, b"ok")
 
     def _answer(self, out: TierFeatures, rows, now, with_statuses: bool, outcome: bytes):

@@ -9,7 +9,7 @@ rules, and it counts in the same metrics::
     POST /v1/features?user_id=42[&now=1717000000]
                                body: the item ids, little-endian int64 (application/octet-stream)
     GET  /metrics              Prometheus text, summed over every worker process
-    GET  /healthz              "ok"
+    GET  /healthz              "ok" (header Solaris-Worker: the answering worker's pid)
 
 The answer is one Arrow IPC stream (``application/vnd.apache.arrow.stream``) of one record
 batch with a row per item, in the request's order (:func:`response_schema`):
@@ -27,11 +27,12 @@ The header ``Solaris-Fetch`` says ``ok``, or ``failed`` / ``shed`` when the stor
 answer within its bound: then every tier is null, as the Python client serves zeros.
 
 **Workers.** A worker process answers one request at a time (the fetch is a few hundred
-microseconds of CPU); ``--workers N`` runs ``N`` of them on one listening socket (uvicorn's
-supervisor). Each writes its metric counts to a shared folder every
-:data:`METRICS_EVERY_S` seconds and on every scrape, so a scrape of any worker sums all of
-them, each at most that old (what Prometheus's multiprocess mode does for its own metric
-types, done for this package's collectors).
+microseconds of CPU); ``--workers N`` runs ``N`` of them, each a uvicorn server on a
+``SO_REUSEPORT`` socket of its own, so the kernel spreads connections over them. Each
+writes its metric counts to a shared folder every :data:`METRICS_EVERY_S` seconds and on
+every scrape, so a scrape of any worker sums all of them, each at most that old (what
+Prometheus's multiprocess mode does for its own metric types, done for this package's
+collectors).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -318,8 +321,8 @@ class FeatureApp:
             else:
                 text = self.features.metrics.exposition().encode()
             await _reply(send, 200, text, [(b"content-type", b"text/plain; version=0.0.4")])
-        elif path == "/healthz" and method == "GET":
-            await _reply(send, 200, b"ok\n")
+        elif path == "/healthz" and method == "GET":  # which worker answered, in a header
+            await _reply(send, 200, b"ok\n", [(b"solaris-worker", str(os.getpid()).encode())])
         else:
             await _reply(send, 404, b"not found: POST /v1/features, GET /metrics, /healthz\n")
 
@@ -388,6 +391,38 @@ def app_from_environment() -> FeatureApp:
     return FeatureApp(_features_of(settings), folder)
 
 
+def _listener(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` with ``SO_REUSEPORT``: every worker listens on one of
+    its own, and the kernel spreads new connections over them (a shared socket lets the
+    first idle worker's event loop accept every pending connection at once)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _serve_one(host: str, port: int, environment: str) -> None:
+    """One worker process: its own listening socket, one uvicorn server until SIGTERM."""
+    import uvicorn
+
+    os.environ[_SETTINGS_ENV] = environment
+    config = uvicorn.Config(
+        "solaris.serving.http:app_from_environment",
+        factory=True,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+    sock = _listener(host, port)
+    # uvicorn stops gracefully on SIGINT/SIGTERM and then raises the signal again, to exit
+    # by it; handled here, that returns, and a stop asked for is a clean exit (0).
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, lambda *_: None)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
 def run(
     cfg: SolarisConfig,
     *,
@@ -399,11 +434,11 @@ def run(
     metrics_dir: Path | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM: ``workers`` processes on ``host:port`` (loopback by
-    default). The metric counts of several workers meet in ``metrics_dir`` (a fresh
-    temporary folder when not given; its earlier files are removed first)."""
+    default), each on a ``SO_REUSEPORT`` socket of its own; a worker that dies is started
+    again. The metric counts of several workers meet in ``metrics_dir`` (a fresh temporary
+    folder when not given; its earlier files are removed first)."""
+    import multiprocessing
     import tempfile
-
-    import uvicorn
 
     if workers < 1:
         raise SolarisError(f"workers must be >= 1, got {workers}")
@@ -413,17 +448,48 @@ def run(
         metrics_dir.mkdir(parents=True, exist_ok=True)
         for old in metrics_dir.glob("*.json"):
             old.unlink()
-    settings = ServeSettings(
+    environment = ServeSettings(
         cfg.model_dump_json(), redis, fm_version, str(metrics_dir) if metrics_dir else None
-    )
-    os.environ[_SETTINGS_ENV] = settings.to_env()
-    uvicorn.run(
-        "solaris.serving.http:app_from_environment",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-    )
+    ).to_env()
+    if workers == 1:
+        _serve_one(host, port, environment)
+        return
+    # The port is held (bound, never listening: no connection waits on it) while workers
+    # come and go, and port 0 becomes one port for all of them.
+    holder = _listener(host, port)
+    port = holder.getsockname()[1]
+    spawn = multiprocessing.get_context("spawn")
+    stopping = threading.Event()
+
+    def start() -> multiprocessing.process.BaseProcess:
+        worker = spawn.Process(
+            target=_serve_one, args=(host, port, environment), name="solaris-serve-worker"
+        )
+        worker.start()
+        return worker
+
+    def stop(*_: object) -> None:
+        stopping.set()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    running = [start() for _ in range(workers)]
+    try:
+        while not stopping.wait(0.5):
+            for k, worker in enumerate(running):
+                if not worker.is_alive():
+                    log.warning(
+                        "worker %s exited with %s: starting another", worker.pid, worker.exitcode
+                    )
+                    running[k] = start()
+    finally:
+        for worker in running:
+            if worker.is_alive():
+                os.kill(worker.pid, signal.SIGTERM)
+        for worker in running:
+            worker.join(timeout=30)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        holder.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -242,6 +242,7 @@ _FORMAT = b"1"
 # A row's tier mask as a pattern number (bit k: tier k present), and each pattern's main
 # tier: the first present one, "none" for pattern 0.
 _PATTERN_BITS = (1 << np.arange(len(TIERS))).astype(np.uint8)
+_ALL_TIERS = 2 ** len(TIERS) - 1
 _MAIN_TIER: tuple[str, ...] = tuple(
     TIERS[(p & -p).bit_length() - 1] if p else NONE for p in range(2 ** len(TIERS))
 )
@@ -391,8 +392,14 @@ class ServingMetrics:
 
     def observe_fetch(self, seconds: float, mask: np.ndarray) -> None:
         """A fetch the store answered: its latency and ``[N, len(TIERS)]`` tier mask."""
-        patterns = np.bincount(mask @ _PATTERN_BITS, minlength=len(_MAIN_TIER))
         bucket = bisect.bisect_left(FETCH_BUCKETS_S, seconds)
+        if mask.all():  # every tier of every row: one pattern (the cached request path)
+            with self._lock:
+                self._patterns[_ALL_TIERS] += len(mask)
+                self._latency[bucket] += 1
+                self._latency_sum += seconds
+            return
+        patterns = np.bincount(mask @ _PATTERN_BITS, minlength=len(_MAIN_TIER))
         with self._lock:
             self._patterns += patterns
             self._latency[bucket] += 1

@@ -87,6 +87,11 @@ def endpoint(
             server.kill()
             pytest.fail(f"solaris serve did not start:\n{server.stdout.read().decode()}")
         time.sleep(0.2)
+    workers: set[str] = set()
+    while len(workers) < 2:  # both listen: new connections reach either
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
+            workers.add(response.headers["solaris-worker"])
+        assert time.monotonic() < deadline, "the second worker did not start"
     yield base
     server.send_signal(signal.SIGTERM)
     try:
@@ -209,7 +214,7 @@ def test_bad_requests_are_refused_naming_what_is_wrong_and_log_nothing(
     assert status == 404
 
 
-def test_metrics_are_summed_over_the_workers(endpoint, rows):
+def test_metrics_are_summed_over_the_workers(endpoint, rows, tmp_path):
     items = _write_rows(rows)
     body = json.dumps({"user_id": 4, "item_ids": items, "now": NOW}).encode()
     for _ in range(40):  # new connections: both workers take some
@@ -223,3 +228,35 @@ def test_metrics_are_summed_over_the_workers(endpoint, rows):
         if line.startswith("solaris_serving_requests_total{")
     ]
     assert sum(requests) == 40, text
+    per_worker = [
+        json.loads(p.read_text())["requests"] for p in (tmp_path / "metrics").glob("*.json")
+    ]
+    assert len(per_worker) == 2 and all(per_worker) and sum(per_worker) == 40, per_worker
+
+
+def test_one_worker_stops_cleanly_on_sigterm(solaris_cfg, redis_connection, feast_store, tmp_path):
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "solaris"),
+            "serve",
+            f"--config={config}",
+            f"--port={port}",
+            f"--redis={redis_connection}",
+            f"--fm-version={FM_VERSION}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
+            time.sleep(0.2)
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=30) == 0, server.stdout.read().decode()

@@ -21,7 +21,7 @@ batch with a row per item, in the request's order (:func:`response_schema`):
   mask): ``pair`` and ``nbr`` float16 (as the store keeps them: exact), ``uagg`` (the
   user's mean without the item) and ``iagg`` float32;
 * ``<view>_status`` int32 per view, Feast's ``FieldStatus`` of the row as ``feast serve``
-  reports it (1 PRESENT, 2 NOT_FOUND, 3 OUTSIDE_MAX_AGE) on the same rule.
+  reports it (1 PRESENT, 3 NOT_FOUND, 4 OUTSIDE_MAX_AGE) on the same rule.
 
 The header ``Solaris-Fetch`` says ``ok``, or ``failed`` / ``shed`` when the store could not
 answer within its bound: then every tier is null, as the Python client serves zeros.

@@ -127,7 +127,8 @@ def solaris_serve(b: Bench, workers: int) -> Iterator[tuple[int, subprocess.Pope
 
 @contextmanager
 def feast_serve(b: Bench) -> Iterator[int]:
-    """``feast serve`` over the bench project's repo (the same rows)."""
+    """``feast serve`` over the bench project's repo (the same rows). Its worker would
+    restart after 1,000 requests by default (``--max-requests``), within the timed run."""
     repo = Path(b.cfg.store.repo_path)
     port = _free_port()
     env = {
@@ -138,7 +139,10 @@ def feast_serve(b: Bench) -> Iterator[int]:
     }
     log = b.tmp / "feast-serve.log"
     server = subprocess.Popen(
-        [str(BIN / "feast"), "-c", str(repo), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [
+            *(str(BIN / "feast"), "-c", str(repo), "serve", "--host", "127.0.0.1"),
+            *("--port", str(port), "--max-requests", "1000000"),  # no worker recycling mid-run
+        ],
         env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,

@@ -218,6 +218,12 @@ def serve_command(
             "no Redis to read: pass --redis host:port or set store.redis in the config",
             param_hint="--redis",
         )
+    from solaris.store.connection import ConnectionStringError, RedisTarget
+
+    try:
+        RedisTarget.parse(connection).check(cfg.store.redis_type)
+    except ConnectionStringError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--redis") from None
     if fm_version is None:
         from solaris.namespace import Namespace
         from solaris.pipeline.codes import read_manifest

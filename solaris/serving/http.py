@@ -43,6 +43,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -80,6 +81,7 @@ _F16_TIERS = frozenset({"pair", "nbr"})  # stored float16: sent as they are kept
 _TIER_TYPE = pa.dictionary(pa.int8(), pa.utf8())
 _TIER_NAMES = pa.array([*TIERS, NONE], pa.utf8())
 _MAX_BODY = 1 << 20
+_EARLY_EXIT_S, _EARLY_EXITS = 30.0, 3  # workers that keep dying at start stop the server
 
 
 class RequestError(SolarisError, ValueError):
@@ -473,14 +475,23 @@ def run(
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     running = [start() for _ in range(workers)]
+    started = [time.monotonic()] * workers
+    early = 0  # workers in a row that died within _EARLY_EXIT_S of their start
     try:
         while not stopping.wait(0.5):
             for k, worker in enumerate(running):
-                if not worker.is_alive():
-                    log.warning(
-                        "worker %s exited with %s: starting another", worker.pid, worker.exitcode
+                if worker.is_alive():
+                    continue
+                early = early + 1 if time.monotonic() - started[k] < _EARLY_EXIT_S else 0
+                if early >= _EARLY_EXITS:
+                    raise SolarisError(
+                        f"{early} workers in a row exited within {_EARLY_EXIT_S:.0f} s of their "
+                        f"start (the last with {worker.exitcode}): see their errors above"
                     )
-                    running[k] = start()
+                log.warning(
+                    "worker %s exited with %s: starting another", worker.pid, worker.exitcode
+                )
+                running[k], started[k] = start(), time.monotonic()
     finally:
         for worker in running:
             if worker.is_alive():

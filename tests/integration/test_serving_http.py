@@ -260,3 +260,33 @@ def test_one_worker_stops_cleanly_on_sigterm(solaris_cfg, redis_connection, feas
             time.sleep(0.2)
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=30) == 0, server.stdout.read().decode()
+
+
+def test_workers_that_cannot_start_stop_the_server_with_a_clear_error(
+    solaris_cfg, redis_connection, tmp_path
+):
+    """A feature repo without definitions: every worker fails at start-up; the server gives
+    up after three such exits in a row instead of starting workers forever."""
+    empty = tmp_path / "empty_repo"
+    empty.mkdir()
+    broken = solaris_cfg.model_copy(
+        update={"store": solaris_cfg.store.model_copy(update={"repo_path": empty})}
+    )
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(broken.model_dump(mode="json")))
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "solaris"),
+            "serve",
+            f"--config={config}",
+            f"--port={_free_port()}",
+            "--workers=2",
+            f"--redis={redis_connection}",
+            f"--fm-version={FM_VERSION}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "workers in a row exited" in result.stderr

@@ -35,3 +35,25 @@ def test_fit_autoencoder_rejects_a_time_without_a_zone() -> None:
     )
     assert result.exit_code == 2
     assert "time zone" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "no Redis to read"),
+        (["--redis", "redis://localhost:6379"], "host:port"),
+        (["--redis", "localhost:6379,colour=blue"], "colour"),
+        (["--namespace", "Bad-Name", "--redis", "localhost:6379"], "not a namespace name"),
+        (["--workers", "0", "--redis", "localhost:6379"], "--workers"),
+    ],
+)
+def test_serve_refuses_bad_arguments_before_starting(args: list[str], says: str) -> None:
+    result = CliRunner().invoke(app, ["serve", *args])
+    assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_serve_without_codes_names_what_to_run() -> None:
+    result = CliRunner().invoke(
+        app, ["serve", "--namespace", "nocodes_here", "--redis", "localhost:6379"]
+    )
+    assert result.exit_code == 1 and "solaris fit-autoencoder" in result.output, result.output

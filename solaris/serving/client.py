@@ -1,4 +1,4 @@
-"""The serving client: one Feast call per ranking request, tier fallback, bounded time.
+"""The serving client: one Redis round trip per ranking request, tier fallback, bounded time.
 
 ::
 
@@ -7,16 +7,17 @@
     out = features.fetch(user_id, candidate_item_ids)
     out.features  # [N, 4·d] float32;  out.mask [N, 4] bool;  out.tier [N] str
 
-Each :meth:`SolarisFeatures.fetch` makes exactly one ``get_online_features`` call through
-the ``solaris_serving`` FeatureService. On the SOLARIS online store
-(:mod:`solaris.store.online`) that is one Redis round trip of one command per view; the
-response keeps each view's rows as numpy arrays, and
+Each :meth:`SolarisFeatures.fetch` reads the views of the ``solaris_serving`` FeatureService
+through the SOLARIS online store's request path
+(:meth:`~solaris.store.online.SolarisOnlineStore.read_user`): one Redis round trip of one
+command per view, the user's aggregate read once, uniform replies parsed by numpy; Feast's
+``get_online_features`` where that path does not apply (a Redis Cluster). Then
 :func:`~solaris.serving.tiers.assemble_tiers` applies the read TTLs, the ``fm_version`` guard
 and the leakage-free user mean. Items whose pair tier is missing are appended to the miss
 stream off the request path.
 
 **Concurrency and faults.** ``fetch`` is thread-safe and does its I/O in the calling thread
-(redis-py's connection pool gives each concurrent caller its own connection), so a serving
+(each concurrent caller reads on a connection of its own), so a serving
 process with a thread pool gets real features on every thread. The VM never waits long nor
 sees an exception because of the feature store:
 
@@ -364,7 +365,7 @@ def _failure_kind(exc: BaseException) -> str:
 
 
 class SolarisFeatures:
-    """Fetch the VM's SOLARIS features for one request in one Feast call, within a bound.
+    """Fetch the VM's SOLARIS features for one request in one round trip, within a bound.
 
     Args:
         cfg: settings; uses ``cfg.store`` (bounds, breaker, miss stream, TTLs, strategy) and

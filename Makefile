@@ -82,6 +82,7 @@ airflow: $(STAMP)
 airflow-celery: $(STAMP)
 	bash scripts/airflow_celery.sh
 
-# Stop the running `make airflow`, every process of it (Ctrl-C in its terminal does the same).
+# Stop the running `make airflow` or `make airflow-celery`, every process of it (Ctrl-C in
+# its terminal does the same).
 airflow-stop:
 	bash scripts/airflow_stop.sh

@@ -16,7 +16,7 @@
 # Everything else is as `make airflow` (scripts/airflow_env.sh): AIRFLOW_HOME, the loopback UI
 # on 127.0.0.1:8080, the "gpu" pool. No component starts a task-log server: on one machine the
 # api-server reads task logs from AIRFLOW_HOME/logs. Each component's output is prefixed with
-# its name; Ctrl-C (or any component exiting) stops them all.
+# its name; Ctrl-C, `make airflow-stop` or any component exiting stops them all.
 #
 # Check mode, for CI: `scripts/airflow_celery.sh --check` does the set-up and lists the DAGs
 # instead of starting the components.
@@ -100,13 +100,18 @@ fi
 
 echo "Airflow UI    $airflow_url   (the SOLARIS page: $airflow_url/solaris/)"
 
-# Each component in the background, its output prefixed with its name.
+# The components run in a process group of their own, each in the background with its output
+# prefixed with its name: Ctrl-C, a SIGTERM to this script, `make airflow-stop`
+# (scripts/airflow_stop.sh, through the group id kept in AIRFLOW_HOME/standalone.pgid) or any
+# component exiting stops that whole group: SIGTERM, then SIGKILL for what is left after 20 s.
+export AIRFLOW gpu_queue
+pgid_file="$AIRFLOW_HOME/standalone.pgid"
+setsid bash -c '
 run() {
     local name="$1"
     shift
     "$@" > >(sed -u "s/^/[$name] /") 2>&1 &
 }
-trap 'trap - EXIT INT TERM; kill 0 2>/dev/null || true' EXIT INT TERM
 run api-server "$AIRFLOW" api-server
 run scheduler "$AIRFLOW" scheduler --skip-serve-logs
 run dag-processor "$AIRFLOW" dag-processor
@@ -116,5 +121,20 @@ run worker "$AIRFLOW" celery worker --skip-serve-logs --without-gossip --without
     --concurrency "${SOLARIS_CELERY_CONCURRENCY:-2}"
 run worker-gpu "$AIRFLOW" celery worker --skip-serve-logs --without-gossip --without-mingle \
     --queues "$gpu_queue" --celery-hostname "gpu@%h" --concurrency 1
-# The first component to exit ends the others (the trap).
 wait -n
+' &
+group=$!
+echo "$group" >"$pgid_file"
+stop_group() {
+    trap - INT TERM
+    echo "stopping Airflow (process group $group)"
+    bash "$ROOT/scripts/airflow_stop.sh" "$group"
+    exit 130
+}
+trap stop_group INT TERM
+status=0
+wait "$group" || status=$?
+# The first component to exit ends the others.
+bash "$ROOT/scripts/airflow_stop.sh" "$group" >/dev/null
+rm -f "$pgid_file"
+exit "$status"

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import psutil
@@ -266,3 +267,77 @@ def test_a_rerun_replay_cancels_its_earlier_backfills_but_never_another_namespac
     assert f"#{other} of solaris_candidates (namespace other)" in refused.stderr
     assert "Nothing was deleted" in refused.stderr
     assert active()[other]  # never touched
+
+
+def test_make_airflow_stop_stops_every_process_of_the_celery_layout(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """`make airflow-celery`'s six components run in a process group of their own, kept in
+    AIRFLOW_HOME/standalone.pgid: `make airflow-stop` from another shell leaves none."""
+    home = tmp_path / "airflow-home"
+    port = _free_port()
+    queue = f"t{uuid.uuid4().hex[:8]}"  # queues of its own: no other run's tasks reach it
+    env = _env(
+        home,
+        SOLARIS_AIRFLOW_DB_URL=postgres_db,
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__API__WORKERS="1",
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="True",
+        AIRFLOW__OPERATORS__DEFAULT_QUEUE=queue,
+        SOLARIS_CYCLE__GPU_QUEUE=f"{queue}_gpu",
+        SOLARIS_CELERY_CONCURRENCY="1",
+        SOLARIS_STORE__REDIS="127.0.0.1:1",
+        SOLARIS_ARTIFACTS_DIR=str(tmp_path / "artifacts"),
+    )
+    log = (tmp_path / "celery.log").open("w+")
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "scripts" / "airflow_celery.sh")],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        root = psutil.Process(proc.pid)
+        wanted = [f"airflow {c}" for c in ("api-server", "scheduler", "dag-processor")]
+        wanted += ["airflow triggerer", "airflow celery worker"]
+        while not (home / "standalone.pgid").is_file() or not all(
+            any(name in _command(p) for p in root.children(recursive=True)) for name in wanted
+        ):
+            assert proc.poll() is None, (tmp_path / "celery.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, "the components did not start in time"
+            time.sleep(0.5)
+        group = int((home / "standalone.pgid").read_text())
+        assert group != os.getpgid(proc.pid)  # not the script's own group: one of its own
+        members = [p for p in psutil.process_iter() if _pgid(p) == group]
+        assert len(members) >= 6, members
+        stopped = subprocess.run(
+            ["make", "-s", "airflow-stop"], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=90,
+        )  # fmt: skip
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert "Airflow stopped" in stopped.stdout
+        psutil.wait_procs(members, timeout=10)
+        survivors = [p for p in members if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not survivors, f"left running by make airflow-stop: {survivors}"
+        assert proc.wait(timeout=60) != 0  # the script ends with its components
+        assert not (home / "standalone.pgid").exists()
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _command(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # exited meanwhile
+        return ""
+
+
+def _pgid(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, PermissionError):
+        return None

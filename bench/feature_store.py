@@ -21,14 +21,17 @@ checked to return the written values before anything is timed.
    layout) · ``raw pipeline``, the floor: a redis-py pipeline (``execute_command``, the
    fields as 8-byte ``bytes``) of exactly the commands the store sends, no decoding · ``raw
    packed``: the store's own bytes (``online._round_trip(client, online._pack(commands),
-   count)``), i.e. the floor without redis-py's pipeline packing. The set-up captures what the
+   count)``), i.e. the floor without redis-py's pipeline packing · ``wire``: the same bytes
+   on a plain socket, every reply read back by hiredis, nothing else (:class:`Wire`; the
+   serving issue's floor: client/wire ≤ 2 at p50, ≤ 2.5 at p99). The set-up captures what the
    store sends (``online._pack`` wrapped): its commands must equal the raw ones and its bytes
    the bytes redis-py packs for the raw pipeline. Targets: client/floor ≤ 2 at p50 and ≤ 3 at
    p99; stock/client ≥ 20. A **second block** times ``client``, ``feast
    get_online_features``, ``raw pipeline`` and ``raw packed`` on a private
    ``embedded_redis()``, which applies ``keys.SERVER_SETTINGS`` (hash-max-ziplist-value 256,
    -entries 512; the 300-field hashes are listpacks there), in a project of its own
-   (``bemb<pid>``). The Feast variants share the client's Registry object
+   (``bemb<pid>``). **1c** times the client, the two redis-py floors and the wire
+   interleaved with each other only. The Feast variants share the client's Registry object
    (:func:`share_registry`). **1b** times the client's fetch right after a
    ``get_online_features`` on a second FeatureStore (another Registry object) against right
    after the same call on its own store: the store caches its plan per Registry object, so

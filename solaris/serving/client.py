@@ -67,6 +67,7 @@ from solaris.serving.metrics import PUBLISH_EVERY_S, ClientState, ServingMetrics
 from solaris.serving.misses import append_misses
 from solaris.serving.request_log import append_request
 from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
+from solaris.store.codec import widen
 from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, REQUEST_TS, USER_ID, epoch_seconds
 from solaris.store.partitions import Partitioning
 
@@ -464,13 +465,15 @@ class SolarisFeatures:
 
     def warm_up(self) -> None:
         """Do the one-off work of a first fetch now, off any request: build the Feast store
-        and the miss client, and make one one-row call whose result is discarded (it may
-        fail while Redis is down, harmlessly; it is not counted in :attr:`stats`).
-        Configuration or registry errors raise."""
+        and the miss client, import what the tier assembly uses (torch widens float16), and
+        make one one-row read on the request path, which opens its connection; the result
+        is discarded (the read may fail while Redis is down, harmlessly; it is not counted
+        in :attr:`stats`). Configuration or registry errors raise."""
         store, service = self._ensure_store()
         self._misses_client()
+        widen(np.zeros((1, self.z_dim), np.float16))
         try:
-            self._get_online(store, service, 0, np.zeros(1, np.int64), int(time.time()))
+            self._read(store, service, 0, np.zeros(1, np.int64), int(time.time()))
         except Exception as exc:  # Redis down at start-up is not an error here
             log.info("warm-up read failed (%s: %s)", type(exc).__name__, exc)
 

@@ -423,3 +423,14 @@ def test_a_fetch_after_close_still_answers_and_drops_its_misses(client) -> None:
     out = client.fetch(1, [1, 2], now=NOW)  # a miss it can no longer log
     assert out.tier.tolist() == ["none", "none"]
     assert client.stats.misses_dropped == 1
+
+
+def test_warm_up_does_the_first_fetchs_one_off_work(client) -> None:
+    """After warm_up the request path's connection is open and torch (the float16 widening)
+    imported: the first request pays neither."""
+    import sys
+
+    client.warm_up()
+    connections = client._online._request_conns
+    assert connections is not None and len(connections._idle) == 1
+    assert "torch" in sys.modules

@@ -100,13 +100,12 @@ fi
 
 echo "Airflow UI    $airflow_url   (the SOLARIS page: $airflow_url/solaris/)"
 
-# The components run in a process group of their own, each in the background with its output
-# prefixed with its name: Ctrl-C, a SIGTERM to this script, `make airflow-stop`
-# (scripts/airflow_stop.sh, through the group id kept in AIRFLOW_HOME/standalone.pgid) or any
-# component exiting stops that whole group: SIGTERM, then SIGKILL for what is left after 20 s.
+# The components run in a process group of their own (airflow_group, scripts/airflow_env.sh),
+# each in the background with its output prefixed with its name; any component exiting ends
+# the group, as do Ctrl-C and `make airflow-stop`.
 export AIRFLOW gpu_queue
-pgid_file="$AIRFLOW_HOME/standalone.pgid"
-setsid bash -c '
+status=0
+airflow_group bash -c '
 run() {
     local name="$1"
     shift
@@ -122,19 +121,5 @@ run worker "$AIRFLOW" celery worker --skip-serve-logs --without-gossip --without
 run worker-gpu "$AIRFLOW" celery worker --skip-serve-logs --without-gossip --without-mingle \
     --queues "$gpu_queue" --celery-hostname "gpu@%h" --concurrency 1
 wait -n
-' &
-group=$!
-echo "$group" >"$pgid_file"
-stop_group() {
-    trap - INT TERM
-    echo "stopping Airflow (process group $group)"
-    bash "$ROOT/scripts/airflow_stop.sh" "$group"
-    exit 130
-}
-trap stop_group INT TERM
-status=0
-wait "$group" || status=$?
-# The first component to exit ends the others.
-bash "$ROOT/scripts/airflow_stop.sh" "$group" >/dev/null
-rm -f "$pgid_file"
+' || status=$?
 exit "$status"

@@ -88,3 +88,23 @@ airflow_setup() {
     "$ROOT/.venv/bin/solaris" namespace apply ||
         echo "warning: Feast definitions not applied now; the namespace's first task will" >&2
 }
+
+# Run "$@" (an Airflow launch) in a process group of its own until it exits, as `make airflow`
+# and `make airflow-celery` do: the group id is kept in AIRFLOW_HOME/standalone.pgid, so
+# `make airflow-stop` (scripts/airflow_stop.sh) stops it from any shell; Ctrl-C or a SIGTERM
+# to the caller stops the whole group (SIGTERM, then SIGKILL for what is left after 20 s: the
+# LocalExecutor's workers ignore SIGTERM), and so does the command's own exit (what it left
+# running). Returns the command's exit status.
+airflow_group() {
+    local pgid_file="$AIRFLOW_HOME/standalone.pgid" status=0
+    setsid "$@" &
+    airflow_group_id=$!
+    echo "$airflow_group_id" >"$pgid_file"
+    trap 'trap - INT TERM; echo "stopping Airflow (process group $airflow_group_id)";
+          bash "$ROOT/scripts/airflow_stop.sh" "$airflow_group_id"; exit 130' INT TERM
+    wait "$airflow_group_id" || status=$?
+    trap - INT TERM
+    bash "$ROOT/scripts/airflow_stop.sh" "$airflow_group_id" >/dev/null
+    rm -f "$pgid_file"
+    return "$status"
+}

@@ -99,22 +99,9 @@ chmod +x "$shim/airflow"
 export PATH="$shim:$PATH"
 
 # `airflow standalone` alone leaves its components behind when it is stopped by its PID, and
-# the LocalExecutor's workers ignore SIGTERM: it runs in a process group of its own, and
-# Ctrl-C, a SIGTERM to this script or `make airflow-stop` (scripts/airflow_stop.sh, through
-# the group id kept in AIRFLOW_HOME/standalone.pgid) stop that whole group: SIGTERM, then
-# SIGKILL for what is left after 20 s.
-pgid_file="$AIRFLOW_HOME/standalone.pgid"
-setsid "$AIRFLOW" standalone &
-group=$!
-echo "$group" >"$pgid_file"
-stop_group() {
-    trap - INT TERM
-    echo "stopping Airflow (process group $group)"
-    bash "$ROOT/scripts/airflow_stop.sh" "$group"
-    exit 130
-}
-trap stop_group INT TERM
+# the LocalExecutor's workers ignore SIGTERM: it runs in a process group of its own
+# (airflow_group, scripts/airflow_env.sh), which Ctrl-C, a SIGTERM to this script or `make
+# airflow-stop` stop as a whole.
 status=0
-wait "$group" || status=$?
-rm -f "$pgid_file"
+airflow_group "$AIRFLOW" standalone || status=$?
 exit "$status"

@@ -560,30 +560,22 @@ class SolarisOnlineStore(OnlineStore):
             return None
         if not all(_user_request(v.spec) for v in plan.views):
             return None
-        n = len(items)
-        body = resp.frames(keys.member_fields(items)).tobytes()
-        packed: list[bytes] = []
         commands: list[tuple[bytes, str, np.ndarray | None]] = []
         for v in plan.views:
-            spec = v.spec
-            prefix = keys.view_key(config.project, spec)
-            if spec.partition is not None:
-                key = keys.partition_key(prefix, spec, user_id)
-            else:
-                key = prefix
-            raw = key.encode()
-            if spec.member is None:
-                packed.append(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(raw), raw))
+            key = keys.view_key(config.project, v.spec)
+            if v.spec.partition is not None:
+                key = keys.partition_key(key, v.spec, user_id)
+            if v.spec.member is None:
                 commands.append((b"GET", key, None))
             else:
-                packed.append(b"*%d\r\n$5\r\nHMGET\r\n$%d\r\n%s\r\n" % (n + 2, len(raw), raw))
-                packed.append(body)
                 commands.append((b"HMGET", key, items))
-        shapes = [n if v.spec.member is not None else None for v in plan.views]
+        shapes = [None if members is None else len(members) for _, _, members in commands]
         conns = self._request_conns
         if conns is None or conns.client is not client or conns.pid != os.getpid():
             conns = self._request_conns = _RequestConnections(client)
-        replies, self._reply_bytes = _read_uniform(conns, packed, shapes, self._reply_bytes)
+        replies, self._reply_bytes = _read_uniform(
+            conns, _pack(commands), shapes, self._reply_bytes
+        )
         replies = _absent_where_refused(replies, commands, self._refused_keys)
         out = {}
         for v, reply in zip(plan.views, replies, strict=True):
@@ -992,10 +984,6 @@ class _RequestConnections:
 
     def give(self, conn) -> None:
         self._idle.append(conn)
-
-    def close(self) -> None:
-        while self._idle:
-            self._idle.pop().disconnect()
 
 
 def _read_uniform(

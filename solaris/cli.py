@@ -246,6 +246,75 @@ def serve_command(
     )
 
 
+@app.command("nearline")
+def nearline_command(
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="the namespace whose embed stream is read; default: the config's"),
+    ] = None,
+    redis: Annotated[
+        str | None, typer.Option(help="Redis connection string; default: the config's store.redis")
+    ] = None,
+    consumer: Annotated[
+        str | None,
+        typer.Option(help="this consumer's name in the group; default: <host>-<pid>"),
+    ] = None,
+    log_every: Annotated[
+        float, typer.Option(min=0.1, help="seconds between throughput/lag/backlog lines")
+    ] = 10.0,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="torch's CPU threads (default: torch's); 1 leaves cores to a serving "
+            "process on the same host",
+        ),
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Embed the pairs serving selects, seconds after the request (docs/nearline.md): reads
+    the namespace's embed stream through a consumer group; FM -> autoencoder -> the pair
+    view, as the cycle writes it. Run several on one stream to split it. Stops on Ctrl-C
+    or SIGTERM after the batch in hand."""
+    import logging
+    import signal
+
+    if namespace is not None:
+        _namespace_arg(namespace, "--namespace")
+    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
+    connection = redis or cfg.store.redis
+    if not connection:
+        raise typer.BadParameter(
+            "no Redis to read: pass --redis host:port or set store.redis in the config",
+            param_hint="--redis",
+        )
+    from solaris.store.connection import ConnectionStringError, RedisTarget
+
+    try:
+        RedisTarget.parse(connection).check(cfg.store.redis_type)
+    except ConnectionStringError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--redis") from None
+    from solaris.orchestration.nearline import NearlineEmbedder
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    embedder = NearlineEmbedder(cfg, connection, consumer=consumer, log_every_s=log_every)
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, lambda *_: embedder.stop())
+    typer.echo(
+        f"near-line embedder {embedder.consumer} on {embedder.stream} "
+        f"(group {embedder.group}, fm_version {embedder.fm_version})"
+    )
+    try:
+        stats = embedder.run()
+    finally:
+        embedder.close()
+    typer.echo(f"stopped: {stats.figures()}")
+
+
 @namespace_app.command("reset")
 def namespace_reset(
     name: Annotated[str, typer.Argument(help="the namespace to forget")],
@@ -367,6 +436,14 @@ def replay_command(
     ttl_hours: Annotated[float | None, typer.Option(help="cache TTL")] = None,
     cadence_minutes: Annotated[float | None, typer.Option(help="refresh cadence")] = None,
     selector: Annotated[str, typer.Option(help="verifier | random | oracle")] = "verifier",
+    nearline_seconds: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="the near-line path instead of the cadence: codes usable this many seconds "
+            "after the request (make bench measures it)",
+        ),
+    ] = None,
 ) -> None:
     """Replay the request log with the trained verifier and report native pair coverage.
 
@@ -394,7 +471,7 @@ def replay_command(
     from solaris.examples.movielens.replay import replay_from_artifacts
 
     try:
-        result = replay_from_artifacts(cfg, selection, selector)
+        result = replay_from_artifacts(cfg, selection, selector, nearline_seconds)
     except FileNotFoundError as exc:  # no demo ran here yet: say so, not a traceback
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -403,7 +480,11 @@ def replay_command(
         f"({result.n_hits:,}/{result.n_eval_impressions:,} test-period impressions), "
         f"{result.fm_passes_per_1k_requests:,.0f} FM passes per 1,000 requests "
         f"[share {selection.share:g}, TTL {selection.ttl_hours:g} h, "
-        f"cadence {selection.cadence_minutes:g} min]"
+        + (
+            f"near-line, codes usable {nearline_seconds} s after the request]"
+            if nearline_seconds is not None
+            else f"cadence {selection.cadence_minutes:g} min]"
+        )
     )
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "CycleConfig",
     "DataConfig",
     "ModelConfig",
+    "NearlineConfig",
     "RequestLogConfig",
     "SelectionConfig",
     "SolarisConfig",
@@ -215,6 +216,44 @@ class SelectionConfig(Section):
     ttl_hours: Hours = 6.0
     cadence_minutes: Minutes = Field(
         15.0, description="candidates DAG schedule interval (1 s to a week)"
+    )
+
+
+class NearlineConfig(Section):
+    """The near-line path (``docs/nearline.md``): serving selects, ``solaris nearline`` embeds.
+
+    With ``enabled``, every request serving logs puts the top ``selection.share`` of its
+    candidates by the verifier's score that have no fresh code (and none pending) into the
+    namespace's embed stream; the embedder writes their codes seconds later. The interval
+    cycle skips what the near-line path took and keeps selecting the rest.
+    """
+
+    enabled: bool = Field(
+        False, description="serving selects into the embed stream as it logs each request"
+    )
+    stream_maxlen: int = Field(
+        100_000, gt=0, description="entries (requests) the embed stream keeps at most"
+    )
+    pending_seconds: float = Field(
+        120.0,
+        gt=0,
+        le=86_400,
+        description="how long a selected pair counts as pending (not selected again) before "
+        "its code arrives",
+    )
+    batch_pairs: int = Field(2_048, gt=0, description="most pairs of one embedder micro-batch")
+    batch_ms: Milliseconds = Field(
+        200.0, description="longest wait from a micro-batch's first entry to its forward pass"
+    )
+    claim_idle_ms: Milliseconds = Field(
+        30_000.0,
+        description="a consumer's unacknowledged entries idle this long are reclaimed by "
+        "another (XAUTOCLAIM)",
+    )
+    group: str = Field(
+        "embedders",
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="the Redis Streams consumer group the embedders share",
     )
 
 
@@ -477,6 +516,7 @@ class SolarisConfig(BaseSettings):
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     cycle: CycleConfig = Field(default_factory=CycleConfig)
+    nearline: NearlineConfig = Field(default_factory=NearlineConfig)
     artifacts_dir: Path = Path("artifacts")
     device: Literal["auto", "cpu", "cuda"] = "auto"
 

@@ -8,7 +8,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── ConfigError            (ValueError)    solaris.config: a bad setting, file or variable
     ├── ConnectionStringError  (ValueError)    solaris.store.connection: a bad Redis string
     ├── SchemaError            (ValueError)    solaris.data.schemas: a table breaks its contract
-    ├── SelectionError         (ValueError)    solaris.pipeline.select: bad selection input
+    ├── SelectionError         (ValueError)    solaris.selection: bad selection input
     ├── NeighborsError         (ValueError)    solaris.pipeline.neighbors: bad neighbour input
     ├── PartitionError         (ValueError)    solaris.store.partitions: a bad partition count
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs

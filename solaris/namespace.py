@@ -9,6 +9,7 @@ So every piece of state a cycle keeps is named by its namespace, and nothing els
 Feast project          ``<name>`` (every Redis key of the online store is ``<name>:...``)
 miss stream            ``<name>:misses``
 request-log stream     ``<name>:requests``
+embed stream           ``<name>:embed`` (the near-line path, ``solaris nearline``)
 serving metrics        ``<name>:serving_metrics``
 cycle state            ``<state root>/namespaces/<name>/`` (ledgers, codes, run records)
 offline feature rows   ``<offline root>/<name>/<view>/``
@@ -105,6 +106,17 @@ class Namespace:
     def request_streams(self, partitions: Partitioning) -> list[str]:
         """Every partition's request-log stream, in partition order."""
         return [self.request_stream_of(k, partitions) for k in range(partitions.count)]
+
+    @property
+    def embed_stream(self) -> str:
+        """The near-line path's stream of pairs serving selected
+        (:mod:`solaris.serving.nearline`), read by ``solaris nearline``."""
+        return f"{self.name}:embed"
+
+    @property
+    def nearline_status(self) -> str:
+        """A hash of each near-line embedder's last status (JSON per consumer), for the page."""
+        return f"{self.name}:nearline_status"
 
     @property
     def serving_metrics_stream(self) -> str:

@@ -8,6 +8,12 @@ them, and stay fresh for ``ttl_seconds`` (both ends inclusive: usable on
 ``[computed_at, computed_at + ttl]``, the rule the serving client and Feast's point-in-time
 join apply). A labelled impression is covered when its pair's embedding is available and
 fresh at the impression's time.
+
+With ``latency_seconds`` it models the near-line path instead (``solaris nearline``): a pair
+selected by a request at ``ts`` is usable from ``ts + latency_seconds`` (the measured
+request → code time), and is *pending* until then (neither served nor selected again).
+Requests are walked in slices of ``latency_seconds``: nothing selected in a slice becomes
+usable inside it, so the walk is exact.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ from tqdm.auto import tqdm
 
 from solaris.pipeline.select import pair_keys, select_mask
 
-__all__ = ["ReplayResult", "interval_end", "oracle_scores", "random_scores", "replay"]
+__all__ = [
+    "ReplayResult",
+    "interval_end",
+    "oracle_scores",
+    "random_scores",
+    "ready_time",
+    "replay",
+]
 
 _NEVER = np.iinfo(np.int64).min
 _TIME_SPAN = 1 << 33  # epoch seconds fit below this until the year 2242
@@ -49,6 +62,16 @@ def interval_end(ts: np.ndarray, cadence_seconds: int) -> np.ndarray:
     return (np.asarray(ts, np.int64) // cadence_seconds + 1) * cadence_seconds
 
 
+def ready_time(
+    ts: np.ndarray, cadence_seconds: int, latency_seconds: int | None = None
+) -> np.ndarray:
+    """When a pair selected by a request at ``ts`` becomes usable: the end of its
+    scheduling interval, or ``ts + latency_seconds`` on the near-line path."""
+    if latency_seconds is not None:
+        return np.asarray(ts, np.int64) + int(latency_seconds)
+    return interval_end(ts, cadence_seconds)
+
+
 def replay(
     candidates: pd.DataFrame,
     scores: np.ndarray,
@@ -56,6 +79,7 @@ def replay(
     share: float,
     ttl_seconds: int | np.ndarray,
     cadence_seconds: int,
+    latency_seconds: int | None = None,
     eval_from: int | None = None,
     progress: bool = False,
 ) -> ReplayResult:
@@ -63,12 +87,15 @@ def replay(
     scheduling intervals, select with ``scores`` and report native pair coverage.
 
     ``ttl_seconds`` is one TTL, or one per candidate row (an activity-aware TTL: a pair
-    selected by that row stays fresh for that row's TTL)."""
+    selected by that row stays fresh for that row's TTL). ``latency_seconds``: the near-line
+    path (see the module docstring); ``cadence_seconds`` is then unused."""
     if len(scores) != len(candidates):
         raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
     ttl = np.broadcast_to(np.asarray(ttl_seconds, dtype=np.int64), (len(candidates),))
     if cadence_seconds <= 0 or (ttl <= 0).any():
         raise ValueError("cadence_seconds and ttl_seconds must be positive")
+    if latency_seconds is not None and latency_seconds <= 0:
+        raise ValueError(f"latency_seconds must be positive, got {latency_seconds}")
     ts = candidates["ts"].to_numpy(np.int64)
     if len(ts) > 1 and (np.diff(ts) < 0).any():
         raise ValueError("candidates must be sorted by ts")
@@ -81,7 +108,8 @@ def replay(
 
     _, pair = np.unique(pair_keys(user_id, item_id), return_inverse=True)
     expires = np.full(pair.max() + 1 if len(pair) else 0, _NEVER, dtype=np.int64)
-    interval = ts // cadence_seconds
+    usable = np.zeros_like(expires)  # when the pair's latest code becomes usable
+    interval = ts // (cadence_seconds if latency_seconds is None else int(latency_seconds))
     bounds = np.flatnonzero(np.diff(interval)) + 1
     starts = np.concatenate([[0], bounds])
     stops = np.concatenate([bounds, [len(ts)]])
@@ -97,19 +125,20 @@ def replay(
     )
     for a, b in bar:
         rows = slice(a, b)
-        # The cache holds what earlier intervals computed; nothing from this one yet.
-        fresh = expires[pair[rows]] >= ts[rows]
-        hit[rows] = fresh
+        # The cache holds what earlier slices computed (or have pending); nothing from this one.
+        held = expires[pair[rows]] >= ts[rows]
+        hit[rows] = held & (usable[pair[rows]] <= ts[rows])
         sel = select_mask(
-            request_id[rows], user_id[rows], item_id[rows], ts[rows], scores[rows], fresh, share
+            request_id[rows], user_id[rows], item_id[rows], ts[rows], scores[rows], held, share
         )
         chosen[rows] = sel
-        ready = (interval[a] + 1) * cadence_seconds
+        ready = ready_time(ts[rows][sel], cadence_seconds, latency_seconds)
+        usable[pair[rows][sel]] = ready
         expires[pair[rows][sel]] = ready + ttl[rows][sel]
 
     in_eval = ts >= eval_from
     eval_impressions = labelled & in_eval
-    computed_at = interval_end(ts[chosen], cadence_seconds)
+    computed_at = ready_time(ts[chosen], cadence_seconds, latency_seconds)
     selections = pd.DataFrame(
         {
             "user_id": user_id[chosen],
@@ -138,7 +167,11 @@ def random_scores(n: int, seed: int) -> np.ndarray:
 
 
 def oracle_scores(
-    candidates: pd.DataFrame, *, ttl_seconds: int, cadence_seconds: int
+    candidates: pd.DataFrame,
+    *,
+    ttl_seconds: int,
+    cadence_seconds: int,
+    latency_seconds: int | None = None,
 ) -> np.ndarray:
     """1 for a row whose pair has a labelled impression inside the window in which an
     embedding selected now would be usable, else 0: the best any selector can do at a budget.
@@ -155,7 +188,7 @@ def oracle_scores(
     if not labelled.any():
         return np.zeros(len(ts))
     label_keys = np.sort(pair[labelled] * _TIME_SPAN + ts[labelled])
-    ready = interval_end(ts, cadence_seconds)
+    ready = ready_time(ts, cadence_seconds, latency_seconds)
     pos = np.searchsorted(label_keys, pair * _TIME_SPAN + ready, side="left")
     next_key = label_keys[np.minimum(pos, len(label_keys) - 1)]
     same_pair = (pos < len(label_keys)) & (next_key // _TIME_SPAN == pair)

@@ -326,6 +326,8 @@ def drain_request_log(
             earlier = request_log_frame(read_table(path, "request_log"), str(path))
             fresh = pd.concat([earlier, fresh], ignore_index=True)
         fresh = fresh.drop_duplicates(["request_id", "item_id"], ignore_index=True)
+        # Rows an earlier attempt stored lost their near-line mark (the cycle may select them).
+        fresh["nearline"] = fresh["nearline"].fillna(False).astype(bool)
         fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
         columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
         write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")
@@ -425,6 +427,7 @@ def with_misses(requests: pd.DataFrame, misses: pd.DataFrame, partition: int = 0
         request_id=PSEUDO_REQUEST_BASE + (partition << 32) + group,
         label=pd.array([pd.NA] * len(fresh), "Int8"),
         score=np.float32(np.nan),
+        nearline=False,
     )[list(requests.columns)]
     combined = pd.concat([requests, pseudo], ignore_index=True)
     return combined.sort_values("ts", kind="stable", ignore_index=True)
@@ -439,19 +442,25 @@ def ledger_cache(
 ) -> pd.DataFrame:
     """Pairs selected by earlier intervals that are still fresh at some point of this one:
     a code computed at ``end`` is fresh through ``end + ttl_s`` inclusive, so every interval
-    with ``end >= interval.start - ttl_s`` counts. Only partition ``partition``'s pairs
-    (of ``partitions``) when given: its own ledger files, or its rows of a whole one."""
+    with ``end >= interval.start - ttl_s`` counts; the pairs serving selected near-line in
+    those intervals (:meth:`~solaris.orchestration.layout.CycleLayout.nearline`) too. Only
+    partition ``partition``'s pairs (of ``partitions``) when given: its own ledger files, or
+    its rows of a whole one."""
     import numpy as np
     import pandas as pd
 
     from solaris.store.partitions import Partitioning
 
-    earlier = layout.intervals(
-        "selections", ending_after=interval.start - ttl_s - 1, ending_by=interval.start
-    )
     frames = []
-    for i in earlier:
-        files, mixed = layout.interval_files("selections", i, partition)
+    earlier = [
+        (kind, i)
+        for kind in _LEDGERS
+        for i in layout.intervals(
+            kind, ending_after=interval.start - ttl_s - 1, ending_by=interval.start
+        )
+    ]
+    for kind, i in earlier:
+        files, mixed = layout.interval_files(kind, i, partition)
         for path in files:
             frame = read_parquet(path, ["user_id", "item_id", "expires_at"])
             if mixed:
@@ -464,6 +473,10 @@ def ledger_cache(
             {c: np.zeros(0, np.int64) for c in ("user_id", "item_id", "expires_at")}
         )
     return pd.concat(frames, ignore_index=True)
+
+
+# The ledgers whose pairs the selection skips while fresh: the cycle's own, and near-line's.
+_LEDGERS = ("selections", "nearline")
 
 
 def code_age(layout: CycleLayout, interval: Interval, ttl_s: int) -> int | None:
@@ -546,9 +559,14 @@ def select_partitions(
     for partition in partitions:
         logged, drained = drain_request_log(cfg, redis, interval, partition)
         misses = _interval_misses(cfg, interval, drained_misses, partition)
-        batch = with_misses(logged, misses, partition)
+        marks = layout.nearline(interval, _part(parts, partition))
+        earlier = read_parquet(marks) if marks.is_file() else None  # a retried attempt's
+        batch, nearline = _without_nearline(with_misses(logged, misses, partition), ttl_s, earlier)
+        if len(nearline):
+            write_parquet(nearline, marks)
         scores = verifier.score(batch) if len(batch) else np.zeros(0, np.float32)
         cache = ledger_cache(layout, interval, ttl_s, partition, parts.count)
+        cache = pd.concat([cache, nearline[list(cache.columns)]], ignore_index=True)
         selected = select_candidates(
             batch.drop(columns="score"), scores, share=cfg.selection.share, cache=cache
         )
@@ -562,6 +580,7 @@ def select_partitions(
         figures["misses_drained"] += len(misses)
         figures["miss_candidates_added"] += len(batch) - len(logged)
         figures["selected"] += len(ledger)
+        figures["nearline_selected"] += len(nearline)
         figures["fm_passes"] += int(ledger[["user_id", "item_id"]].drop_duplicates().shape[0])
     return {
         **interval.as_dict(),
@@ -574,11 +593,40 @@ def select_partitions(
 _DRAIN_FIGURES = ("requests", "rows", "late", "stale_dropped", "left_for_later", "unreadable")
 _SELECT_FIGURES = (
     "candidates",
+    "nearline_selected",
     "misses_drained",
     "miss_candidates_added",
     "selected",
     "fm_passes",
 )
+
+
+def _without_nearline(
+    batch: pd.DataFrame, ttl_s: int, earlier: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The interval's candidates without the requests serving selected for near-line (their
+    budget is spent: the cycle selects nothing more for them), and the pairs it selected
+    (``request_id, user_id, item_id, ts, computed_at, expires_at``: fresh from the request
+    on, as the embedder writes them seconds later), which the selection skips like cached
+    ones. ``earlier``: what an earlier attempt of the run recorded (its drain deleted the
+    entries, so their rows come back from the request-log file without their marks)."""
+    import numpy as np
+    import pandas as pd
+
+    marked = batch.pop("nearline").to_numpy(bool) if "nearline" in batch else None
+    if marked is None:
+        marked = np.zeros(len(batch), bool)
+    if earlier is not None and len(earlier):
+        known = pd.MultiIndex.from_frame(earlier[["request_id", "item_id"]])
+        marked = marked | pd.MultiIndex.from_frame(batch[["request_id", "item_id"]]).isin(known)
+    taken = batch["request_id"].isin(batch.loc[marked, "request_id"]).to_numpy()
+    rows = batch.loc[marked, ["request_id", "user_id", "item_id", "ts"]]
+    ts = rows["ts"].to_numpy(np.int64)
+    nearline = rows.assign(computed_at=ts, expires_at=ts + np.int64(ttl_s))
+    if earlier is not None and len(earlier):
+        nearline = pd.concat([earlier[list(nearline.columns)], nearline], ignore_index=True)
+        nearline = nearline.drop_duplicates(["request_id", "item_id"], ignore_index=True)
+    return batch[~taken].reset_index(drop=True), nearline.reset_index(drop=True)
 
 
 def finish_interval(

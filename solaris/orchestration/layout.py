@@ -146,6 +146,11 @@ class CycleLayout:
         ``partition``'s file in the interval's folder."""
         return self._per_interval("selections", interval, partition)
 
+    def nearline(self, interval: Interval, partition: int | None = None) -> StatePath:
+        """The pairs serving selected near-line in ``interval`` (``solaris nearline`` embeds
+        them): a ledger the cycle skips but never embeds, laid out as :meth:`selections`."""
+        return self._per_interval("nearline", interval, partition)
+
     def _per_interval(self, kind: str, interval: Interval, partition: int | None) -> StatePath:
         if partition is None:
             return self.root / kind / f"{interval.key}.parquet"

@@ -283,21 +283,29 @@ def embed_pairs(
     device: torch.device | str = "cpu",
     progress: bool = False,
     prefetch: int | None = None,
+    as_of: np.ndarray | None = None,
 ) -> pa.Table:
     """Pair-embedding rows for ``pairs`` (``user_id, item_id``), computed at ``computed_at``.
 
     ``computed_at`` is epoch seconds, one value for the shard or one per pair. Features are
-    taken as of that time: the FM sees the user's history strictly before it, never the
-    requests that will read the embedding later. Returns ``pair_embeddings_schema(z_dim)``.
+    taken as of that time (or of ``as_of``, one per pair, at or before it: the near-line
+    path embeds as of each request and stamps the code when it is written): the FM sees
+    the user's history strictly before it, never the requests that will read the
+    embedding later. Returns ``pair_embeddings_schema(z_dim)``.
     ``prefetch``: batches built ahead (:func:`encode_pairs`).
     """
     users = pairs["user_id"].to_numpy(np.int64)
     items = pairs["item_id"].to_numpy(np.int64)
     ts = np.broadcast_to(np.asarray(computed_at, dtype=np.int64), (len(pairs),)).copy()
+    features_ts = ts
+    if as_of is not None:
+        features_ts = np.asarray(as_of, np.int64)
+        if features_ts.shape != ts.shape or (features_ts > ts).any():
+            raise ValueError("as_of must hold one time per pair, none after computed_at")
     z = encode_pairs(
         users,
         items,
-        ts,
+        features_ts,
         fm=fm,
         autoencoder=autoencoder,
         batch_size=batch_size,

@@ -8,12 +8,10 @@ selector spend its budget on new pairs instead of re-picking the same ones every
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import pandas as pd
 
-from solaris.errors import SolarisError
+from solaris.selection import SelectionError, request_budget
 
 __all__ = [
     "PAIR_KEY_SHIFT",
@@ -27,11 +25,6 @@ __all__ = [
 PAIR_KEY_SHIFT = 32  # pair key = user_id << 32 | item_id
 _CANDIDATE_COLUMNS = ("request_id", "user_id", "item_id", "ts")
 _CACHE_COLUMNS = ("user_id", "item_id", "expires_at")
-
-
-class SelectionError(SolarisError, ValueError):
-    """Candidates, scores, cache rows or a share that selection cannot use. The message
-    names the input, its column and the first offending row; nothing was selected."""
 
 
 def pair_keys(user_id: np.ndarray, item_id: np.ndarray, *, source: str = "") -> np.ndarray:
@@ -49,17 +42,6 @@ def pair_keys(user_id: np.ndarray, item_id: np.ndarray, *, source: str = "") -> 
                 "64 bits (map larger ids into 31 bits)"
             )
     return (users << PAIR_KEY_SHIFT) | items
-
-
-def request_budget(n_candidates: np.ndarray, share: float) -> np.ndarray:
-    """Pairs each request may select: ``ceil(share * n)``, so every request gets at least one."""
-    if (
-        isinstance(share, bool)
-        or not isinstance(share, numbers.Real)
-        or not 0 < share <= 1  # NaN fails too
-    ):
-        raise SelectionError(f"selection share must be in (0, 1], got {share!r}")
-    return np.ceil(np.asarray(n_candidates) * share - 1e-9).astype(np.int64)
 
 
 def select_mask(

@@ -65,10 +65,18 @@ from solaris.errors import SolarisError
 from solaris.namespace import Namespace
 from solaris.serving.metrics import PUBLISH_EVERY_S, ClientState, ServingMetrics
 from solaris.serving.misses import append_misses
+from solaris.serving.nearline import NearlineSelector
 from solaris.serving.request_log import append_request
 from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
 from solaris.store.codec import widen
-from solaris.store.contract import FEATURE_SERVICE, ITEM_ID, REQUEST_TS, USER_ID, epoch_seconds
+from solaris.store.contract import (
+    FEATURE_SERVICE,
+    ITEM_ID,
+    PAIR,
+    REQUEST_TS,
+    USER_ID,
+    epoch_seconds,
+)
 from solaris.store.partitions import Partitioning
 
 if TYPE_CHECKING:
@@ -123,6 +131,11 @@ class FetchStats:
             with at least one item) written.
         requests_dropped: request-log entries not written (Redis error, too many writes
             pending, or the client closed).
+        nearline_logged: embed-stream entries (one per logged request with pairs to embed)
+            written by serving-time selection (``nearline.enabled``;
+            :mod:`solaris.serving.nearline`).
+        nearline_failed: logged requests whose near-line selection failed (Redis error);
+            the cycle selects for them instead.
     """
 
     requests: int = 0
@@ -136,6 +149,8 @@ class FetchStats:
     misses_dropped: int = 0
     requests_logged: int = 0
     requests_dropped: int = 0
+    nearline_logged: int = 0
+    nearline_failed: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -432,6 +447,18 @@ class SolarisFeatures:
             "requests_dropped": set(),
         }
         self._last_warning = -math.inf
+        self._nearline = (
+            NearlineSelector(
+                self.namespace,
+                PAIR.params(cfg),
+                fm_version,
+                share=cfg.selection.share,
+                maxlen=cfg.nearline.stream_maxlen,
+                pending_s=cfg.nearline.pending_seconds,
+            )
+            if cfg.nearline.enabled
+            else None
+        )
         self.metrics = ServingMetrics(
             self.namespace.name, self._metrics_state, registry=metrics_registry
         )
@@ -751,9 +778,19 @@ class SolarisFeatures:
     def _write_request(
         self, rid: int, user: int, items: np.ndarray, scores: np.ndarray, ts: int
     ) -> None:
+        client = self._misses_client()
+        nearline = None
+        if self._nearline is not None:
+            try:
+                nearline = self._nearline.select(client, user, items, scores, ts)
+            except Exception as exc:  # the cycle selects for this request instead
+                self._bump(nearline_failed=1)
+                self._warn("near-line selection failed (%s: %s)", type(exc).__name__, exc)
+            else:
+                self._bump(nearline_logged=int(len(nearline) > 0))
         try:
             stream, maxlen = self._request_log(user), self.cfg.store.request_log_maxlen
-            append_request(self._misses_client(), stream, maxlen, rid, user, items, scores, ts)
+            append_request(client, stream, maxlen, rid, user, items, scores, ts, nearline=nearline)
         except Exception as exc:  # the log is best effort; serving goes on
             self._bump(requests_dropped=1)
             self._warn("request log append failed (%s: %s)", type(exc).__name__, exc)

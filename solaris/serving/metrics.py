@@ -131,6 +131,8 @@ STREAM_WRITE_STATS: dict[tuple[str, str], str] = {
     ("misses", "dropped"): "misses_dropped",
     ("requests", "written"): "requests_logged",
     ("requests", "dropped"): "requests_dropped",
+    ("embed", "written"): "nearline_logged",
+    ("embed", "dropped"): "nearline_failed",
 }
 
 

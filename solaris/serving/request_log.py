@@ -7,7 +7,9 @@ dropped first). The candidates DAG drains it once per interval.
 Entry fields: ``rid`` (the request id, decimal), ``user`` (decimal), ``ts`` (epoch seconds,
 decimal), ``items`` (the candidate ids as little-endian int64 bytes) and ``scores`` (the
 verifier's scores as little-endian float32 bytes, one per item): one entry per request
-instead of one per candidate.
+instead of one per candidate. With the near-line path on, ``nl`` holds the items serving
+already put into the embed stream (int64 bytes, :mod:`solaris.serving.nearline`): the
+drain marks those rows (``nearline``) and the cycle spends no budget on them.
 
 **Exactly once.** Unlike the miss stream (whose drain deletes what it returns in one atomic
 step, because a lost miss only costs a later pair code), a lost request-log row is a lost
@@ -56,6 +58,7 @@ from solaris.serving.streams import (
 from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID, epoch_seconds
 
 __all__ = [
+    "NEARLINE",
     "REQUEST_ID",
     "SCORE",
     "RequestLogBatch",
@@ -68,6 +71,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_ID = "request_id"
 SCORE = "score"
+NEARLINE = "nearline"  # the row's pair went to the embed stream as it was logged
 
 _INT_COLUMNS = (REQUEST_ID, USER_ID, ITEM_ID, "ts")
 _FIELDS = (b"rid", b"user", b"ts", b"items", b"scores")
@@ -86,8 +90,13 @@ def append_request(
     item_ids: Sequence[int] | np.ndarray,
     scores: Sequence[float] | np.ndarray,
     ts: int,
+    *,
+    nearline: np.ndarray | None = None,
 ) -> bytes | None:
     """Append one served request; returns the entry id (``None`` if it had no items).
+
+    ``nearline``: the item ids serving already selected into the embed stream (stored as
+    the ``nl`` field when there are any).
 
     ``maxlen`` is applied exactly (``MAXLEN = maxlen``, not ``~``), so the stream is bounded
     by ``maxlen`` entries (requests), each holding ``12 · len(item_ids)`` bytes of ids and
@@ -137,6 +146,8 @@ def append_request(
         "items": np.ascontiguousarray(raw_items, dtype="<i8").tobytes(),
         "scores": values.tobytes(),
     }
+    if nearline is not None and len(nearline):
+        fields["nl"] = np.ascontiguousarray(nearline, dtype="<i8").tobytes()
     return client.xadd(stream, fields, maxlen=int(maxlen), approximate=False)
 
 
@@ -146,8 +157,8 @@ class RequestLogBatch:
 
     Attributes:
         rows: one row per candidate of the entries stamped before ``before``, in stream
-            order: int64 ``request_id``, ``user_id``, ``item_id``, ``ts`` and float32
-            ``score``.
+            order: int64 ``request_id``, ``user_id``, ``item_id``, ``ts``, float32
+            ``score`` and bool ``nearline`` (serving selected the pair near-line).
         ids: the entries the caller may delete once it has stored ``rows``: those rows'
             entries *and* the skipped ones (a bad entry is removed, not read forever).
         later: entries stamped at or after ``before``, left for a later run (not in ``ids``).
@@ -186,7 +197,7 @@ def read_request_log(
     ids: list[bytes] = []
     skipped: list[tuple[bytes, str]] = []
     later = 0
-    parsed: list[tuple[int, int, int, bytes, bytes]] = []
+    parsed: list[tuple[int, int, int, bytes, bytes, bytes]] = []
     for entry_id, raw in _entries(client, stream, None if count is None else int(count)):
         try:
             entry = _parse_entry(raw, max_items)
@@ -233,13 +244,14 @@ def _entries(client: redis.Redis, stream: str, count: int | None):
         start = b"(" + as_bytes(entries[-1][0])
 
 
-def _rows(parsed: list[tuple[int, int, int, bytes, bytes]]) -> pd.DataFrame:
+def _rows(parsed: list[tuple[int, int, int, bytes, bytes, bytes]]) -> pd.DataFrame:
     """One row per candidate of the parsed entries (one ``frombuffer`` per column)."""
     if not parsed:
         frame = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in _INT_COLUMNS})
         frame[SCORE] = np.zeros(0, dtype=np.float32)
+        frame[NEARLINE] = np.zeros(0, dtype=bool)
         return frame
-    rids, users, times, item_blobs, score_blobs = zip(*parsed, strict=True)
+    rids, users, times, item_blobs, score_blobs, nl_blobs = zip(*parsed, strict=True)
     lengths = np.fromiter((len(b) // 8 for b in item_blobs), dtype=np.int64, count=len(parsed))
     frame = pd.DataFrame(
         {
@@ -250,12 +262,31 @@ def _rows(parsed: list[tuple[int, int, int, bytes, bytes]]) -> pd.DataFrame:
         }
     )
     frame[SCORE] = np.frombuffer(b"".join(score_blobs), dtype="<f4").astype(np.float32)
+    frame[NEARLINE] = _nearline_rows(frame, rids, nl_blobs)
     return frame
 
 
-def _parse_entry(raw, max_items: int | None = None) -> tuple[int, int, int, bytes, bytes]:
-    """``(request id, user, ts, item bytes, score bytes)`` of one entry; ``ValueError``
-    saying what is wrong."""
+def _nearline_rows(
+    frame: pd.DataFrame, rids: tuple[int, ...], blobs: tuple[bytes, ...]
+) -> np.ndarray:
+    """``[rows]`` bool: the row's (request, item) is among its entry's ``nl`` items."""
+    out = np.zeros(len(frame), dtype=bool)
+    if not any(blobs):
+        return out
+    lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=len(blobs))
+    marked = pd.MultiIndex.from_arrays(
+        [
+            np.repeat(np.asarray(rids, np.int64), lengths),
+            np.frombuffer(b"".join(blobs), dtype="<i8").astype(np.int64),
+        ]
+    )
+    rows = pd.MultiIndex.from_arrays([frame[REQUEST_ID].to_numpy(), frame[ITEM_ID].to_numpy()])
+    return rows.isin(marked)
+
+
+def _parse_entry(raw, max_items: int | None = None) -> tuple[int, int, int, bytes, bytes, bytes]:
+    """``(request id, user, ts, item bytes, score bytes, near-line item bytes)`` of one
+    entry; ``ValueError`` saying what is wrong."""
     try:
         fields = entry_fields(raw)
     except (TypeError, ValueError) as exc:
@@ -280,4 +311,9 @@ def _parse_entry(raw, max_items: int | None = None) -> tuple[int, int, int, byte
         raise ValueError("negative item id")
     if not np.isfinite(np.frombuffer(scores, dtype="<f4")).all():
         raise ValueError("score not finite")
-    return rid, user, ts, items, scores
+    nearline = fields.get(b"nl", b"")
+    if len(nearline) % 8 or len(nearline) > len(items):
+        raise ValueError(
+            f"nl must be at most the entry's items as int64, got {len(nearline)} bytes"
+        )
+    return rid, user, ts, items, scores, nearline

@@ -22,6 +22,7 @@ from solaris.store.contract import ViewSpec
 __all__ = [
     "SERVER_SETTINGS",
     "member_field",
+    "member_field_list",
     "member_fields",
     "partition_key",
     "project_pattern",
@@ -58,6 +59,13 @@ def partition_key(prefix: str, spec: ViewSpec, partition_id: int) -> str:
 def member_fields(ids: np.ndarray) -> np.ndarray:
     """Hash fields of member ids: ``V8`` numpy values, the ids as little-endian int64."""
     return np.ascontiguousarray(ids, dtype="<i8").view("V8")
+
+
+def member_field_list(ids: np.ndarray) -> list[bytes]:
+    """Hash fields of member ids as a list of ``bytes``, the form redis-py's commands take
+    (``HMGET``, ``HDEL``, ``HSET`` mappings) off the request path."""
+    blob = np.ascontiguousarray(ids, dtype="<i8").tobytes()
+    return [blob[k : k + 8] for k in range(0, len(blob), 8)]
 
 
 def member_field(member_id: int) -> bytes:

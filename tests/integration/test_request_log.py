@@ -63,6 +63,7 @@ def _expected(rows: list[tuple[int, int, int, int, float]]) -> pd.DataFrame:
             "item_id": np.asarray(item, np.int64),
             "ts": np.asarray(ts, np.int64),
             "score": np.asarray(score, np.float32),
+            "nearline": np.zeros(len(rid), bool),
         }
     )
 
@@ -112,7 +113,14 @@ def test_count_limits_the_entries_read_oldest_first(client, stream) -> None:
 def test_an_absent_stream_reads_empty(client, stream) -> None:
     batch = read_request_log(client, stream, before=100)
     assert batch.rows.empty
-    assert list(batch.rows.columns) == ["request_id", "user_id", "item_id", "ts", "score"]
+    assert list(batch.rows.columns) == [
+        "request_id",
+        "user_id",
+        "item_id",
+        "ts",
+        "score",
+        "nearline",
+    ]
     assert (batch.ids, batch.later, batch.skipped) == ([], 0, [])
     assert delete_entries(client, stream, []) == 0
 
@@ -230,3 +238,39 @@ def test_an_entry_stamped_centuries_ahead_is_skipped_and_deleted_not_kept_foreve
     ]
     delete_entries(client, key, batch.ids)
     assert client.xlen(key) == 0
+
+
+def test_the_items_serving_selected_near_line_come_back_marked_on_their_rows(
+    client, stream
+) -> None:
+    append_request(client, stream, 100, 21, 1, [10, 11, 12], [0.1, 0.9, 0.5], 100, nearline=[11])
+    append_request(client, stream, 100, 22, 1, [11, 13], [0.3, 0.2], 101)
+
+    rows = read_request_log(client, stream, before=200).rows
+
+    assert rows[["request_id", "item_id", "nearline"]].values.tolist() == [
+        [21, 10, False],
+        [21, 11, True],
+        [21, 12, False],
+        [22, 11, False],
+        [22, 13, False],
+    ]
+
+
+def test_an_entry_whose_near_line_items_outnumber_its_items_is_skipped(client, stream) -> None:
+    client.xadd(
+        stream,
+        {
+            "rid": 5,
+            "user": 1,
+            "ts": 100,
+            "items": np.int64([7]).tobytes(),
+            "scores": np.float32([0.5]).tobytes(),
+            "nl": np.int64([7, 8]).tobytes(),
+        },
+    )
+
+    batch = read_request_log(client, stream, before=200)
+
+    assert len(batch.rows) == 0 and len(batch.skipped) == 1
+    assert "nl must be at most" in batch.skipped[0][1]

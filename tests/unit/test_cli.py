@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -52,7 +53,10 @@ def test_serve_refuses_bad_arguments_before_starting(args: list[str], says: str)
     assert result.exit_code == 2 and says in result.output, result.output
 
 
-def test_serve_without_codes_names_what_to_run() -> None:
+def test_serve_without_codes_names_what_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path))  # not a demo's models
     result = CliRunner().invoke(
         app, ["serve", "--namespace", "nocodes_here", "--redis", "localhost:6379"]
     )

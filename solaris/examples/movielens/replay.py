@@ -17,9 +17,13 @@ SELECTORS = ("verifier", "random", "oracle")
 
 
 def replay_from_artifacts(
-    cfg: SolarisConfig, selection: SelectionConfig, selector: str = "verifier"
+    cfg: SolarisConfig,
+    selection: SelectionConfig,
+    selector: str = "verifier",
+    latency_seconds: int | None = None,
 ) -> ReplayResult:
-    """Replay the saved request log with ``selector`` under ``selection`` settings."""
+    """Replay the saved request log with ``selector`` under ``selection`` settings; with
+    ``latency_seconds``, on the near-line path (codes usable that long after the request)."""
     if selector not in SELECTORS:
         raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
     log_path = Path(cfg.artifacts_dir) / "log" / "candidates.parquet"
@@ -35,7 +39,12 @@ def replay_from_artifacts(
     elif selector == "random":
         scores = random_scores(len(candidates), cfg.train.seed)
     else:
-        scores = oracle_scores(candidates, ttl_seconds=ttl_s, cadence_seconds=cadence_s)
+        scores = oracle_scores(
+            candidates,
+            ttl_seconds=ttl_s,
+            cadence_seconds=cadence_s,
+            latency_seconds=latency_seconds,
+        )
     split = load_split(models_dir)  # the models' own test period, whatever cfg says now
     return replay(
         candidates,
@@ -43,6 +52,7 @@ def replay_from_artifacts(
         share=selection.share,
         ttl_seconds=ttl_s,
         cadence_seconds=cadence_s,
+        latency_seconds=latency_seconds,
         eval_from=split.val_end,
         progress=True,
     )

@@ -93,7 +93,7 @@ class FakeStream:
 
 
 def test_parse_entry_reads_a_dict_and_a_flat_field_list() -> None:
-    expected = (RID, USER, TS, ITEMS.tobytes(), SCORES.tobytes())
+    expected = (RID, USER, TS, ITEMS.tobytes(), SCORES.tobytes(), b"")
     assert _parse_entry(_fields()) == expected
     flat = [x for kv in _fields().items() for x in kv]
     assert _parse_entry(flat) == expected
@@ -115,6 +115,7 @@ def test_a_fake_entry_round_trips_through_append_and_the_parser() -> None:
             "item_id": ITEMS.astype(np.int64),
             "ts": np.full(3, TS, np.int64),
             "score": SCORES,
+            "nearline": np.zeros(3, bool),
         }
     )
     pd.testing.assert_frame_equal(rows, expected)
@@ -123,9 +124,9 @@ def test_a_fake_entry_round_trips_through_append_and_the_parser() -> None:
 
 def test_rows_of_nothing_is_an_empty_frame_with_the_columns_and_dtypes() -> None:
     rows = _rows([])
-    assert list(rows.columns) == ["request_id", "user_id", "item_id", "ts", "score"]
+    assert list(rows.columns) == ["request_id", "user_id", "item_id", "ts", "score", "nearline"]
     assert rows.empty
-    assert [str(t) for t in rows.dtypes] == ["int64"] * 4 + ["float32"]
+    assert [str(t) for t in rows.dtypes] == ["int64"] * 4 + ["float32", "bool"]
 
 
 @pytest.mark.parametrize("missing", ["rid", "user", "ts", "items", "scores"])

@@ -1,0 +1,148 @@
+"""The near-line path's serving half: selection as a request is logged, and the embed stream.
+
+With ``nearline.enabled``, :meth:`~solaris.serving.client.SolarisFeatures.log_request`
+selects on its writer thread (off the request path, after the request-log entry is queued):
+
+1. one pipelined round trip reads the request's candidates from the user's ``pair`` hash
+   and from the user's *pending* hash (``<ns>:nlpend:{u:<id>}``, item field → the epoch
+   second it was selected, 8 bytes little-endian); a candidate is skipped when its code is
+   fresh at the request's time for this client's ``fm_version`` (the serving rule,
+   :meth:`~solaris.store.codec.ViewRows.fresh`) or it was selected less than
+   ``nearline.pending_seconds`` ago;
+2. the request's top ``selection.share`` of the rest by the verifier's score
+   (:func:`solaris.selection.top_share`, the cycle's rule) become one entry of the
+   namespace's embed stream (``<ns>:embed``, exact ``MAXLEN`` of ``nearline.stream_maxlen``
+   entries), and are marked pending, in a second round trip.
+
+Entry fields: ``user`` and ``ts`` (decimals) and ``items`` (the selected item ids as
+little-endian int64 bytes). The embedder (``solaris nearline``,
+:mod:`solaris.orchestration.nearline`) reads them through a consumer group and checks
+every entry with :func:`parse_entry`: anyone who can write to Redis can write one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import redis
+
+from solaris.namespace import Namespace
+from solaris.selection import top_share
+from solaris.serving.streams import check_items, check_stamp, decimal, entry_fields
+from solaris.store.codec import decode_records
+from solaris.store.contract import FM_VERSION, MAX_EPOCH_S, PAIR, ViewParams
+from solaris.store.keys import member_field_list, partition_key, view_key
+
+__all__ = [
+    "EmbedEntry",
+    "NearlineSelector",
+    "parse_entry",
+    "pending_key",
+]
+
+_FIELDS = (b"user", b"ts", b"items")
+_NO_MARK = b"\x00" * 8
+
+
+def pending_key(namespace: str, user: int) -> str:
+    """The hash of ``user``'s pending selections: in the user's slot, under the namespace."""
+    return f"{namespace}:nlpend:{{u:{int(user)}}}"
+
+
+@dataclass(frozen=True)
+class EmbedEntry:
+    """One checked embed-stream entry: ``user``'s ``items`` selected by a request at ``ts``."""
+
+    user: int
+    ts: int
+    items: np.ndarray  # [k] int64
+
+
+def parse_entry(raw: object, max_items: int | None = None) -> EmbedEntry:
+    """An embed-stream entry's fields, checked; ``ValueError`` saying what is wrong."""
+    try:
+        fields = entry_fields(raw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed fields ({exc})") from None
+    missing = [k.decode() for k in _FIELDS if k not in fields]
+    if missing:
+        raise ValueError(f"missing fields {missing}")
+    user = decimal(fields[b"user"], "user", 2**63)
+    ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
+    check_stamp(ts)
+    blob = fields[b"items"]
+    if not blob or len(blob) % 8:
+        raise ValueError(f"items must be int64 bytes, got {len(blob)} bytes")
+    check_items(len(blob) // 8, max_items)
+    items = np.frombuffer(blob, dtype="<i8").astype(np.int64)
+    if (items < 0).any():
+        raise ValueError("negative item id")
+    return EmbedEntry(user, ts, items)
+
+
+class NearlineSelector:
+    """Serving-time selection into the embed stream for one namespace and FM version.
+
+    Args:
+        namespace: whose keys (``<name>:pair:...``) and embed stream
+            (:attr:`~solaris.namespace.Namespace.embed_stream`) it uses.
+        pair: the ``pair`` view's settings (``PAIR.params(cfg)``): its read TTL decides
+            what is fresh.
+        fm_version: the version the VM reads; a code of another version is not fresh.
+        share, maxlen, pending_s: ``selection.share``, ``nearline.stream_maxlen``,
+            ``nearline.pending_seconds``.
+    """
+
+    def __init__(
+        self,
+        namespace: Namespace,
+        pair: ViewParams,
+        fm_version: str,
+        *,
+        share: float,
+        maxlen: int,
+        pending_s: float,
+    ) -> None:
+        self.namespace = namespace.name
+        self.stream = namespace.embed_stream
+        self._pair_prefix = view_key(namespace.project, PAIR)
+        self._params = pair
+        self._version = fm_version.encode()
+        self._share = share
+        self._maxlen = int(maxlen)
+        self._pending_s = float(pending_s)
+
+    def select(
+        self, client: redis.Redis, user: int, items: np.ndarray, scores: np.ndarray, ts: int
+    ) -> np.ndarray:
+        """Select among one logged request's candidates and queue them; returns the item ids
+        put into the embed stream (``[k]`` int64, best first; none when every candidate is
+        fresh or pending). Redis errors propagate (the caller runs this off the request
+        path and counts them)."""
+        fields = member_field_list(items)
+        key = partition_key(self._pair_prefix, PAIR, user)
+        pending = pending_key(self.namespace, user)
+        read = client.pipeline(transaction=False)
+        read.hmget(key, fields)
+        read.hmget(pending, fields)
+        records, marks = read.execute()
+        rows = decode_records(PAIR, self._params, records)
+        fresh = rows.fresh(ts, self._params.read_ttl_s) & (rows.values[FM_VERSION] == self._version)
+        marked = np.frombuffer(b"".join(m or _NO_MARK for m in marks), "<i8")
+        skip = fresh | (marked > ts - self._pending_s)
+        chosen = items[top_share(items, scores, skip, self._share)]
+        if len(chosen) == 0:
+            return chosen
+        write = client.pipeline(transaction=False)
+        write.xadd(
+            self.stream,
+            {"user": user, "ts": ts, "items": np.ascontiguousarray(chosen, "<i8").tobytes()},
+            maxlen=self._maxlen,
+            approximate=False,
+        )
+        stamp = np.int64(ts).astype("<i8").tobytes()
+        write.hset(pending, mapping=dict.fromkeys(member_field_list(chosen), stamp))
+        write.expire(pending, max(1, int(np.ceil(self._pending_s))))
+        write.execute()
+        return chosen

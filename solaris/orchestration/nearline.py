@@ -75,6 +75,7 @@ class NearlineStats:
 
     Attributes:
         entries: entries taken (read or reclaimed), malformed ones included.
+        pairs_read: the pairs those entries hold (readable ones).
         reclaimed: entries taken over from another consumer (``XAUTOCLAIM``).
         malformed: entries skipped as unreadable (acknowledged and deleted).
         pairs: distinct pairs of the batches.
@@ -85,6 +86,7 @@ class NearlineStats:
     """
 
     entries: int = 0
+    pairs_read: int = 0
     reclaimed: int = 0
     malformed: int = 0
     pairs: int = 0
@@ -183,6 +185,13 @@ class NearlineEmbedder:
             if "BUSYGROUP" not in str(exc):
                 raise
 
+    def _wanted(self, pairs: int) -> int:
+        """Entries to ask for to reach ``batch_pairs`` from ``pairs``, at the pairs per
+        entry seen so far (a request selects a handful)."""
+        seen = max(self.stats.pairs_read, 1) / max(self.stats.entries, 1)
+        left = self.cfg.nearline.batch_pairs - pairs
+        return int(min(_READ_ENTRIES, max(1, left // max(seen, 1.0))))
+
     def _next_batch(self) -> list[tuple[bytes, Any]]:
         """The next micro-batch's raw entries: abandoned ones first, then new ones until
         ``batch_pairs`` pairs (counted from the entries' sizes) or ``batch_ms``."""
@@ -198,7 +207,11 @@ class NearlineEmbedder:
                 if block <= 0:
                     break
             reply = self._redis.xreadgroup(
-                self.group, self.consumer, {self.stream: ">"}, count=_READ_ENTRIES, block=block
+                self.group,
+                self.consumer,
+                {self.stream: ">"},
+                count=self._wanted(pairs),
+                block=block,
             )
             got = reply[0][1] if reply else []
             if not got:
@@ -211,6 +224,7 @@ class NearlineEmbedder:
                 entries.append((as_bytes(entry_id), raw))
                 pairs += _size(raw)
         self.stats.entries += len(entries)
+        self.stats.pairs_read += pairs
         return entries
 
     def _reclaim(self) -> list[tuple[bytes, Any]]:
@@ -221,7 +235,7 @@ class NearlineEmbedder:
             self.consumer,
             min_idle_time=int(self.cfg.nearline.claim_idle_ms),
             start_id=self._claim_cursor,
-            count=_READ_ENTRIES,
+            count=self._wanted(0),
         )
         cursor, claimed = reply[0], reply[1]
         self._claim_cursor = as_bytes(cursor).decode()

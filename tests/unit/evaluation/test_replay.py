@@ -437,3 +437,87 @@ def test_replay_request_after_mid_interval_expiry_reselects_the_pair():
     _assert_selections(
         result.selections, _selections([(1, 10, 0, 600, 1600), (1, 10, 1700, 1800, 2800)])
     )
+
+
+# ------------------------------------------------------------------ the near-line path
+
+
+def _reference_nearline(
+    log: pd.DataFrame, scores: np.ndarray, share: float, ttl: int, latency: int
+) -> tuple[list[bool], list[bool]]:
+    """Per-row (hit, selected) of the near-line path, one request at a time: a pair
+    selected at ``ts`` is pending until ``ts + latency``, then fresh for ``ttl``."""
+    rows = list(log[["request_id", "user_id", "item_id", "ts"]].itertuples(index=False))
+    exact_share = Fraction(str(share))
+    cache: dict[tuple[int, int], tuple[int, int]] = {}  # pair -> (usable_at, expires_at)
+    hit = [False] * len(rows)
+    selected = [False] * len(rows)
+    requests: dict[int, list[int]] = {}
+    for pos, row in enumerate(rows):
+        requests.setdefault(row.request_id, []).append(pos)
+    for request in sorted(requests, key=lambda r: (rows[requests[r][0]].ts, r)):
+        mine = requests[request]
+        ts = rows[mine[0]].ts
+        held = {}
+        for p in mine:
+            usable, expires = cache.get((rows[p].user_id, rows[p].item_id), (0, -(10**18)))
+            held[p] = expires >= ts
+            hit[p] = held[p] and usable <= ts
+        product = exact_share * len(mine)
+        budget = -(-product.numerator // product.denominator)
+        eligible = sorted(
+            (p for p in mine if not held[p]), key=lambda p: (-scores[p], rows[p].item_id)
+        )
+        taken: set[int] = set()
+        for p in eligible:
+            if len(taken) == budget or rows[p].item_id in taken:
+                continue
+            taken.add(rows[p].item_id)
+            selected[p] = True
+            cache[(rows[p].user_id, rows[p].item_id)] = (ts + latency, ts + latency + ttl)
+    return hit, selected
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(("ttl", "latency"), [(1800, 30), (3600, 600), (600, 1)])
+def test_nearline_replay_matches_a_request_at_a_time_reference(seed, ttl, latency):
+    log = _random_log(seed)
+    scores = np.round(np.random.default_rng(seed + 1000).random(len(log)), 1)  # ties
+    result = replay(
+        log, scores, share=0.3, ttl_seconds=ttl, cadence_seconds=900, latency_seconds=latency
+    )
+    hit, selected = _reference_nearline(log, scores, 0.3, ttl, latency)
+    np.testing.assert_array_equal(result.hit, hit)
+    chosen = log[np.array(selected)]
+    expected = pd.DataFrame(
+        {
+            "user_id": chosen["user_id"],
+            "item_id": chosen["item_id"],
+            "request_ts": chosen["ts"],
+            "computed_at": chosen["ts"] + latency,
+            "expires_at": chosen["ts"] + latency + ttl,
+        }
+    ).astype("int64")
+    _assert_selections(result.selections, expected)
+
+
+def test_nearline_codes_serve_the_next_request_after_the_latency_not_before():
+    log = _log([(1, 1, 7, 1000, NA), (2, 1, 7, 1004, 1), (3, 1, 7, 1005, 1)])
+    result = replay(
+        log, np.ones(3), share=1.0, ttl_seconds=3600, cadence_seconds=900, latency_seconds=5
+    )
+    assert result.hit.tolist() == [False, False, True]  # pending at 1004, usable from 1005
+    assert result.n_selected == 1  # not selected again while pending
+
+
+@pytest.mark.parametrize("latency", [0, -5])
+def test_nearline_replay_refuses_a_latency_that_is_not_positive(latency):
+    with pytest.raises(ValueError, match="latency_seconds must be positive"):
+        replay(
+            _log([(1, 1, 7, 1000, 1)]),
+            np.ones(1),
+            share=1.0,
+            ttl_seconds=60,
+            cadence_seconds=60,
+            latency_seconds=latency,
+        )

@@ -8,6 +8,7 @@ import pandas as pd
 from solaris.namespace import Namespace
 from solaris.orchestration.candidates import (
     PSEUDO_REQUEST_BASE,
+    _without_nearline,
     code_age,
     ledger_cache,
     with_misses,
@@ -51,6 +52,63 @@ def test_ledger_cache_keeps_a_pair_that_expires_exactly_when_the_interval_starts
     # Interval [7 h, 8 h): the code of [0 h, 1 h) expires at 7 h, inclusive: still cached.
     cache = ledger_cache(layout, Interval(7 * hour, 8 * hour), ttl)
     assert sorted(cache["item_id"]) == [2, 3]
+
+
+def test_the_ledger_cache_holds_the_pairs_serving_selected_near_line(tmp_path) -> None:
+    layout = CycleLayout(Namespace("t", tmp_path, tmp_path))
+    hour, ttl = 3_600, 6 * 3_600
+    write_parquet(
+        pd.DataFrame({"user_id": [7], "item_id": [1], "expires_at": [hour + ttl]}),
+        layout.selections(Interval(0, hour)),
+    )
+    write_parquet(
+        pd.DataFrame({"user_id": [7], "item_id": [2], "expires_at": [hour // 2 + ttl]}),
+        layout.nearline(Interval(0, hour)),
+    )
+    cache = ledger_cache(layout, Interval(hour, 2 * hour), ttl)
+    assert sorted(cache["item_id"]) == [1, 2]
+
+
+def _interval_rows(nearline: list[bool]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "request_id": [1, 1, 1, 2, 2, 3],
+            "user_id": [7, 7, 7, 8, 8, 7],
+            "item_id": [10, 11, 12, 10, 13, 11],
+            "ts": [100, 100, 100, 110, 110, 120],
+            "label": pd.array([pd.NA] * 6, "Int8"),
+            "score": np.ones(6, np.float32),
+            "nearline": nearline,
+        }
+    )
+
+
+def test_requests_that_selected_near_line_spend_no_cycle_budget_and_their_pairs_are_skipped():
+    batch, nearline = _without_nearline(
+        _interval_rows([False, True, False, False, False, False]), ttl_s=3_600
+    )
+    assert batch["request_id"].tolist() == [2, 2, 3]  # request 1's budget went near-line
+    assert "nearline" not in batch
+    assert nearline.to_dict("records") == [
+        {
+            "request_id": 1,
+            "user_id": 7,
+            "item_id": 11,
+            "ts": 100,
+            "computed_at": 100,
+            "expires_at": 3_700,
+        }
+    ]
+
+
+def test_a_retried_selection_keeps_what_the_first_attempt_recorded_near_line() -> None:
+    _, first = _without_nearline(
+        _interval_rows([False, True, False, False, False, False]), ttl_s=3_600
+    )
+    # The retry re-reads the drained rows from the request-log file: their marks are gone.
+    batch, again = _without_nearline(_interval_rows([False] * 6), ttl_s=3_600, earlier=first)
+    assert batch["request_id"].tolist() == [2, 2, 3]
+    pd.testing.assert_frame_equal(again, first)
 
 
 def test_a_candidates_run_waits_for_the_previous_intervals_embeddings_and_enrichment(

@@ -1,0 +1,214 @@
+"""The near-line path end to end: serving selects, embedders consume, one is killed.
+
+Real Redis, a real Feast store, the synthetic example's FM and autoencoder, and a real
+``solaris nearline`` process that is SIGKILLed holding a batch it has read but not written.
+Two consumers in this process then split the stream, reclaim the killed one's entries
+(``XAUTOCLAIM``) and skip the malformed ones.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis as redis_py
+import yaml
+
+from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
+from solaris.orchestration.nearline import NearlineEmbedder, read_status
+from solaris.orchestration.resources import feature_store
+from solaris.pipeline.codes import read_manifest
+from solaris.serving.client import SolarisFeatures
+from solaris.serving.nearline import pending_key
+from solaris.serving.request_log import read_request_log
+from solaris.store.feast_store import delete_project_keys
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+HOURS_6 = 6 * 3600
+N_REQUESTS, CANDIDATES = 30, 50  # 10 pairs selected per request at share 0.2
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthetic example's FM and an autoencoder trained on its ``h``."""
+    from solaris.examples.synthetic import SyntheticWorld, prepare
+    from solaris.pipeline.codes import fit_autoencoder_from_traffic
+
+    cfg = _cfg(tmp_path_factory.mktemp("models"), "models", Path("unused"), "unused")
+    prepare(cfg)
+    start = SyntheticWorld().spec.start_ts
+    fit_autoencoder_from_traffic(cfg, start, start + 4 * HOURS_6, max_pairs=2_000)
+    return Path(cfg.artifacts_dir)
+
+
+def _cfg(artifacts: Path, namespace: str, repo: Path, redis: str, **nearline) -> SolarisConfig:
+    return SolarisConfig(
+        namespace=namespace,
+        artifacts_dir=artifacts,
+        device="cpu",
+        model={
+            "foundation": "solaris.examples.synthetic:foundation_model",
+            "trainer": None,
+            "z_dim": 8,
+        },
+        requests={"source": "solaris.examples.synthetic:traffic"},
+        store={"redis": redis, "repo_path": repo},
+        train={"ae_epochs": 1},
+        nearline={"enabled": True, **nearline},
+    )
+
+
+@pytest.fixture
+def cfg(models, repo_copy, feast_project, redis_connection, redis_client):
+    made = _cfg(models, feast_project, repo_copy, redis_connection, batch_ms=50, claim_idle_ms=500)
+    feature_store(made, redis_connection)
+    yield made
+    delete_project_keys(redis_client, feast_project)
+
+
+def _log_requests(cfg: SolarisConfig, redis: str, version: str) -> dict[int, np.ndarray]:
+    """Serve and log ``N_REQUESTS`` requests of users 0.. on wall-clock time; returns each
+    user's candidates."""
+    rng = np.random.default_rng(7)
+    candidates = {}
+    with SolarisFeatures(cfg, redis=redis, fm_version=version, metrics_publish_s=None) as client:
+        for user in range(N_REQUESTS):
+            items = rng.choice(300, CANDIDATES, replace=False).astype(np.int64)
+            client.fetch(user, items)
+            client.log_request(user, user, items, rng.random(CANDIDATES))
+            candidates[user] = items
+        assert client.flush()
+        assert client.stats.nearline_logged == N_REQUESTS
+    return candidates
+
+
+def _start_killable_consumer(cfg: SolarisConfig, tmp_path: Path) -> subprocess.Popen:
+    """``solaris nearline`` that reads everything, then holds it for a minute (a batch of
+    at most 100,000 pairs or 60 s), so it can be killed with the batch unwritten."""
+    holding = cfg.model_copy(
+        update={"nearline": cfg.nearline.model_copy(update={"batch_ms": 60_000.0})}
+    )
+    path = tmp_path / "nearline.yaml"
+    path.write_text(yaml.safe_dump(holding.model_dump(mode="json")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SOLARIS_")}
+    return subprocess.Popen(
+        [str(BIN / "solaris"), "nearline", "--config", str(path), "--consumer", "killed"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def test_every_selected_pair_is_embedded_once_despite_a_kill_and_malformed_entries(
+    cfg: SolarisConfig, redis_connection: str, redis_client, tmp_path: Path
+) -> None:
+    namespace = Namespace.of(cfg)
+    version = read_manifest(namespace.models_dir).fm_version
+    candidates = _log_requests(cfg, redis_connection, version)
+    logged = read_request_log(redis_client, namespace.request_stream, before=2**33).rows
+    selected = logged[logged["nearline"]]
+    assert len(selected) == N_REQUESTS * 10  # ceil(0.2 * 50) each, none fresh before
+    for bad in (
+        {"user": b"1", "ts": b"100"},  # no items
+        {"user": b"-1", "ts": b"100", "items": np.int64([3]).tobytes()},
+        {"user": b"2", "ts": b"100", "items": b"12345"},
+    ):
+        redis_client.xadd(namespace.embed_stream, bad)
+
+    killed = _start_killable_consumer(cfg, tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                summary = redis_client.xpending(namespace.embed_stream, cfg.nearline.group)
+            except redis_py.ResponseError:  # NOGROUP: the consumer has not started yet
+                summary = {"pending": 0}
+            if summary["pending"] == N_REQUESTS + 3:
+                break
+            assert killed.poll() is None, killed.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the consumer never read the stream"
+            time.sleep(0.2)
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+    assert redis_client.hgetall(pending_key(namespace.name, 0))  # marks wait for the codes
+
+    # Two consumers split what is left: small batches, so both get some.
+    splitting = cfg.model_copy(
+        update={"nearline": cfg.nearline.model_copy(update={"batch_pairs": 20})}
+    )
+    consumers = [NearlineEmbedder(splitting, redis_connection, consumer=c) for c in "bc"]
+    threads = [threading.Thread(target=c.run, kwargs={"max_seconds": 6.0}) for c in consumers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for consumer in consumers:
+        consumer.close()
+
+    stats = [c.stats for c in consumers]
+    assert sum(s.malformed for s in stats) == 3
+    assert sum(s.reclaimed for s in stats) == N_REQUESTS + 3  # all the killed one held
+    assert sum(s.embedded for s in stats) == len(selected)  # each pair once
+    assert all(s.embedded > 0 for s in stats)  # the stream was split
+    assert redis_client.xlen(namespace.embed_stream) == 0
+    assert redis_client.xpending(namespace.embed_stream, cfg.nearline.group)["pending"] == 0
+    assert not list(redis_client.scan_iter(match=f"{namespace.name}:nlpend:*"))
+    assert set(read_status(redis_client, namespace)) == {"b", "c"}
+
+    # Every selected pair is served, with its own code: the FM's as of its request.
+    from solaris import adapters
+    from solaris.pipeline.codes import load_autoencoder
+    from solaris.pipeline.embed import encode_pairs
+
+    fm = adapters.foundation_model(cfg)
+    autoencoder, _ = load_autoencoder(namespace.models_dir, fm)
+    with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
+        for user, rows in selected.groupby("user_id"):
+            items = rows["item_id"].to_numpy(np.int64)
+            out = client.fetch(int(user), items)
+            assert out.mask[:, 0].all(), f"user {user}: a selected pair has no code"
+            expected = encode_pairs(
+                np.full(len(items), user, np.int64),
+                items,
+                rows["ts"].to_numpy(np.int64),
+                fm=fm,
+                autoencoder=autoencoder,
+            )
+            served = out.features[:, : cfg.model.z_dim]
+            np.testing.assert_allclose(served, expected, rtol=2e-3, atol=2e-3)
+            others = np.setdiff1d(candidates[int(user)], items)
+            assert not client.fetch(int(user), others).mask[:, 0].any()
+
+
+def test_a_pair_with_a_fresh_code_is_not_selected_again(
+    cfg: SolarisConfig, redis_connection: str, redis_client
+) -> None:
+    namespace = Namespace.of(cfg)
+    version = read_manifest(namespace.models_dir).fm_version
+    _log_requests(cfg, redis_connection, version)
+    embedder = NearlineEmbedder(cfg, redis_connection, consumer="one")
+    first = embedder.run(max_seconds=2.0).embedded
+    redis_client.delete(namespace.request_stream)
+
+    # The same requests again, after every pending mark has gone: the cycle's rule spends
+    # each request's budget on the next candidates, never on a fresh pair.
+    candidates = _log_requests(cfg, redis_connection, version)
+    again = read_request_log(redis_client, namespace.request_stream, before=2**33).rows
+    assert again["nearline"].sum() == N_REQUESTS * 10
+    second = embedder.run(max_seconds=2.0).embedded - first
+    embedder.close()
+    assert first == second == N_REQUESTS * 10
+    with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
+        covered = sum(int(client.fetch(u, c).mask[:, 0].sum()) for u, c in candidates.items())
+    assert covered == 2 * N_REQUESTS * 10

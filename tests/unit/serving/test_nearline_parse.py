@@ -44,7 +44,7 @@ def test_a_malformed_entry_is_refused_naming_what_is_wrong(changes, says) -> Non
 
 
 def test_an_entry_with_more_items_than_a_request_may_hold_is_refused() -> None:
-    with pytest.raises(ValueError, match="more than store.max_candidates"):
+    with pytest.raises(ValueError, match=r"more than store\.max_candidates"):
         parse_entry(_fields(items=np.arange(5, dtype=np.int64).tobytes()), max_items=4)
 
 

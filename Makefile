@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.feature_store
 	$(BIN)/python -m bench.serving_http
 	$(BIN)/python -m bench.offline_join
+	$(BIN)/python -m bench.nearline
 
 # How one interval's cost grows with its traffic, 10^5 to 10^7 candidates, each task of the
 # partitioned cycle in a process of its own (about 16 minutes).

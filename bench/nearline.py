@@ -13,7 +13,8 @@ does, in a bench namespace on the ``--redis`` server.
    ``nearline.enabled`` false, as long with it true and no embedder (the serving
    process's own cost: the selection runs on the client's writer thread, off the request
    path but in the same process), then the near-line run with the embedders on the same
-   two cores; the fetch's p50/p99 of each and their ratios to the first.
+   two cores, then off again; the fetch's p50/p99 of each, and their ratios to the two
+   runs with it off together.
 2. **Request → servable code**: ``--consumers`` (1) ``solaris nearline --threads 1``
    processes (one core left to serving: both share this machine's two) read
    the embed stream; for every ``--sample``-th request (5) a poller reads the request-log
@@ -269,20 +270,29 @@ def main(argv: list[str] | None = None) -> None:
     on.close()
     prober.close()
 
+    # 4. near-line off again, after: the machine as warm as in the runs before it
+    again = SolarisFeatures(cfg_off, redis=args.redis, fm_version=version, metrics_publish_s=None)
+    again.warm_up()
+    after = Traffic(again, args.rate, args.candidates, seed=4, first_rid=2 * 10**9)
+    after.run(args.baseline)
+    again.close()
+
     say("\n1. fetch latency (ms), the serving process's own calls")
     say(f"   {'':<22}{'p50':>8}{'p99':>8}{'requests':>10}{'late':>6}")
     runs = (
         ("off", base),
         ("on, no embedder", selecting),
         ("on, embedder beside", load),
+        ("off, after", after),
     )
     for name, t in runs:
         p50, p99 = _pct(t.fetch_ms, 50), _pct(t.fetch_ms, 99)
         say(f"   {name:<22}{p50:>8.3f}{p99:>8.3f}{len(t.fetch_ms):>10,}{t.late:>6}")
-    for name, t in runs[1:]:
+    off_ms = base.fetch_ms + after.fetch_ms  # before and after, against drift of the machine
+    for name, t in runs[1:3]:
         say(
-            f"   {name} / off: p50 {_pct(t.fetch_ms, 50) / _pct(base.fetch_ms, 50):.2f}x, "
-            f"p99 {_pct(t.fetch_ms, 99) / _pct(base.fetch_ms, 99):.2f}x"
+            f"   {name} / off (both): p50 {_pct(t.fetch_ms, 50) / _pct(off_ms, 50):.2f}x, "
+            f"p99 {_pct(t.fetch_ms, 99) / _pct(off_ms, 99):.2f}x"
         )
     lat = poller.latencies
     say(f"\n2. request -> servable code (s), every {args.sample}th request")

@@ -7,9 +7,10 @@ write (``artifacts_dir/namespaces/<namespace>/runs/<dag_id>/<key>.json``, see
 
 * plots over time, drawn here as inline SVG (no script, no network): coverage per serving
   tier, embedding freshness, FM passes per 1,000 requests, selected vs candidates, rows
-  written per view, fetch latency p50/p99, serving failures and the miss-stream and
+  written per view, fetch latency p50/p99, serving failures, the miss-stream and
   request-log backlogs (the serving figures come from the ``serving`` dict of the candidates
-  runs; a run without it has no point);
+  runs; a run without it has no point) and the near-line path's pairs/s, lag p95 and backlog
+  (the ``nearline`` dict the candidates run reads from the embedders' status);
 * per DAG, a table with one row per run, every figure formatted (nested figures as
   ``key: value`` lists, never a raw dict).
 
@@ -483,6 +484,20 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
                 Series(
                     "request log",
                     _points(records, lambda r: _sub(r, "serving", "request_log_backlog")),
+                ),
+            ),
+            fmt_tick,
+        ),
+        Chart(
+            "Near-line path: pairs embedded per second, lag p95, backlog",
+            (
+                Series("pairs/s", _points(records, lambda r: _sub(r, "nearline", "pairs_per_s"))),
+                Series(
+                    "lag p95 (s)", _points(records, lambda r: _sub(r, "nearline", "lag_p95_s"))
+                ),
+                Series(
+                    "backlog (entries)",
+                    _points(records, lambda r: _sub(r, "nearline", "backlog")),
                 ),
             ),
             fmt_tick,

@@ -663,6 +663,7 @@ def finish_interval(
             interval.end,
             redis_type=cfg.store.redis_type,
         ),
+        "nearline": _nearline_now(cfg, namespace),
         "seconds": round(
             float(served.get("prepare_seconds", 0.0)) + sum(float(r["seconds"]) for r in results),
             3,
@@ -671,6 +672,19 @@ def finish_interval(
     wrote = layout.interval_files("selections", interval)[0]  # one file, or a partition's each
     write_run_record(layout, DAG_ID, interval.key, {**record, "request_log": drained}, wrote=wrote)
     return {**record, "request_log": drained}
+
+
+def _nearline_now(cfg: SolarisConfig, namespace: Namespace) -> dict[str, Any] | None:
+    """The near-line embedders' figures as this run finishes (None: none published
+    recently), from their status hash (:mod:`solaris.orchestration.nearline`)."""
+    from solaris.orchestration.nearline import read_status, summarize_status
+    from solaris.store.connection import redis_client
+
+    client = redis_client(cycle_redis(cfg), redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        return summarize_status(read_status(client, namespace), time.time())
+    finally:
+        client.close()
 
 
 def select_interval(cfg: SolarisConfig, interval: Interval) -> dict[str, Any]:

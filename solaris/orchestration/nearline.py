@@ -52,7 +52,13 @@ if TYPE_CHECKING:
     import pandas as pd
     import redis as redis_py
 
-__all__ = ["NearlineEmbedder", "NearlineStats", "consumer_name", "read_status"]
+__all__ = [
+    "NearlineEmbedder",
+    "NearlineStats",
+    "consumer_name",
+    "read_status",
+    "summarize_status",
+]
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +388,32 @@ def read_status(client: redis_py.Redis, namespace: Namespace) -> dict[str, dict[
     """Every consumer's last published figures (consumer → figures)."""
     raw = client.hgetall(namespace.nearline_status)
     return {as_bytes(k).decode(): json.loads(v) for k, v in raw.items()}
+
+
+def summarize_status(
+    status: dict[str, dict[str, Any]], now: float, recent_s: float = 300.0
+) -> dict[str, Any] | None:
+    """The near-line path at ``now``, for a run record: the consumers that published in the
+    last ``recent_s`` seconds, their summed pairs/s (of their last window) and embedded
+    pairs, the worst lag p95, and the group's backlog and pending entries; None when no
+    consumer did."""
+    live = [f for f in status.values() if now - float(f.get("at", 0)) <= recent_s]
+    if not live:
+        return None
+
+    def worst(key: str) -> float | None:
+        values = [f[key] for f in live if f.get(key) is not None]
+        return max(values) if values else None
+
+    return {
+        "consumers": len(live),
+        "pairs_per_s": round(sum(float(f.get("pairs_per_s") or 0) for f in live), 1),
+        "embedded": sum(int(f.get("embedded") or 0) for f in live),
+        "malformed": sum(int(f.get("malformed") or 0) for f in live),
+        "lag_p95_s": worst("lag_p95_s"),
+        "backlog": worst("backlog"),
+        "pending": worst("pending"),
+    }
 
 
 def _size(raw: Any) -> int:

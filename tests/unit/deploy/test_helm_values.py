@@ -269,3 +269,32 @@ def test_workers_use_the_warm_celery_config_which_imports(values):
     env = {e["name"]: e["value"] for e in values["env"]}
     config = import_string(env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"])
     assert config == DEFAULT_CELERY_CONFIG
+
+
+NEARLINE_FILE = REPO / "deploy" / "helm" / "nearline.yaml"
+
+
+def test_the_near_line_embedder_runs_on_the_gpu_nodes_with_the_workers_settings(values, celery):
+    deployment = yaml.safe_load(NEARLINE_FILE.read_text())
+    assert deployment["kind"] == "Deployment"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["solaris", "nearline"]
+    assert container["image"].endswith(":" + values["images"]["airflow"]["tag"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SOLARIS_DEVICE"]["value"] == "cuda"
+    shared = {e["name"]: e["value"] for e in values["env"]}
+    for name in ("SOLARIS_STORE__REDIS", "SOLARIS_ARTIFACTS_DIR", "SOLARIS_STORE__OFFLINE_URI"):
+        assert env[name]["value"] == shared[name], name
+    (registry,) = values["secret"]
+    assert env["SOLARIS_STORE__REGISTRY"]["valueFrom"]["secretKeyRef"] == {
+        "name": registry["secretName"],
+        "key": registry["secretKey"],
+    }
+    (gpu,) = celery["sets"]
+    assert container["resources"]["limits"] == gpu["resources"]["limits"]
+    assert pod["nodeSelector"] == gpu["nodeSelector"]
+    assert pod["tolerations"] == gpu["tolerations"]
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]}
+    assert claims == {v["persistentVolumeClaim"]["claimName"] for v in values["volumes"]}
+    assert "password" not in NEARLINE_FILE.read_text().lower()

@@ -35,6 +35,7 @@ AIRFLOW_SERVICES = (
     "airflow-triggerer",
     *WORKERS,
 )
+NEARLINE = "solaris-nearline"
 LONG_RUNNING = tuple(s for s in AIRFLOW_SERVICES if s != "airflow-init")
 COMMANDS = {
     "airflow-apiserver": "api-server",
@@ -175,7 +176,7 @@ def test_compose_file_follows_the_compose_spec_without_a_version_key(compose):
 
 
 def test_compose_file_defines_the_stores_the_broker_and_every_airflow_service(services):
-    assert set(services) == {"postgres", "rabbitmq", "redis", *AIRFLOW_SERVICES}
+    assert set(services) == {"postgres", "rabbitmq", "redis", *AIRFLOW_SERVICES, NEARLINE}
 
 
 def test_each_airflow_service_runs_its_airflow_component(services):
@@ -645,9 +646,9 @@ def test_gpu_worker_reserves_an_nvidia_gpu_under_the_gpu_profile(services):
     assert gpu["environment"]["SOLARIS_DEVICE"] == "cuda"
 
 
-def test_only_the_gpu_worker_needs_a_profile(services):
+def test_only_the_gpu_worker_and_the_near_line_embedder_need_a_profile(services):
     profiled = {name for name, service in services.items() if service.get("profiles")}
-    assert profiled == {"airflow-worker-gpu"}
+    assert profiled == {"airflow-worker-gpu", NEARLINE}
 
 
 def test_airflow_init_migrates_the_database_and_creates_the_gpu_pool(services):
@@ -708,3 +709,19 @@ def test_redis_runs_with_the_online_store_settings(services):
     assert command[0] == "redis-server"
     given = dict(zip(command[1::2], command[2::2], strict=True))
     assert given == {f"--{name}": value for name, value in SERVER_SETTINGS.items()}
+
+
+def test_the_near_line_embedder_runs_solaris_nearline_beside_the_gpu_worker(services):
+    nearline, gpu = services[NEARLINE], services["airflow-worker-gpu"]
+    assert nearline["entrypoint"] == ["solaris"] and nearline["command"] == ["nearline"]
+    assert nearline["profiles"] == gpu["profiles"] == ["gpu"]
+    assert nearline["image"] == gpu["image"]
+    assert nearline["build"]["args"]["TORCH_VARIANT"] == "cuda"
+    assert nearline["deploy"] == gpu["deploy"]  # the same NVIDIA device reservation
+    env = nearline["environment"]
+    assert env["SOLARIS_DEVICE"] == "cuda"
+    assert env["SOLARIS_STORE__REDIS"] == "redis:6379"
+    assert env["SOLARIS_ARTIFACTS_DIR"] == "/opt/airflow/artifacts"  # the cycle's models
+    assert "ports" not in nearline
+    assert nearline["healthcheck"]["test"][:2] == ["CMD", "python"]
+    assert {"redis", "airflow-init"} <= set(nearline["depends_on"])

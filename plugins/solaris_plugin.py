@@ -492,9 +492,7 @@ def build_charts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Chart]
             "Near-line path: pairs embedded per second, lag p95, backlog",
             (
                 Series("pairs/s", _points(records, lambda r: _sub(r, "nearline", "pairs_per_s"))),
-                Series(
-                    "lag p95 (s)", _points(records, lambda r: _sub(r, "nearline", "lag_p95_s"))
-                ),
+                Series("lag p95 (s)", _points(records, lambda r: _sub(r, "nearline", "lag_p95_s"))),
                 Series(
                     "backlog (entries)",
                     _points(records, lambda r: _sub(r, "nearline", "backlog")),

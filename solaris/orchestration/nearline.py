@@ -89,6 +89,7 @@ class NearlineStats:
         skipped_fresh: pairs whose code was already fresh (no forward pass).
         batches: micro-batches written.
         busy_seconds: seconds spent embedding and writing.
+        faults: Redis faults ridden out (connection lost, timeout, group gone).
     """
 
     entries: int = 0
@@ -100,6 +101,7 @@ class NearlineStats:
     skipped_fresh: int = 0
     batches: int = 0
     busy_seconds: float = 0.0
+    faults: int = 0
     lags: deque = field(default_factory=lambda: deque(maxlen=_LAGS_KEPT), repr=False)
 
     def figures(self) -> dict[str, Any]:
@@ -169,13 +171,38 @@ class NearlineEmbedder:
         while not self._stop.is_set():
             if max_seconds is not None and time.monotonic() - began >= max_seconds:
                 break
-            entries = self._next_batch()
-            if entries:
-                self.process(entries)
-            if time.monotonic() - window[0] >= self._log_every_s:
-                window = self._report(began, window)
-        self._report(began, window)
+            try:
+                entries = self._next_batch()
+                if entries:
+                    self.process(entries)
+                if time.monotonic() - window[0] >= self._log_every_s:
+                    window = self._report(began, window)
+            except Exception as exc:  # Redis faults are ridden out; the rest is raised
+                self._after_fault(exc)
+        try:
+            self._report(began, window)
+        except Exception as exc:  # the last status line is best effort
+            log.warning("nearline %s: last status not published (%s)", self.consumer, exc)
         return self.stats
+
+    def _after_fault(self, exc: Exception) -> None:
+        """Ride out a Redis fault: a lost connection or a timeout waits a second and tries
+        again (entries of an unfinished batch stay pending and are reclaimed); a group that
+        vanished (a Redis restarted without persistence) is created again. Anything else is
+        raised."""
+        import redis as redis_py
+
+        self.stats.faults += 1
+        if isinstance(exc, redis_py.ConnectionError | redis_py.TimeoutError | OSError):
+            log.warning("nearline %s: Redis unreachable (%s); retrying", self.consumer, exc)
+            self._stop.wait(1.0)
+            return
+        if isinstance(exc, redis_py.ResponseError) and "NOGROUP" in str(exc):
+            log.warning("nearline %s: the group is gone (%s); creating it", self.consumer, exc)
+            self._claim_cursor = "0-0"
+            self._ensure_group()
+            return
+        raise exc
 
     def close(self) -> None:
         self._redis.close()

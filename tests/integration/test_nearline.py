@@ -212,3 +212,111 @@ def test_a_pair_with_a_fresh_code_is_not_selected_again(
     with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
         covered = sum(int(client.fetch(u, c).mask[:, 0].sum()) for u, c in candidates.items())
     assert covered == 2 * N_REQUESTS * 10
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _redis_server(port: int, folder: Path) -> subprocess.Popen:
+    """A private Redis that appends every write to its AOF, so a restart keeps the stream."""
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(folder),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis_py.Redis(port=port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            return server
+        except redis_py.ConnectionError:
+            assert time.monotonic() < deadline and server.poll() is None, "redis-server failed"
+            time.sleep(0.05)
+
+
+def test_the_embedder_rides_out_a_redis_restart_and_embeds_what_came_after(
+    models, repo_copy, feast_project, tmp_path: Path
+) -> None:
+    port = _free_port()
+    server = _redis_server(port, tmp_path)
+    redis = f"127.0.0.1:{port}"
+    try:
+        cfg = _cfg(models, feast_project, repo_copy, redis, batch_ms=50, claim_idle_ms=500)
+        feature_store(cfg, redis)
+        version = read_manifest(Namespace.of(cfg).models_dir).fm_version
+        embedder = NearlineEmbedder(cfg, redis, consumer="steady")
+        thread = threading.Thread(target=embedder.run, kwargs={"max_seconds": 60.0})
+        thread.start()
+
+        def wait_for(embedded: int) -> None:
+            deadline = time.monotonic() + 30
+            while embedder.stats.embedded < embedded:
+                assert time.monotonic() < deadline, embedder.stats.figures()
+                time.sleep(0.1)
+
+        _log_requests(cfg, redis, version)
+        wait_for(N_REQUESTS * 10)
+        server.terminate()
+        server.wait(timeout=30)
+        time.sleep(1.5)  # the embedder meets a closed port meanwhile
+        server = _redis_server(port, tmp_path)
+        candidates = _log_requests(cfg, redis, version)  # the next best 10 of each request
+        wait_for(2 * N_REQUESTS * 10)
+        embedder.stop()
+        thread.join(timeout=30)
+        embedder.close()
+        assert embedder.stats.faults >= 1
+        with SolarisFeatures(cfg, redis=redis, fm_version=version) as client:
+            covered = sum(int(client.fetch(u, c).mask[:, 0].sum()) for u, c in candidates.items())
+        assert covered == 2 * N_REQUESTS * 10  # both rounds' codes survived the restart
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_sigterm_finishes_the_batch_in_hand_and_exits_cleanly(
+    cfg: SolarisConfig, redis_connection: str, redis_client, tmp_path: Path
+) -> None:
+    namespace = Namespace.of(cfg)
+    version = read_manifest(namespace.models_dir).fm_version
+    _log_requests(cfg, redis_connection, version)
+    holding = _start_killable_consumer(cfg, tmp_path)  # reads all, then waits up to 60 s
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            pending = redis_client.xpending(namespace.embed_stream, cfg.nearline.group)["pending"]
+        except redis_py.ResponseError:
+            pending = 0
+        if pending == N_REQUESTS:
+            break
+        assert holding.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    holding.send_signal(signal.SIGTERM)
+    out, _ = holding.communicate(timeout=60)
+    assert holding.returncode == 0, out.decode()[-3000:]
+    assert "stopped:" in out.decode()
+    assert redis_client.xlen(namespace.embed_stream) == 0  # written, acknowledged, deleted
+    with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
+        logged = read_request_log(redis_client, namespace.request_stream, before=2**33).rows
+        chosen = logged[logged["nearline"]]
+        for user, rows in chosen.groupby("user_id"):
+            assert client.fetch(int(user), rows["item_id"].to_numpy()).mask[:, 0].all()

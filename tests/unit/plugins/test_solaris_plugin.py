@@ -650,3 +650,19 @@ def test_coverage_leaves_out_unlabelled_intervals_and_plots_servings_shares_wher
     by_name = {s.name: s.points for s in coverage.series}
     assert by_name["pair (served rows, main slot)"] == ((T0 + 900, 25.0), (T0 + 1800, 25.0))
     assert by_name["iagg (served rows, main slot)"][0] == (T0 + 900, 50.0)
+
+
+def test_the_near_line_figures_of_the_candidates_runs_are_plotted(plugin: ModuleType) -> None:
+    runs = [
+        {"interval_end": T0, "nearline": {"pairs_per_s": 3954.0, "lag_p95_s": 1.1, "backlog": 0}},
+        {"interval_end": T0 + 900, "nearline": None},  # no embedder published: no point
+    ]
+    (chart,) = [
+        c for c in plugin.build_charts({"solaris_candidates": runs}) if "Near-line" in c.title
+    ]
+    points = {s.name: s.points for s in chart.series}
+    assert points == {
+        "pairs/s": ((T0, 3954.0),),
+        "lag p95 (s)": ((T0, 1.1),),
+        "backlog (entries)": ((T0, 0.0),),
+    }

@@ -236,7 +236,9 @@ class NearlineEmbedder:
             if deadline is None:
                 block = _IDLE_BLOCK_MS if not entries else 1
             else:
-                block = int((deadline - time.monotonic()) * 1000)
+                # At most a second per call: a stop (SIGTERM) is seen within it, since a
+                # blocked read resumes after the signal handler has run.
+                block = min(int((deadline - time.monotonic()) * 1000), _IDLE_BLOCK_MS)
                 if block <= 0:
                     break
             reply = self._redis.xreadgroup(

@@ -109,6 +109,30 @@ def _start_killable_consumer(cfg: SolarisConfig, tmp_path: Path) -> subprocess.P
     )
 
 
+def _run_until_drained(
+    consumers: list[NearlineEmbedder], client, namespace: Namespace, group: str, close=True
+) -> None:
+    """Run ``consumers`` in threads until every entry of the stream is acknowledged and
+    deleted (at most 60 s), then stop them."""
+    threads = [threading.Thread(target=c.run, kwargs={"max_seconds": 60.0}) for c in consumers]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while (
+        client.xlen(namespace.embed_stream)
+        or client.xpending(namespace.embed_stream, group)["pending"]
+    ):
+        assert time.monotonic() < deadline, [c.stats.figures() for c in consumers]
+        time.sleep(0.05)
+    for consumer in consumers:
+        consumer.stop()
+    for thread in threads:
+        thread.join()
+    if close:
+        for consumer in consumers:
+            consumer.close()
+
+
 def test_every_selected_pair_is_embedded_once_despite_a_kill_and_malformed_entries(
     cfg: SolarisConfig, redis_connection: str, redis_client, tmp_path: Path
 ) -> None:
@@ -148,13 +172,7 @@ def test_every_selected_pair_is_embedded_once_despite_a_kill_and_malformed_entri
         update={"nearline": cfg.nearline.model_copy(update={"batch_pairs": 20})}
     )
     consumers = [NearlineEmbedder(splitting, redis_connection, consumer=c) for c in "bc"]
-    threads = [threading.Thread(target=c.run, kwargs={"max_seconds": 6.0}) for c in consumers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for consumer in consumers:
-        consumer.close()
+    _run_until_drained(consumers, redis_client, namespace, cfg.nearline.group)
 
     stats = [c.stats for c in consumers]
     assert sum(s.malformed for s in stats) == 3
@@ -198,7 +216,8 @@ def test_a_pair_with_a_fresh_code_is_not_selected_again(
     version = read_manifest(namespace.models_dir).fm_version
     _log_requests(cfg, redis_connection, version)
     embedder = NearlineEmbedder(cfg, redis_connection, consumer="one")
-    first = embedder.run(max_seconds=2.0).embedded
+    _run_until_drained([embedder], redis_client, namespace, cfg.nearline.group, close=False)
+    first = embedder.stats.embedded
     redis_client.delete(namespace.request_stream)
 
     # The same requests again, after every pending mark has gone: the cycle's rule spends
@@ -206,8 +225,10 @@ def test_a_pair_with_a_fresh_code_is_not_selected_again(
     candidates = _log_requests(cfg, redis_connection, version)
     again = read_request_log(redis_client, namespace.request_stream, before=2**33).rows
     assert again["nearline"].sum() == N_REQUESTS * 10
-    second = embedder.run(max_seconds=2.0).embedded - first
+    again_embedder = NearlineEmbedder(cfg, redis_connection, consumer="two")
+    _run_until_drained([again_embedder], redis_client, namespace, cfg.nearline.group)
     embedder.close()
+    second = again_embedder.stats.embedded
     assert first == second == N_REQUESTS * 10
     with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
         covered = sum(int(client.fetch(u, c).mask[:, 0].sum()) for u, c in candidates.items())

@@ -10,11 +10,11 @@ items and random verifier scores, each ``fetch``-ed and then ``log_request``-ed 
 does, in a bench namespace on the ``--redis`` server.
 
 1. **Fetch latency, near-line off and on**: ``--baseline`` (30) seconds of the traffic with
-   ``nearline.enabled`` false, as long with it true and no embedder (the serving
+   ``nearline.enabled`` false and as many with it true and no embedder (the serving
    process's own cost: the selection runs on the client's writer thread, off the request
-   path but in the same process), then the near-line run with the embedders on the same
-   two cores, then off again; the fetch's p50/p99 of each, and their ratios to the two
-   runs with it off together.
+   path but in the same process), interleaved a second at a time, then the near-line run
+   with the embedders on the same two cores; the fetch's p50/p99 of each and their ratios
+   to the first.
 2. **Request → servable code**: ``--consumers`` (1) ``solaris nearline --threads 1``
    processes (one core left to serving: both share this machine's two) read
    the embed stream; for every ``--sample``-th request (5) a poller reads the request-log
@@ -193,23 +193,22 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.consumers} embedder(s); fm_version {version}"
     )
 
-    # 1. the baseline: near-line off
+    # 1. near-line off and on (no embedder yet: the serving process's own cost of
+    # selecting), interleaved a second at a time, so the machine's drift hits both alike
     off = SolarisFeatures(cfg_off, redis=args.redis, fm_version=version, metrics_publish_s=None)
-    off.warm_up()
-    base = Traffic(off, args.rate, args.candidates, seed=1, first_rid=0)
-    base.run(args.baseline)
-    off.close()
-
-    # 2. near-line on, no embedder yet: the serving process's own cost of selecting
     alone = SolarisFeatures(cfg_on, redis=args.redis, fm_version=version, metrics_publish_s=None)
+    off.warm_up()
     alone.warm_up()
+    base = Traffic(off, args.rate, args.candidates, seed=1, first_rid=0)
     selecting = Traffic(alone, args.rate, args.candidates, seed=3, first_rid=10**8)
-    selecting.run(args.baseline)
+    for turn in range(int(2 * args.baseline)):
+        (base if turn % 2 == 0 else selecting).run(1.0)
+    off.close()
     alone.close()
     delete_project_keys(redis, namespace.project)  # its stream and marks: not the run's
     feature_store(cfg_on, args.redis)
 
-    # 3. near-line on, with the embedders running as processes of their own
+    # 2. near-line on, with the embedders running as processes of their own
     env = {**os.environ, "SOLARIS_ARTIFACTS_DIR": str(args.artifacts.resolve())}
     logs = Path(tempfile.mkdtemp(prefix="bench-nearline-"))
     embedders = [
@@ -270,29 +269,20 @@ def main(argv: list[str] | None = None) -> None:
     on.close()
     prober.close()
 
-    # 4. near-line off again, after: the machine as warm as in the runs before it
-    again = SolarisFeatures(cfg_off, redis=args.redis, fm_version=version, metrics_publish_s=None)
-    again.warm_up()
-    after = Traffic(again, args.rate, args.candidates, seed=4, first_rid=2 * 10**9)
-    after.run(args.baseline)
-    again.close()
-
     say("\n1. fetch latency (ms), the serving process's own calls")
     say(f"   {'':<22}{'p50':>8}{'p99':>8}{'requests':>10}{'late':>6}")
     runs = (
         ("off", base),
         ("on, no embedder", selecting),
         ("on, embedder beside", load),
-        ("off, after", after),
     )
     for name, t in runs:
         p50, p99 = _pct(t.fetch_ms, 50), _pct(t.fetch_ms, 99)
         say(f"   {name:<22}{p50:>8.3f}{p99:>8.3f}{len(t.fetch_ms):>10,}{t.late:>6}")
-    off_ms = base.fetch_ms + after.fetch_ms  # before and after, against drift of the machine
-    for name, t in runs[1:3]:
+    for name, t in runs[1:]:
         say(
-            f"   {name} / off (both): p50 {_pct(t.fetch_ms, 50) / _pct(off_ms, 50):.2f}x, "
-            f"p99 {_pct(t.fetch_ms, 99) / _pct(off_ms, 99):.2f}x"
+            f"   {name} / off: p50 {_pct(t.fetch_ms, 50) / _pct(base.fetch_ms, 50):.2f}x, "
+            f"p99 {_pct(t.fetch_ms, 99) / _pct(base.fetch_ms, 99):.2f}x"
         )
     lat = poller.latencies
     say(f"\n2. request -> servable code (s), every {args.sample}th request")

@@ -45,7 +45,7 @@ import numpy as np
 
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
-from solaris.serving.nearline import EmbedEntry, parse_entry, pending_key
+from solaris.serving.nearline import EmbedEntry, fresh_codes, parse_entry, pending_key
 from solaris.serving.streams import as_bytes
 
 if TYPE_CHECKING:
@@ -316,23 +316,16 @@ class NearlineEmbedder:
     def _fresh(self, pairs: pd.DataFrame, now: int) -> np.ndarray:
         """``[N]`` pairs whose code is fresh at ``now`` for the current ``fm_version``: one
         pipelined ``HMGET`` per user."""
-        from solaris.store.codec import decode_records
-        from solaris.store.contract import FM_VERSION, PAIR
+        from solaris.store.contract import PAIR
         from solaris.store.keys import member_field_list, partition_key, view_key
 
         prefix = view_key(self.namespace.project, PAIR)
-        users = pairs["user_id"].to_numpy(np.int64)
         items = pairs["item_id"].to_numpy(np.int64)
-        bounds = np.flatnonzero(np.diff(users)) + 1
-        starts, stops = np.r_[0, bounds], np.r_[bounds, len(users)]
         pipe = self._redis.pipeline(transaction=False)
-        for a, b in zip(starts, stops, strict=True):
-            pipe.hmget(partition_key(prefix, PAIR, int(users[a])), member_field_list(items[a:b]))
+        for user, rows in _user_runs(pairs["user_id"].to_numpy(np.int64)):
+            pipe.hmget(partition_key(prefix, PAIR, user), member_field_list(items[rows]))
         replies = [r for reply in pipe.execute() for r in reply]
-        rows = decode_records(PAIR, self._pair, replies)
-        return rows.fresh(now, self._pair.read_ttl_s) & (
-            rows.values[FM_VERSION] == self.fm_version.encode()
-        )
+        return fresh_codes(replies, now, self._pair, self.fm_version.encode())
 
     def _write(self, pairs: pd.DataFrame, first_id: bytes) -> int:
         """FM → autoencoder → ``pair`` view for ``pairs`` (sorted by user), pending marks
@@ -359,13 +352,10 @@ class NearlineEmbedder:
             pair_rows(table, z_dim=self.cfg.model.z_dim, source=self.stream),
             batch_id=_safe(batch_id),
         )
-        users = pairs["user_id"].to_numpy(np.int64)
         items = pairs["item_id"].to_numpy(np.int64)
-        bounds = np.flatnonzero(np.diff(users)) + 1
         pipe = self._redis.pipeline(transaction=False)
-        for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(users)], strict=True):
-            key = pending_key(self.namespace.name, int(users[a]))
-            pipe.hdel(key, *member_field_list(items[a:b]))
+        for user, rows in _user_runs(pairs["user_id"].to_numpy(np.int64)):
+            pipe.hdel(pending_key(self.namespace.name, user), *member_field_list(items[rows]))
         pipe.execute()
         return len(pairs)
 
@@ -443,6 +433,13 @@ def summarize_status(
         "backlog": worst("backlog"),
         "pending": worst("pending"),
     }
+
+
+def _user_runs(users: np.ndarray) -> list[tuple[int, slice]]:
+    """``(user, rows)`` of each run of one user in ``users`` (sorted by user)."""
+    bounds = np.flatnonzero(np.diff(users)) + 1
+    starts, stops = np.r_[0, bounds], np.r_[bounds, len(users)]
+    return [(int(users[a]), slice(a, b)) for a, b in zip(starts, stops, strict=True)]
 
 
 def _size(raw: Any) -> int:

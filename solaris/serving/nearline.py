@@ -37,6 +37,7 @@ from solaris.store.keys import member_field_list, partition_key, view_key
 __all__ = [
     "EmbedEntry",
     "NearlineSelector",
+    "fresh_codes",
     "parse_entry",
     "pending_key",
 ]
@@ -48,6 +49,16 @@ _NO_MARK = b"\x00" * 8
 def pending_key(namespace: str, user: int) -> str:
     """The hash of ``user``'s pending selections: in the user's slot, under the namespace."""
     return f"{namespace}:nlpend:{{u:{int(user)}}}"
+
+
+def fresh_codes(
+    records: list[bytes | None], now: int, pair: ViewParams, fm_version: bytes
+) -> np.ndarray:
+    """``[N]`` bool: which ``HMGET`` replies of the ``pair`` view hold a code fresh at ``now``
+    for ``fm_version``, by the rule serving applies (the selection and the embedder skip
+    those)."""
+    rows = decode_records(PAIR, pair, records)
+    return rows.fresh(now, pair.read_ttl_s) & (rows.values[FM_VERSION] == fm_version)
 
 
 @dataclass(frozen=True)
@@ -127,8 +138,7 @@ class NearlineSelector:
         read.hmget(key, fields)
         read.hmget(pending, fields)
         records, marks = read.execute()
-        rows = decode_records(PAIR, self._params, records)
-        fresh = rows.fresh(ts, self._params.read_ttl_s) & (rows.values[FM_VERSION] == self._version)
+        fresh = fresh_codes(records, ts, self._params, self._version)
         marked = np.frombuffer(b"".join(m or _NO_MARK for m in marks), "<i8")
         skip = fresh | (marked > ts - self._pending_s)
         chosen = items[top_share(items, scores, skip, self._share)]

@@ -61,3 +61,36 @@ def test_a_retried_drain_keeps_what_it_stored_and_adds_nothing_twice(
     assert again["request_id"].tolist() == [2, 2, 2, 4]
     assert figures["requests"] == 2
     assert redis_client.xlen(Namespace.of(cfg).request_stream) == 0
+
+
+def test_the_cycle_spends_no_budget_on_what_serving_selected_near_line_and_skips_its_pairs(
+    cfg, redis_connection: str, redis_client
+) -> None:
+    from solaris.orchestration.candidates import select_partitions
+    from solaris.orchestration.resources import read_parquet
+
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"redis": redis_connection})})
+    stream = Namespace.of(cfg).request_stream
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5]
+    # Request 2 spent its budget (ceil(0.2 * 5) = 1) near-line on item 1; request 3 of the
+    # same user comes later in the interval, with item 1 again.
+    append_request(redis_client, stream, 100, 2, 5, [1, 2, 3, 4, 5], scores, 87_000, nearline=[1])
+    append_request(redis_client, stream, 100, 3, 5, [1, 6], [0.9, 0.1], 87_100)
+
+    figures = select_partitions(cfg, INTERVAL, [0])
+
+    layout = CycleLayout(Namespace.of(cfg))
+    ledger = read_parquet(layout.selections(INTERVAL))
+    assert list(zip(ledger["request_id"], ledger["item_id"], strict=True)) == [(3, 6)]
+    nearline = read_parquet(layout.nearline(INTERVAL))
+    assert nearline[["user_id", "item_id", "computed_at", "expires_at"]].values.tolist() == [
+        [5, 1, 87_000, 87_000 + 21_600]
+    ]
+    assert (figures["nearline_selected"], figures["selected"]) == (1, 1)
+
+    # The next interval skips the near-line pair too, as a cached one.
+    append_request(redis_client, stream, 100, 4, 5, [1, 7], [0.9, 0.1], 90_100)
+    following = Interval(90_000, 93_600)
+    select_partitions(cfg, following, [0])
+    ledger = read_parquet(layout.selections(following))
+    assert ledger["item_id"].tolist() == [7]

@@ -90,6 +90,21 @@ def seed_run_records(artifacts: Path, *, hours: int = 24, seed: int = 7) -> None
                     "request_log_backlog": rng.randint(0, 12),
                 }
             )
+            # The near-line embedders' figures, as the live cycle's candidates runs read them
+            # (no embedder serves a replay). No draw from rng: the other figures stay as they were.
+            record["nearline"] = (
+                None
+                if replay
+                else {
+                    "consumers": 1,
+                    "pairs_per_s": 3_900.0 + 10 * hour,
+                    "embedded": 3_500_000 + 35_000 * hour,
+                    "malformed": 0,
+                    "lag_p95_s": 1.1 + (2.0 if hour == 15 else 0.0),
+                    "backlog": 40 if hour == 15 else 0,
+                    "pending": 0,
+                }
+            )
             if replay:  # only a replay knows the labels, so only it measures coverage
                 warm = min(1.0, (hour + 4) / 16)
                 pair = round(0.22 * warm + rng.uniform(-0.015, 0.015), 4)

@@ -50,6 +50,7 @@ CHART_TITLES = [
     "Fetch latency p50 / p99",
     "Serving failures",
     "Miss-stream and request-log backlog",
+    "Near-line path: pairs embedded per second, lag p95, backlog",
 ]
 
 

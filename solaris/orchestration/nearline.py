@@ -362,17 +362,19 @@ class NearlineEmbedder:
     # -- reporting ---------------------------------------------------------------------------
 
     def backlog(self) -> dict[str, int | None]:
-        """The group's ``lag`` (entries not yet delivered) and ``pending`` (delivered, not
-        acknowledged), from ``XINFO GROUPS``."""
-        for group in self._redis.xinfo_groups(self.stream):
-            name = group.get("name")
-            if as_bytes(name).decode() == self.group:
-                lag = group.get("lag")
-                return {
-                    "backlog": None if lag is None else int(lag),
-                    "pending": int(group["pending"]),
-                }
-        return {"backlog": None, "pending": None}
+        """``backlog``: entries not yet delivered to any consumer; ``pending``: delivered,
+        not acknowledged. Acknowledged entries are deleted, so the stream holds exactly
+        these two: the backlog is its length less the group's pending count (``XINFO
+        GROUPS``'s own ``lag`` is unknown once ``MAXLEN`` has trimmed unread entries)."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.xlen(self.stream)
+        pipe.xinfo_groups(self.stream)
+        length, groups = pipe.execute()
+        for group in groups:
+            if as_bytes(group.get("name")).decode() == self.group:
+                pending = int(group["pending"])
+                return {"backlog": max(int(length) - pending, 0), "pending": pending}
+        return {"backlog": int(length), "pending": None}
 
     def _report(self, began: float, window: tuple[float, int]) -> tuple[float, int]:
         """Log and publish the figures; the rate is over the window since the last report.

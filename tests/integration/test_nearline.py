@@ -183,6 +183,7 @@ def test_every_selected_pair_is_embedded_once_despite_a_kill_and_malformed_entri
     assert redis_client.xpending(namespace.embed_stream, cfg.nearline.group)["pending"] == 0
     assert not list(redis_client.scan_iter(match=f"{namespace.name}:nlpend:*"))
     assert set(read_status(redis_client, namespace)) == {"b", "c"}
+    assert consumers[0].backlog() == {"backlog": 0, "pending": 0}
 
     # Every selected pair is served, with its own code: the FM's as of its request.
     from solaris import adapters
@@ -216,6 +217,7 @@ def test_a_pair_with_a_fresh_code_is_not_selected_again(
     version = read_manifest(namespace.models_dir).fm_version
     _log_requests(cfg, redis_connection, version)
     embedder = NearlineEmbedder(cfg, redis_connection, consumer="one")
+    assert embedder.backlog() == {"backlog": N_REQUESTS, "pending": 0}
     _run_until_drained([embedder], redis_client, namespace, cfg.nearline.group, close=False)
     first = embedder.stats.embedded
     redis_client.delete(namespace.request_stream)

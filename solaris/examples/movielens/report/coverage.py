@@ -98,13 +98,15 @@ def selection_sweeps(
     base_ttl_hours: float,
     base_cadence_minutes: float,
     activity_powers: Iterable[float] = (0.5, 1.0),
+    nearline_seconds: int | None = None,
 ) -> tuple[pd.DataFrame, dict[float, ReplayResult]]:
     """Every sweep of one seed as a long table (``sweep``, ``selector``, the swept value,
     ``coverage``, ``fm_passes_per_1k_requests``), and the verifier's replays by share at the
     base TTL and cadence (reused by the coverage curve with real misses).
 
     ``scores`` holds ``verifier`` (what selection uses) and any baselines; every selector
-    runs the share sweep, the verifier and random also the TTL and cadence sweeps."""
+    runs the share sweep, the verifier and random also the TTL and cadence sweeps and, with
+    ``nearline_seconds``, the near-line path (codes usable that long after the request)."""
     if "verifier" not in scores:
         raise ValueError("scores must hold the 'verifier'")
     given = list(scores)
@@ -119,6 +121,11 @@ def selection_sweeps(
     for m in cadences_minutes:
         jobs += [
             ("cadence", sel, m, base_ttl, int(m * 60), base_share) for sel in ("verifier", "random")
+        ]
+    if nearline_seconds is not None:
+        jobs += [
+            ("nearline", sel, nearline_seconds, base_ttl, base_cad, base_share)
+            for sel in ("verifier", "random")
         ]
     points, by_share = [], {}
     oracle_cache: dict[tuple[int, int], np.ndarray] = {}
@@ -136,6 +143,7 @@ def selection_sweeps(
             share=share,
             ttl_seconds=ttl,
             cadence_seconds=cad,
+            latency_seconds=int(value) if sweep == "nearline" else None,
             eval_from=eval_from,
         )
         points.append(_point(res, sweep=sweep, selector=sel, value=value))

@@ -472,6 +472,7 @@ def _selection(s: dict) -> list[str]:
         ("share", "share", True),
         ("ttl", "TTL (h)", True),
         ("cadence", "cadence (min)", False),
+        ("nearline", "near-line: codes usable (s after the request)", False),
     ):
         vals = sorted({p["value"] for p in pts if p["sweep"] == sweep})
         sels = [

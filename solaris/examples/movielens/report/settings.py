@@ -31,6 +31,10 @@ class ReportSettings(BaseModel):
     curve_shares: tuple[float, ...] = (0.05, 0.2, 0.5)
     ttls_hours: tuple[float, ...] = (1.0, 3.0, 6.0, 12.0, 24.0, 48.0)
     cadences_minutes: tuple[float, ...] = (5.0, 15.0, 60.0, 360.0, 1440.0)
+    # The near-line path beside the cadences: codes usable this long after the request (the
+    # bound bench.nearline checks; it measures about 0.3 s p95), in the cadence table and as
+    # Table 2's near-line rows at the base share.
+    nearline_seconds: int = Field(30, gt=0)
     activity_powers: tuple[float, ...] = (0.5, 1.0)
     # Aggregate snapshot cadences shown beside the cycle's own (coverage only).
     snapshot_minutes: tuple[float, ...] = (60.0,)

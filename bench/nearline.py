@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.serving_http import peak_rss_mb
+
 BIN = Path(sys.executable).parent
 REDIS_DEFAULT = "127.0.0.1:6379,db=14"
 NAMESPACE = "bench_nearline"
@@ -48,16 +50,6 @@ N_USERS, N_ITEMS = 943, 1682  # MovieLens-100K's ids, which the demo's FM knows
 
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-def _peak_mb(pid: int | str = "self") -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -259,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         status = {
             k.decode(): json.loads(v) for k, v in redis.hgetall(namespace.nearline_status).items()
         }
-        rss = {f"bench-{k}": _peak_mb(p.pid) for k, p in enumerate(embedders)}
+        rss = {f"bench-{k}": peak_rss_mb(p.pid) for k, p in enumerate(embedders)}
     finally:
         for p in embedders:
             p.terminate()
@@ -312,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         say(f"   {name}: " + ", ".join(f"{k} {figures.get(k)}" for k in keep))
         say(f"   {name}: peak RSS {rss.get(name) or float('nan'):.0f} MB")
-    say(f"   this process (traffic, poller, two clients): peak RSS {_peak_mb() or 0:.0f} MB")
+    say(f"   this process (traffic, poller, two clients): peak RSS {peak_rss_mb() or 0:.0f} MB")
     delete_project_keys(redis, namespace.project)
     redis.close()
 

@@ -289,7 +289,8 @@ def latency(b: Bench, reps: int, warmup: int, seed: int) -> dict[str, Any]:
     }
 
 
-def _peak_rss_mb(pid: int) -> float | None:
+def peak_rss_mb(pid: int | str = "self") -> float | None:
+    """Peak RSS (``VmHWM``) of process ``pid`` in MB (Linux), else None."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -346,7 +347,7 @@ def throughput(b: Bench, connections: int, seconds: float) -> dict[str, Any]:
             elapsed = time.monotonic() - started
             complete = sum(c[0] for c in counts)
             incomplete = sum(c[1] for c in counts)
-            peaks = [_peak_rss_mb(p) for p in [server.pid, *_children(server.pid)]]
+            peaks = [peak_rss_mb(p) for p in [server.pid, *_children(server.pid)]]
             for call in callers:
                 call.close()
         rate = complete / elapsed

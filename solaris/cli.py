@@ -67,6 +67,24 @@ def _config(path: Path | None, **overrides: object):
     return SolarisConfig.load(path, **overrides)
 
 
+def _redis_option(redis: str | None, cfg: SolarisConfig) -> str:
+    """``--redis``, else ``store.redis``, checked against ``store.redis_type``; a usage error
+    naming ``--redis`` when there is none or it cannot be used."""
+    connection = redis or cfg.store.redis
+    if not connection:
+        raise typer.BadParameter(
+            "no Redis to read: pass --redis host:port or set store.redis in the config",
+            param_hint="--redis",
+        )
+    from solaris.store.connection import ConnectionStringError, RedisTarget
+
+    try:
+        RedisTarget.parse(connection).check(cfg.store.redis_type)
+    except ConnectionStringError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--redis") from None
+    return connection
+
+
 def _namespace_arg(value: str, hint: str) -> str:
     """``value`` when it is a namespace name; a usage error naming ``hint`` otherwise."""
     if not re.match(NAME_PATTERN, value):
@@ -212,18 +230,7 @@ def serve_command(
     if namespace is not None:
         _namespace_arg(namespace, "--namespace")
     cfg = _config(config, **({"namespace": namespace} if namespace else {}))
-    connection = redis or cfg.store.redis
-    if not connection:
-        raise typer.BadParameter(
-            "no Redis to read: pass --redis host:port or set store.redis in the config",
-            param_hint="--redis",
-        )
-    from solaris.store.connection import ConnectionStringError, RedisTarget
-
-    try:
-        RedisTarget.parse(connection).check(cfg.store.redis_type)
-    except ConnectionStringError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--redis") from None
+    connection = _redis_option(redis, cfg)
     if fm_version is None:
         from solaris.namespace import Namespace
         from solaris.pipeline.codes import read_manifest
@@ -282,18 +289,7 @@ def nearline_command(
     if namespace is not None:
         _namespace_arg(namespace, "--namespace")
     cfg = _config(config, **({"namespace": namespace} if namespace else {}))
-    connection = redis or cfg.store.redis
-    if not connection:
-        raise typer.BadParameter(
-            "no Redis to read: pass --redis host:port or set store.redis in the config",
-            param_hint="--redis",
-        )
-    from solaris.store.connection import ConnectionStringError, RedisTarget
-
-    try:
-        RedisTarget.parse(connection).check(cfg.store.redis_type)
-    except ConnectionStringError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--redis") from None
+    connection = _redis_option(redis, cfg)
     from solaris.orchestration.nearline import NearlineEmbedder
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -27,10 +27,7 @@ import redis
 
 from solaris.serving.streams import (
     as_bytes,
-    check_items,
-    check_stamp,
-    decimal,
-    entry_fields,
+    parse_user_items,
     stream_error,
     warn_skipped,
 )
@@ -171,20 +168,4 @@ def drain_miss_entries(
 
 def _parse_entry(raw, max_items: int | None = None) -> tuple[int, int, bytes]:
     """``(user, ts, item bytes)`` of one entry; ``ValueError`` saying what is wrong."""
-    try:
-        fields = entry_fields(raw)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"malformed fields ({exc})") from None
-    missing = [k for k in (b"user", b"ts", b"items") if k not in fields]
-    if missing:
-        raise ValueError(f"missing fields {[m.decode() for m in missing]}")
-    user = decimal(fields[b"user"], "user", 2**63)
-    ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
-    check_stamp(ts)
-    blob = fields[b"items"]
-    if not blob or len(blob) % 8:
-        raise ValueError(f"items must be int64 bytes, got {len(blob)} bytes")
-    check_items(len(blob) // 8, max_items)
-    if (np.frombuffer(blob, dtype="<i8") < 0).any():
-        raise ValueError("negative item id")
-    return user, ts, blob
+    return parse_user_items(raw, max_items)

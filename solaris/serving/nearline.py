@@ -29,9 +29,9 @@ import redis
 
 from solaris.namespace import Namespace
 from solaris.selection import top_share
-from solaris.serving.streams import check_items, check_stamp, decimal, entry_fields
+from solaris.serving.streams import parse_user_items
 from solaris.store.codec import decode_records
-from solaris.store.contract import FM_VERSION, MAX_EPOCH_S, PAIR, ViewParams
+from solaris.store.contract import FM_VERSION, PAIR, ViewParams
 from solaris.store.keys import member_field_list, partition_key, view_key
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "pending_key",
 ]
 
-_FIELDS = (b"user", b"ts", b"items")
 _NO_MARK = b"\x00" * 8
 
 
@@ -71,25 +70,11 @@ class EmbedEntry:
 
 
 def parse_entry(raw: object, max_items: int | None = None) -> EmbedEntry:
-    """An embed-stream entry's fields, checked; ``ValueError`` saying what is wrong."""
-    try:
-        fields = entry_fields(raw)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"malformed fields ({exc})") from None
-    missing = [k.decode() for k in _FIELDS if k not in fields]
-    if missing:
-        raise ValueError(f"missing fields {missing}")
-    user = decimal(fields[b"user"], "user", 2**63)
-    ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
-    check_stamp(ts)
-    blob = fields[b"items"]
-    if not blob or len(blob) % 8:
-        raise ValueError(f"items must be int64 bytes, got {len(blob)} bytes")
-    check_items(len(blob) // 8, max_items)
-    items = np.frombuffer(blob, dtype="<i8").astype(np.int64)
-    if (items < 0).any():
-        raise ValueError("negative item id")
-    return EmbedEntry(user, ts, items)
+    """An embed-stream entry's fields, checked (the miss stream's format,
+    :func:`~solaris.serving.streams.parse_user_items`); ``ValueError`` saying what is
+    wrong."""
+    user, ts, blob = parse_user_items(raw, max_items)
+    return EmbedEntry(user, ts, np.frombuffer(blob, dtype="<i8").astype(np.int64))
 
 
 class NearlineSelector:

@@ -15,7 +15,10 @@ import re
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from solaris.errors import SolarisError
+from solaris.store.contract import MAX_EPOCH_S
 
 __all__ = [
     "FUTURE_SLACK_S",
@@ -25,6 +28,7 @@ __all__ = [
     "check_stamp",
     "decimal",
     "entry_fields",
+    "parse_user_items",
     "stream_error",
     "warn_skipped",
 ]
@@ -61,6 +65,29 @@ def check_stamp(ts: int, now: float | None = None) -> None:
     limit = (time.time() if now is None else now) + FUTURE_SLACK_S
     if ts > limit:
         raise ValueError(f"ts {ts} is more than a day past the wall clock: never drained")
+
+
+def parse_user_items(raw, max_items: int | None = None) -> tuple[int, int, bytes]:
+    """``(user, ts, item bytes)`` of an entry with the fields ``user``, ``ts`` (decimals)
+    and ``items`` (int64 bytes), the miss stream's and the embed stream's format;
+    ``ValueError`` saying what is wrong."""
+    try:
+        fields = entry_fields(raw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed fields ({exc})") from None
+    missing = [k for k in (b"user", b"ts", b"items") if k not in fields]
+    if missing:
+        raise ValueError(f"missing fields {[m.decode() for m in missing]}")
+    user = decimal(fields[b"user"], "user", 2**63)
+    ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
+    check_stamp(ts)
+    blob = fields[b"items"]
+    if not blob or len(blob) % 8:
+        raise ValueError(f"items must be int64 bytes, got {len(blob)} bytes")
+    check_items(len(blob) // 8, max_items)
+    if (np.frombuffer(blob, dtype="<i8") < 0).any():
+        raise ValueError("negative item id")
+    return user, ts, blob
 
 
 def stream_error(stream: str, exc: Exception) -> StreamError:

@@ -358,15 +358,28 @@ def run_seed(
             ll = fitted([masked(offline, keep)])[0]
             cov = float(keep[test_i].mean())
         curve.append({"kind": "random", "coverage": cov, "logloss": ll, "gain": ll_vm - ll})
+    # The near-line path at the base share: codes usable nearline_seconds after the
+    # request, each computed as of that moment (solaris nearline embeds as of the request).
+    nearline = replay(
+        log.candidates,
+        selectors["verifier"],
+        share=st.base_share,
+        ttl_seconds=ttl,
+        cadence_seconds=st.base_cadence_seconds,
+        latency_seconds=st.nearline_seconds,
+        eval_from=split.val_end,
+    )
+    replays = [("", share, by_share[share]) for share in st.curve_shares]
+    replays.append(("near-line ", st.base_share, nearline))
     pair_tiers = {}
-    for share in st.curve_shares:
-        res = by_share[share]
+    for path, share, res in replays:
         served = _pair_tier(res.selections, rows, ttl, models, ctx)
-        pair_tiers[share] = served
+        if not path:
+            pair_tiers[share] = served
         cov = float(served.present[test_i].mean())
         for kind, tier in (
-            ("real misses, fresh codes", masked(offline, served.present)),
-            ("real misses, served codes", served),
+            (f"{path}real misses, fresh codes", masked(offline, served.present)),
+            (f"{path}real misses, served codes", served),
         ):
             ll = fitted([tier])[0]
             curve.append(
@@ -379,33 +392,6 @@ def run_seed(
                     "gain": ll_vm - ll,
                 }
             )
-    # The near-line path at the base share: codes usable nearline_seconds after the
-    # request, each computed as of that moment (solaris nearline embeds as of the request).
-    nearline = replay(
-        log.candidates,
-        selectors["verifier"],
-        share=st.base_share,
-        ttl_seconds=ttl,
-        cadence_seconds=st.base_cadence_seconds,
-        latency_seconds=st.nearline_seconds,
-        eval_from=split.val_end,
-    )
-    near = _pair_tier(nearline.selections, rows, ttl, models, ctx)
-    for kind, tier in (
-        ("near-line real misses, fresh codes", masked(offline, near.present)),
-        ("near-line real misses, served codes", near),
-    ):
-        ll = fitted([tier])[0]
-        curve.append(
-            {
-                "kind": kind,
-                "share": st.base_share,
-                "coverage": float(near.present[test_i].mean()),
-                "replay_coverage": nearline.coverage,
-                "logloss": ll,
-                "gain": ll_vm - ll,
-            }
-        )
     bar.update()
 
     # --- tier value on the served tiers; imputed vs real codes at equal coverage -------------

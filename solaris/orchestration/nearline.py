@@ -274,7 +274,8 @@ class NearlineEmbedder:
         )
         cursor, claimed = reply[0], reply[1]
         self._claim_cursor = as_bytes(cursor).decode()
-        # Entries deleted while pending come back as None: nothing to embed, only to ack.
+        # Entries deleted while pending are not claimed: Redis 7 drops them from the pending
+        # list and names them in reply[2], so nothing is left to acknowledge for them.
         taken = [(as_bytes(i), raw) for i, raw in claimed]
         self.stats.reclaimed += len(taken)
         return taken

@@ -14,6 +14,14 @@ selected by a request at ``ts`` is usable from ``ts + latency_seconds`` (the mea
 request → code time), and is *pending* until then (neither served nor selected again).
 Requests are walked in slices of ``latency_seconds``: nothing selected in a slice becomes
 usable inside it, so the walk is exact.
+
+With ``refresh_after_requests`` = ``K`` it models *refresh on activity* (the event trigger,
+``nearline.refresh_after_requests``): a cached code that the user's own requests have passed
+``K`` times since it became usable counts as stale for selection, so a request may select
+its pair again, within the same per-request budget; the old code keeps serving until the new
+one is usable. The count is of the user's requests strictly after the code was written and
+strictly before the selecting request, the rule :class:`~solaris.serving.nearline.
+NearlineSelector` applies online.
 """
 
 from __future__ import annotations
@@ -49,8 +57,9 @@ class ReplayResult:
     n_selected: int  # FM passes over the whole replay
     n_selected_eval: int  # FM passes selected by eval-period requests
     n_eval_requests: int
+    n_refreshed_eval: int  # of n_selected_eval: pairs selected again while their code was held
     hit: np.ndarray  # per candidate row: pair fresh at the row's time (aligned with input)
-    selections: pd.DataFrame  # user_id, item_id, request_ts, computed_at, expires_at
+    selections: pd.DataFrame  # user_id, item_id, request_ts, computed_at, expires_at, refresh
 
     @property
     def fm_passes_per_1k_requests(self) -> float:
@@ -80,6 +89,7 @@ def replay(
     ttl_seconds: int | np.ndarray,
     cadence_seconds: int,
     latency_seconds: int | None = None,
+    refresh_after_requests: int | None = None,
     eval_from: int | None = None,
     progress: bool = False,
 ) -> ReplayResult:
@@ -88,7 +98,8 @@ def replay(
 
     ``ttl_seconds`` is one TTL, or one per candidate row (an activity-aware TTL: a pair
     selected by that row stays fresh for that row's TTL). ``latency_seconds``: the near-line
-    path (see the module docstring); ``cadence_seconds`` is then unused."""
+    path (see the module docstring); ``cadence_seconds`` is then unused.
+    ``refresh_after_requests``: refresh on activity (the module docstring); ``None`` is off."""
     if len(scores) != len(candidates):
         raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
     ttl = np.broadcast_to(np.asarray(ttl_seconds, dtype=np.int64), (len(candidates),))
@@ -96,6 +107,8 @@ def replay(
         raise ValueError("cadence_seconds and ttl_seconds must be positive")
     if latency_seconds is not None and latency_seconds <= 0:
         raise ValueError(f"latency_seconds must be positive, got {latency_seconds}")
+    if refresh_after_requests is not None and refresh_after_requests < 1:
+        raise ValueError(f"refresh_after_requests must be at least 1, got {refresh_after_requests}")
     ts = candidates["ts"].to_numpy(np.int64)
     if len(ts) > 1 and (np.diff(ts) < 0).any():
         raise ValueError("candidates must be sorted by ts")
@@ -109,12 +122,20 @@ def replay(
     _, pair = np.unique(pair_keys(user_id, item_id), return_inverse=True)
     expires = np.full(pair.max() + 1 if len(pair) else 0, _NEVER, dtype=np.int64)
     usable = np.zeros_like(expires)  # when the pair's latest code becomes usable
+    previous = np.full_like(expires, _NEVER)  # a refreshed pair's old code serves until then
+    # Refresh on activity: the user's requests before a time, as positions in one sorted
+    # array of (user, request time) keys, so "requests between two times" is a difference.
+    requests = _UserRequests(user_id, ts, request_id)
+    before_row = requests.count_before(user_id, ts)
+    code_mark = np.zeros_like(expires)  # the user's requests up to the code's usable time
+    refresh_k = np.iinfo(np.int64).max if refresh_after_requests is None else refresh_after_requests
     interval = ts // (cadence_seconds if latency_seconds is None else int(latency_seconds))
     bounds = np.flatnonzero(np.diff(interval)) + 1
     starts = np.concatenate([[0], bounds])
     stops = np.concatenate([bounds, [len(ts)]])
     hit = np.zeros(len(ts), dtype=bool)
     chosen = np.zeros(len(ts), dtype=bool)
+    refreshed = np.zeros(len(ts), dtype=bool)
     bar = tqdm(
         zip(starts, stops, strict=True),
         total=len(starts),
@@ -126,15 +147,22 @@ def replay(
     for a, b in bar:
         rows = slice(a, b)
         # The cache holds what earlier slices computed (or have pending); nothing from this one.
-        held = expires[pair[rows]] >= ts[rows]
-        hit[rows] = held & (usable[pair[rows]] <= ts[rows])
+        p, t = pair[rows], ts[rows]
+        held = expires[p] >= t
+        current = held & (usable[p] <= t)
+        hit[rows] = current | (previous[p] >= t)
+        stale = current & (before_row[rows] - code_mark[p] >= refresh_k)
         sel = select_mask(
-            request_id[rows], user_id[rows], item_id[rows], ts[rows], scores[rows], held, share
+            request_id[rows], user_id[rows], item_id[rows], t, scores[rows], held & ~stale, share
         )
         chosen[rows] = sel
-        ready = ready_time(ts[rows][sel], cadence_seconds, latency_seconds)
-        usable[pair[rows][sel]] = ready
-        expires[pair[rows][sel]] = ready + ttl[rows][sel]
+        refreshed[rows] = sel & held
+        ready = ready_time(t[sel], cadence_seconds, latency_seconds)
+        previous[p[sel]] = np.where(current[sel], expires[p[sel]], _NEVER)
+        usable[p[sel]] = ready
+        expires[p[sel]] = ready + ttl[rows][sel]
+        if refresh_after_requests is not None:
+            code_mark[p[sel]] = requests.count_until(user_id[rows][sel], ready)
 
     in_eval = ts >= eval_from
     eval_impressions = labelled & in_eval
@@ -146,6 +174,7 @@ def replay(
             "request_ts": ts[chosen],
             "computed_at": computed_at,
             "expires_at": computed_at + ttl[chosen],
+            "refresh": refreshed[chosen],
         }
     )
     n_eval = int(eval_impressions.sum())
@@ -156,9 +185,32 @@ def replay(
         n_selected=int(chosen.sum()),
         n_selected_eval=int((chosen & in_eval).sum()),
         n_eval_requests=int(pd.unique(request_id[in_eval]).shape[0]),
+        n_refreshed_eval=int((refreshed & in_eval).sum()),
         hit=hit,
         selections=selections,
     )
+
+
+class _UserRequests:
+    """Each user's request times, sorted, for counting a user's requests before a time."""
+
+    def __init__(self, user_id: np.ndarray, ts: np.ndarray, request_id: np.ndarray) -> None:
+        _, first = np.unique(request_id, return_index=True)
+        self._users = np.unique(user_id)
+        self._keys = np.sort(self._key(user_id[first], ts[first]))
+
+    def _key(self, user_id: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        dense = np.searchsorted(self._users, user_id).astype(np.int64)
+        return dense * _TIME_SPAN + np.asarray(ts, np.int64)
+
+    def count_before(self, user_id: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Per row: requests (of any user) ordered before the user's requests at ``ts``;
+        differences between two times of one user count that user's requests."""
+        return np.searchsorted(self._keys, self._key(user_id, ts), side="left")
+
+    def count_until(self, user_id: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """As :meth:`count_before`, with the user's requests at ``ts`` itself counted."""
+        return np.searchsorted(self._keys, self._key(user_id, ts), side="right")
 
 
 def random_scores(n: int, seed: int) -> np.ndarray:

@@ -35,9 +35,10 @@ def _selections(rows: list[tuple[int, int, int, int, int]]) -> pd.DataFrame:
 
 
 def _assert_selections(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
-    assert list(actual.columns) == SELECTION_COLUMNS
+    assert list(actual.columns) == [*SELECTION_COLUMNS, "refresh"]
     pd.testing.assert_frame_equal(
-        actual.reset_index(drop=True).astype("int64"), expected.reset_index(drop=True)
+        actual[SELECTION_COLUMNS].reset_index(drop=True).astype("int64"),
+        expected.reset_index(drop=True),
     )
 
 
@@ -252,6 +253,7 @@ def test_fm_passes_per_1k_requests_arithmetic():
             n_selected=n_selected_eval + 5,
             n_selected_eval=n_selected_eval,
             n_eval_requests=n_eval_requests,
+            n_refreshed_eval=0,
             hit=np.zeros(0, dtype=bool),
             selections=_selections([]),
         )
@@ -443,30 +445,47 @@ def test_replay_request_after_mid_interval_expiry_reselects_the_pair():
 
 
 def _reference_nearline(
-    log: pd.DataFrame, scores: np.ndarray, share: float, ttl: int, latency: int
-) -> tuple[list[bool], list[bool]]:
-    """Per-row (hit, selected) of the near-line path, one request at a time: a pair
-    selected at ``ts`` is pending until ``ts + latency``, then fresh for ``ttl``."""
+    log: pd.DataFrame,
+    scores: np.ndarray,
+    share: float,
+    ttl: int,
+    latency: int,
+    refresh: int | None = None,
+) -> tuple[list[bool], list[bool], list[bool]]:
+    """Per-row (hit, selected, refreshed) of the near-line path, one request at a time: a
+    pair selected at ``ts`` is pending until ``ts + latency``, then fresh for ``ttl``; with
+    ``refresh``, a usable code the user's requests passed ``refresh`` times (strictly after
+    it became usable, strictly before now) may be selected again, the old code serving
+    until the new one is usable."""
     rows = list(log[["request_id", "user_id", "item_id", "ts"]].itertuples(index=False))
     exact_share = Fraction(str(share))
-    cache: dict[tuple[int, int], tuple[int, int]] = {}  # pair -> (usable_at, expires_at)
+    # pair -> (usable_at, expires_at, the previous code's expires_at)
+    never = -(10**18)
+    cache: dict[tuple[int, int], tuple[int, int, int]] = {}
     hit = [False] * len(rows)
     selected = [False] * len(rows)
+    refreshed = [False] * len(rows)
     requests: dict[int, list[int]] = {}
     for pos, row in enumerate(rows):
         requests.setdefault(row.request_id, []).append(pos)
+    user_times: dict[int, list[int]] = {}
+    for positions in requests.values():
+        user_times.setdefault(rows[positions[0]].user_id, []).append(rows[positions[0]].ts)
     for request in sorted(requests, key=lambda r: (rows[requests[r][0]].ts, r)):
         mine = requests[request]
-        ts = rows[mine[0]].ts
-        held = {}
+        ts, user = rows[mine[0]].ts, rows[mine[0]].user_id
+        held, skip = {}, {}
         for p in mine:
-            usable, expires = cache.get((rows[p].user_id, rows[p].item_id), (0, -(10**18)))
+            usable, expires, previous = cache.get((user, rows[p].item_id), (0, never, never))
             held[p] = expires >= ts
-            hit[p] = held[p] and usable <= ts
+            current = held[p] and usable <= ts
+            hit[p] = current or previous >= ts
+            since = sum(usable < t < ts for t in user_times[user])
+            skip[p] = held[p] and not (current and refresh is not None and since >= refresh)
         product = exact_share * len(mine)
         budget = -(-product.numerator // product.denominator)
         eligible = sorted(
-            (p for p in mine if not held[p]), key=lambda p: (-scores[p], rows[p].item_id)
+            (p for p in mine if not skip[p]), key=lambda p: (-scores[p], rows[p].item_id)
         )
         taken: set[int] = set()
         for p in eligible:
@@ -474,8 +493,11 @@ def _reference_nearline(
                 continue
             taken.add(rows[p].item_id)
             selected[p] = True
-            cache[(rows[p].user_id, rows[p].item_id)] = (ts + latency, ts + latency + ttl)
-    return hit, selected
+            refreshed[p] = held[p]
+            old = cache.get((user, rows[p].item_id), (0, never, never))
+            previous = old[1] if held[p] else never
+            cache[(user, rows[p].item_id)] = (ts + latency, ts + latency + ttl, previous)
+    return hit, selected, refreshed
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -486,7 +508,7 @@ def test_nearline_replay_matches_a_request_at_a_time_reference(seed, ttl, latenc
     result = replay(
         log, scores, share=0.3, ttl_seconds=ttl, cadence_seconds=900, latency_seconds=latency
     )
-    hit, selected = _reference_nearline(log, scores, 0.3, ttl, latency)
+    hit, selected, _ = _reference_nearline(log, scores, 0.3, ttl, latency)
     np.testing.assert_array_equal(result.hit, hit)
     chosen = log[np.array(selected)]
     expected = pd.DataFrame(
@@ -520,4 +542,73 @@ def test_nearline_replay_refuses_a_latency_that_is_not_positive(latency):
             ttl_seconds=60,
             cadence_seconds=60,
             latency_seconds=latency,
+        )
+
+
+# ------------------------------------------------------------------ refresh on activity
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("latency", "refresh"), [(5, 1), (30, 2), (200, 3)])
+def test_refresh_on_activity_replay_matches_a_request_at_a_time_reference(
+    seed, latency, refresh
+):
+    log = _random_log(seed)
+    scores = np.round(np.random.default_rng(seed + 2000).random(len(log)), 1)
+    result = replay(
+        log,
+        scores,
+        share=0.3,
+        ttl_seconds=2000,
+        cadence_seconds=900,
+        latency_seconds=latency,
+        refresh_after_requests=refresh,
+    )
+    hit, selected, refreshed = _reference_nearline(log, scores, 0.3, 2000, latency, refresh)
+    np.testing.assert_array_equal(result.hit, hit)
+    np.testing.assert_array_equal(
+        result.selections["refresh"].to_numpy(), np.array(refreshed)[np.array(selected)]
+    )
+    assert result.n_selected == sum(selected)
+
+
+def test_refresh_selects_a_code_again_after_k_requests_and_the_old_code_serves_meanwhile():
+    # User 1 asks for item 7 at 1000 (usable 1005), then at 1010, 1020 and 1030. With K = 2
+    # the code is stale at 1030 (requests 1010 and 1020 came after it): selected again, and
+    # the old code still serves 1030 and 1034; the new one serves from 1035.
+    log = _log([(r, 1, 7, t, 1) for r, t in enumerate([1000, 1010, 1020, 1030, 1034, 1040])])
+    kw = {"share": 1.0, "ttl_seconds": 3600, "cadence_seconds": 900, "latency_seconds": 5}
+    result = replay(log, np.ones(6), refresh_after_requests=2, **kw)
+    assert result.hit.tolist() == [False, True, True, True, True, True]
+    assert result.selections["computed_at"].tolist() == [1005, 1035]
+    assert result.selections["refresh"].tolist() == [False, True]
+    assert result.n_refreshed_eval == 1
+    assert replay(log, np.ones(6), **kw).n_selected == 1  # without refresh: one pass
+
+
+def test_refresh_counts_only_the_users_own_requests():
+    # Another user's requests between user 1's code and its next request do not make it stale.
+    log = _log([(1, 1, 7, 1000, 1), (2, 2, 8, 1010, 1), (3, 2, 8, 1020, 1), (4, 1, 7, 1030, 1)])
+    result = replay(
+        log,
+        np.ones(4),
+        share=1.0,
+        ttl_seconds=3600,
+        cadence_seconds=900,
+        latency_seconds=5,
+        refresh_after_requests=1,
+    )
+    assert result.n_refreshed_eval == 0
+
+
+@pytest.mark.parametrize("refresh", [0, -1])
+def test_replay_refuses_a_refresh_count_below_one(refresh):
+    with pytest.raises(ValueError, match="refresh_after_requests must be at least 1"):
+        replay(
+            _log([(1, 1, 7, 1000, 1)]),
+            np.ones(1),
+            share=1.0,
+            ttl_seconds=60,
+            cadence_seconds=60,
+            refresh_after_requests=refresh,
         )

@@ -241,6 +241,14 @@ class NearlineConfig(Section):
         description="how long a selected pair counts as pending (not selected again) before "
         "its code arrives",
     )
+    refresh_after_requests: int = Field(
+        0,
+        ge=0,
+        le=1_000,
+        description="refresh on activity: a cached code counts as stale (its pair may be "
+        "selected again, within selection.share) once the user has made this many requests "
+        "since it was written; 0 is off",
+    )
     batch_pairs: int = Field(2_048, gt=0, description="most pairs of one embedder micro-batch")
     batch_ms: Milliseconds = Field(
         200.0, description="longest wait from a micro-batch's first entry to its forward pass"

@@ -7,8 +7,9 @@ through the Redis Streams consumer group ``nearline.group`` and, per micro-batch
 
 1. checks every entry (:func:`~solaris.serving.nearline.parse_entry`); a malformed one is
    counted, acknowledged and deleted, never retried and never blocking the stream;
-2. drops pairs whose code is already fresh for the current ``fm_version`` (a pair listed
-   twice, or delivered twice, costs one forward pass);
+2. drops pairs whose code is already fresh for the current ``fm_version`` and was written
+   at or after the request that selected them (a pair listed twice, or delivered twice,
+   costs one forward pass; a pair selected for refresh on activity is embedded again);
 3. runs FM → autoencoder → ``z`` on the configured device with the user's history as of the
    request (:func:`~solaris.pipeline.embed.embed_pairs`), stamped with the wall-clock
    second it is written, so it serves requests from then on and the offline join sees it
@@ -297,7 +298,7 @@ class NearlineEmbedder:
         if good:
             pairs = _pairs(good)
             self.stats.pairs += len(pairs)
-            fresh = self._fresh(pairs, int(time.time()))
+            fresh = self._fresh(pairs, int(time.time()), pairs["ts"].to_numpy(np.int64))
             self.stats.skipped_fresh += int(fresh.sum())
             pairs = pairs[~fresh]
             if len(pairs):
@@ -314,9 +315,10 @@ class NearlineEmbedder:
         self.stats.busy_seconds += time.monotonic() - began
         return embedded
 
-    def _fresh(self, pairs: pd.DataFrame, now: int) -> np.ndarray:
-        """``[N]`` pairs whose code is fresh at ``now`` for the current ``fm_version``: one
-        pipelined ``HMGET`` per user."""
+    def _fresh(self, pairs: pd.DataFrame, now: int, written_from: np.ndarray) -> np.ndarray:
+        """``[N]`` pairs whose code is fresh at ``now`` for the current ``fm_version`` and
+        written at or after ``written_from`` (epoch seconds): one pipelined ``HMGET`` per
+        user."""
         from solaris.store.contract import PAIR
         from solaris.store.keys import member_field_list, partition_key, view_key
 
@@ -326,7 +328,7 @@ class NearlineEmbedder:
         for user, rows in _user_runs(pairs["user_id"].to_numpy(np.int64)):
             pipe.hmget(partition_key(prefix, PAIR, user), member_field_list(items[rows]))
         replies = [r for reply in pipe.execute() for r in reply]
-        return fresh_codes(replies, now, self._pair, self.fm_version.encode())
+        return fresh_codes(replies, now, self._pair, self.fm_version.encode(), written_from)
 
     def _write(self, pairs: pd.DataFrame, first_id: bytes) -> int:
         """FM → autoencoder → ``pair`` view for ``pairs`` (sorted by user), pending marks

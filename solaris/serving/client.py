@@ -455,6 +455,7 @@ class SolarisFeatures:
                 share=cfg.selection.share,
                 maxlen=cfg.nearline.stream_maxlen,
                 pending_s=cfg.nearline.pending_seconds,
+                refresh_after=cfg.nearline.refresh_after_requests,
             )
             if cfg.nearline.enabled
             else None

@@ -9,6 +9,10 @@ selects on its writer thread (off the request path, after the request-log entry 
    fresh at the request's time for this client's ``fm_version`` (the serving rule,
    :meth:`~solaris.store.codec.ViewRows.fresh`) or it was selected less than
    ``nearline.pending_seconds`` ago;
+   With ``nearline.refresh_after_requests`` = ``K`` (refresh on activity), the same round
+   trip reads the user's last ``K`` request seconds (``<ns>:nlact:{u:<id>}``, a list, newest
+   first) and pushes this one: a fresh code counts as stale, and its pair may be selected
+   again, when ``K`` of the user's earlier requests came after the code was written;
 2. the request's top ``selection.share`` of the rest by the verifier's score
    (:func:`solaris.selection.top_share`, the cycle's rule) become one entry of the
    namespace's embed stream (``<ns>:embed``, exact ``MAXLEN`` of ``nearline.stream_maxlen``
@@ -37,6 +41,7 @@ from solaris.store.keys import member_field_list, partition_key, view_key
 __all__ = [
     "EmbedEntry",
     "NearlineSelector",
+    "activity_key",
     "fresh_codes",
     "parse_entry",
     "pending_key",
@@ -50,14 +55,27 @@ def pending_key(namespace: str, user: int) -> str:
     return f"{namespace}:nlpend:{{u:{int(user)}}}"
 
 
+def activity_key(namespace: str, user: int) -> str:
+    """The list of ``user``'s last request seconds (refresh on activity), in the user's slot."""
+    return f"{namespace}:nlact:{{u:{int(user)}}}"
+
+
 def fresh_codes(
-    records: list[bytes | None], now: int, pair: ViewParams, fm_version: bytes
+    records: list[bytes | None],
+    now: int,
+    pair: ViewParams,
+    fm_version: bytes,
+    written_from: int | np.ndarray | None = None,
 ) -> np.ndarray:
     """``[N]`` bool: which ``HMGET`` replies of the ``pair`` view hold a code fresh at ``now``
     for ``fm_version``, by the rule serving applies (the selection and the embedder skip
-    those)."""
+    those); with ``written_from`` (epoch seconds, one or ``[N]``), only a code written at or
+    after it counts."""
     rows = decode_records(PAIR, pair, records)
-    return rows.fresh(now, pair.read_ttl_s) & (rows.values[FM_VERSION] == fm_version)
+    fresh = rows.fresh(now, pair.read_ttl_s) & (rows.values[FM_VERSION] == fm_version)
+    if written_from is not None:
+        fresh &= rows.event_us >= np.multiply(written_from, 1_000_000, dtype=np.int64)
+    return fresh
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,7 @@ class NearlineSelector:
         fm_version: the version the VM reads; a code of another version is not fresh.
         share, maxlen, pending_s: ``selection.share``, ``nearline.stream_maxlen``,
             ``nearline.pending_seconds``.
+        refresh_after: ``nearline.refresh_after_requests`` (0: no refresh on activity).
     """
 
     def __init__(
@@ -99,6 +118,7 @@ class NearlineSelector:
         share: float,
         maxlen: int,
         pending_s: float,
+        refresh_after: int = 0,
     ) -> None:
         self.namespace = namespace.name
         self.stream = namespace.embed_stream
@@ -108,6 +128,9 @@ class NearlineSelector:
         self._share = share
         self._maxlen = int(maxlen)
         self._pending_s = float(pending_s)
+        self._refresh_after = int(refresh_after)
+        # The activity list outlives every code it can make stale.
+        self._activity_ttl_s = max(1, int(np.ceil(pair.read_ttl_s)))
 
     def select(
         self, client: redis.Redis, user: int, items: np.ndarray, scores: np.ndarray, ts: int
@@ -122,8 +145,18 @@ class NearlineSelector:
         read = client.pipeline(transaction=False)
         read.hmget(key, fields)
         read.hmget(pending, fields)
-        records, marks = read.execute()
-        fresh = fresh_codes(records, ts, self._params, self._version)
+        k = self._refresh_after
+        if k:
+            activity = activity_key(self.namespace, user)
+            read.lindex(activity, k - 1)  # the k-th latest earlier request, before this one
+            read.lpush(activity, ts)
+            read.ltrim(activity, 0, k - 1)
+            read.expire(activity, self._activity_ttl_s)
+        records, marks, *rest = read.execute()
+        # With refresh on activity, a code counts as fresh only if written at or after the
+        # user's k-th latest earlier request (fewer than k requests since it).
+        since = int(rest[0]) if k and rest[0] is not None else None
+        fresh = fresh_codes(records, ts, self._params, self._version, since)
         marked = np.frombuffer(b"".join(m or _NO_MARK for m in marks), "<i8")
         skip = fresh | (marked > ts - self._pending_s)
         chosen = items[top_share(items, scores, skip, self._share)]

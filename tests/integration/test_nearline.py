@@ -27,7 +27,7 @@ from solaris.orchestration.nearline import NearlineEmbedder, read_status
 from solaris.orchestration.resources import feature_store
 from solaris.pipeline.codes import read_manifest
 from solaris.serving.client import SolarisFeatures
-from solaris.serving.nearline import pending_key
+from solaris.serving.nearline import activity_key, parse_entry, pending_key
 from solaris.serving.request_log import read_request_log
 from solaris.store.feast_store import delete_project_keys
 
@@ -235,6 +235,61 @@ def test_a_pair_with_a_fresh_code_is_not_selected_again(
     with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
         covered = sum(int(client.fetch(u, c).mask[:, 0].sum()) for u, c in candidates.items())
     assert covered == 2 * N_REQUESTS * 10
+
+
+def _pair_event_seconds(client, cfg: SolarisConfig, user: int, items) -> np.ndarray:
+    """The event seconds of ``user``'s codes of ``items`` (0 where none)."""
+    from solaris.store.codec import decode_records
+    from solaris.store.contract import PAIR
+    from solaris.store.keys import member_field_list, partition_key, view_key
+
+    key = partition_key(view_key(Namespace.of(cfg).project, PAIR), PAIR, user)
+    rows = decode_records(PAIR, PAIR.params(cfg), client.hmget(key, member_field_list(items)))
+    return np.where(rows.found, rows.event_us // 1_000_000, 0)
+
+
+def test_refresh_on_activity_selects_a_users_codes_again_after_k_requests(
+    models, repo_copy, feast_project, redis_connection, redis_client
+) -> None:
+    cfg = _cfg(
+        models, feast_project, repo_copy, redis_connection, batch_ms=50, refresh_after_requests=2
+    )
+    feature_store(cfg, redis_connection)
+    namespace = Namespace.of(cfg)
+    version = read_manifest(namespace.models_dir).fm_version
+    items = np.arange(100, 150, dtype=np.int64)
+    scores = np.linspace(1.0, 0.0, len(items))  # items[:10] first, then items[10:20], ...
+    try:
+        with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
+            client.log_request(0, 0, items, scores)
+            assert client.flush()
+        embedder = NearlineEmbedder(cfg, redis_connection, consumer="one")
+        _run_until_drained([embedder], redis_client, namespace, cfg.nearline.group)
+        first = _pair_event_seconds(redis_client, cfg, 0, items[:10])
+        assert (first > 0).all()
+        written = int(first.max())
+
+        # Three later requests of user 0 (request times after the codes were written): the
+        # first two find items[:10] fresh (fewer than 2 requests since them) and take the
+        # next tens; the third has 2 requests since the codes and selects them again.
+        with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
+            for request, later in ((1, 2), (2, 3), (3, 4)):
+                client.log_request(request, 0, items, scores, now=written + later)
+            assert client.flush()
+        entries = redis_client.xrange(namespace.embed_stream)
+        chosen = [sorted(parse_entry(fields).items.tolist()) for _, fields in entries]
+        assert chosen == [items[10:20].tolist(), items[20:30].tolist(), items[:10].tolist()]
+        activity = activity_key(namespace.name, 0)
+        assert redis_client.llen(activity) == 2 and redis_client.ttl(activity) > 0
+
+        time.sleep(1.1)  # the refreshed codes are stamped with a later wall-clock second
+        again = NearlineEmbedder(cfg, redis_connection, consumer="two")
+        _run_until_drained([again], redis_client, namespace, cfg.nearline.group)
+        assert again.stats.embedded == 30 and again.stats.skipped_fresh == 0
+        refreshed = _pair_event_seconds(redis_client, cfg, 0, items[:10])
+        assert (refreshed > first).all()
+    finally:
+        delete_project_keys(redis_client, feast_project)
 
 
 def _free_port() -> int:

@@ -440,6 +440,14 @@ def replay_command(
             "after the request (make bench measures it)",
         ),
     ] = None,
+    refresh_after_requests: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="refresh on activity: a code counts as stale after this many of the user's "
+            "requests since it was written (nearline.refresh_after_requests)",
+        ),
+    ] = None,
 ) -> None:
     """Replay the request log with the trained verifier and report native pair coverage.
 
@@ -467,7 +475,9 @@ def replay_command(
     from solaris.examples.movielens.replay import replay_from_artifacts
 
     try:
-        result = replay_from_artifacts(cfg, selection, selector, nearline_seconds)
+        result = replay_from_artifacts(
+            cfg, selection, selector, nearline_seconds, refresh_after_requests
+        )
     except FileNotFoundError as exc:  # no demo ran here yet: say so, not a traceback
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -475,11 +485,21 @@ def replay_command(
         f"{selector}: native pair coverage {result.coverage:.1%} "
         f"({result.n_hits:,}/{result.n_eval_impressions:,} test-period impressions), "
         f"{result.fm_passes_per_1k_requests:,.0f} FM passes per 1,000 requests "
-        f"[share {selection.share:g}, TTL {selection.ttl_hours:g} h, "
         + (
-            f"near-line, codes usable {nearline_seconds} s after the request]"
+            f"({result.n_refreshed_eval:,} of them refreshes) "
+            if refresh_after_requests is not None
+            else ""
+        )
+        + f"[share {selection.share:g}, TTL {selection.ttl_hours:g} h, "
+        + (
+            f"near-line, codes usable {nearline_seconds} s after the request"
             if nearline_seconds is not None
-            else f"cadence {selection.cadence_minutes:g} min]"
+            else f"cadence {selection.cadence_minutes:g} min"
+        )
+        + (
+            f", refresh after {refresh_after_requests} requests]"
+            if refresh_after_requests is not None
+            else "]"
         )
     )
 

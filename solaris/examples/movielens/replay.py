@@ -21,9 +21,11 @@ def replay_from_artifacts(
     selection: SelectionConfig,
     selector: str = "verifier",
     latency_seconds: int | None = None,
+    refresh_after_requests: int | None = None,
 ) -> ReplayResult:
     """Replay the saved request log with ``selector`` under ``selection`` settings; with
-    ``latency_seconds``, on the near-line path (codes usable that long after the request)."""
+    ``latency_seconds``, on the near-line path (codes usable that long after the request);
+    with ``refresh_after_requests``, refreshing on activity."""
     if selector not in SELECTORS:
         raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
     log_path = Path(cfg.artifacts_dir) / "log" / "candidates.parquet"
@@ -53,6 +55,7 @@ def replay_from_artifacts(
         ttl_seconds=ttl_s,
         cadence_seconds=cadence_s,
         latency_seconds=latency_seconds,
+        refresh_after_requests=refresh_after_requests,
         eval_from=split.val_end,
         progress=True,
     )

@@ -164,7 +164,10 @@ def curve(seeds: list[dict]) -> dict:
             {
                 "kind": kind,
                 "share": share,
-                **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss", "gain_random")},
+                **{
+                    c: _ms(v[c])
+                    for c in ("coverage", "gain", "logloss", "gain_random", "fm_passes")
+                },
             }
             for (kind, share), v in real.groupby(["kind", "share"], sort=False)
         ],

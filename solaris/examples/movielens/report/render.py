@@ -303,7 +303,9 @@ def _curve(s: dict) -> list[str]:
         "",
         "Three ways to lower coverage: random masking of fresh codes (the paper's); the "
         "replay's real misses with fresh codes (selection alone); the real misses with the "
-        "codes serving had (selection and staleness).",
+        "codes serving had (selection and staleness). The near-line rows select as serving "
+        "logs the request (codes usable seconds later); with refresh on activity a code is "
+        "selected again, within the same budget, once the user's requests have passed it.",
         "",
         "![coverage curve](coverage_curve.png)",
         "",
@@ -316,6 +318,7 @@ def _curve(s: dict) -> list[str]:
             _gain(r["gain"]),
             _rel(r),
             "",
+            "",
         ]
         for r in c["random"]
     ]
@@ -327,6 +330,7 @@ def _curve(s: dict) -> list[str]:
             _gain(r["gain"]),
             _rel(r),
             _gain(r["gain_random"]),
+            f"{r['fm_passes']['mean']:,.0f}" if "fm_passes" in r else "",
         ]
         for r in c["real"]
     ]
@@ -337,6 +341,7 @@ def _curve(s: dict) -> list[str]:
         "gain (×1e-3)",
         "gain (% of VM LL)",
         "random masking at that coverage (×1e-3)",
+        "FM passes / 1k requests",
     ]
     lines.append(_table(header, rows))
     lines += [

@@ -360,17 +360,22 @@ def run_seed(
         curve.append({"kind": "random", "coverage": cov, "logloss": ll, "gain": ll_vm - ll})
     # The near-line path at the base share: codes usable nearline_seconds after the
     # request, each computed as of that moment (solaris nearline embeds as of the request).
-    nearline = replay(
-        log.candidates,
-        selectors["verifier"],
-        share=st.base_share,
-        ttl_seconds=ttl,
-        cadence_seconds=st.base_cadence_seconds,
-        latency_seconds=st.nearline_seconds,
-        eval_from=split.val_end,
-    )
+    # Then the same with refresh on activity (a code stale after refresh_after_requests of
+    # the user's requests is selected again, within the same budget).
     replays = [("", share, by_share[share]) for share in st.curve_shares]
-    replays.append(("near-line ", st.base_share, nearline))
+    k = st.refresh_after_requests
+    for path, refresh in (("near-line ", None), (f"near-line, refresh after {k} ", k)):
+        nearline = replay(
+            log.candidates,
+            selectors["verifier"],
+            share=st.base_share,
+            ttl_seconds=ttl,
+            cadence_seconds=st.base_cadence_seconds,
+            latency_seconds=st.nearline_seconds,
+            refresh_after_requests=refresh,
+            eval_from=split.val_end,
+        )
+        replays.append((path, st.base_share, nearline))
     pair_tiers = {}
     for path, share, res in replays:
         served = _pair_tier(res.selections, rows, ttl, models, ctx)
@@ -388,6 +393,7 @@ def run_seed(
                     "share": share,
                     "coverage": cov,
                     "replay_coverage": res.coverage,
+                    "fm_passes": res.fm_passes_per_1k_requests,
                     "logloss": ll,
                     "gain": ll_vm - ll,
                 }

@@ -35,6 +35,9 @@ class ReportSettings(BaseModel):
     # bound bench.nearline checks; it measures about 0.3 s p95), in the cadence table and as
     # Table 2's near-line rows at the base share.
     nearline_seconds: int = Field(30, gt=0)
+    # Refresh on activity on the near-line path (nearline.refresh_after_requests): Table 2's
+    # near-line rows again, with a code stale after this many of the user's requests.
+    refresh_after_requests: int = Field(1, ge=1)
     activity_powers: tuple[float, ...] = (0.5, 1.0)
     # Aggregate snapshot cadences shown beside the cycle's own (coverage only).
     snapshot_minutes: tuple[float, ...] = (60.0,)

@@ -245,9 +245,15 @@ class NearlineConfig(Section):
         0,
         ge=0,
         le=1_000,
-        description="refresh on activity: a cached code counts as stale (its pair may be "
-        "selected again, within selection.share) once the user has made this many requests "
-        "since it was written; 0 is off",
+        description="refresh on activity: a cached code is stale once the user has made this "
+        "many requests since it was written; 0 is off",
+    )
+    refresh_share: float = Field(
+        0.02,
+        gt=0,
+        le=1,
+        description="refresh on activity: each request selects again its best stale codes, up "
+        "to this share of its candidates (a budget beside selection.share)",
     )
     batch_pairs: int = Field(2_048, gt=0, description="most pairs of one embedder micro-batch")
     batch_ms: Milliseconds = Field(

@@ -17,11 +17,12 @@ usable inside it, so the walk is exact.
 
 With ``refresh_after_requests`` = ``K`` it models *refresh on activity* (the event trigger,
 ``nearline.refresh_after_requests``): a cached code that the user's own requests have passed
-``K`` times since it became usable counts as stale for selection, so a request may select
-its pair again, within the same per-request budget; the old code keeps serving until the new
-one is usable. The count is of the user's requests strictly after the code was written and
-strictly before the selecting request, the rule :class:`~solaris.serving.nearline.
-NearlineSelector` applies online.
+``K`` times since it became usable is stale, and each request first selects again its
+highest-scoring stale codes, up to ``ceil(refresh_share · n)`` of its ``n`` candidates (a
+budget of its own: the main one goes to pairs with no code, as without refresh); the old code
+keeps serving until the new one is usable. The count is of the user's requests strictly after
+the code was written and strictly before the selecting request, the rule
+:class:`~solaris.serving.nearline.NearlineSelector` applies online.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def replay(
     cadence_seconds: int,
     latency_seconds: int | None = None,
     refresh_after_requests: int | None = None,
+    refresh_share: float = 0.02,
     eval_from: int | None = None,
     progress: bool = False,
 ) -> ReplayResult:
@@ -99,7 +101,8 @@ def replay(
     ``ttl_seconds`` is one TTL, or one per candidate row (an activity-aware TTL: a pair
     selected by that row stays fresh for that row's TTL). ``latency_seconds``: the near-line
     path (see the module docstring); ``cadence_seconds`` is then unused.
-    ``refresh_after_requests``: refresh on activity (the module docstring); ``None`` is off."""
+    ``refresh_after_requests``, ``refresh_share``: refresh on activity (the module
+    docstring); ``None`` is off."""
     if len(scores) != len(candidates):
         raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
     ttl = np.broadcast_to(np.asarray(ttl_seconds, dtype=np.int64), (len(candidates),))
@@ -128,7 +131,6 @@ def replay(
     requests = _UserRequests(user_id, ts, request_id)
     before_row = requests.count_before(user_id, ts)
     code_mark = np.zeros_like(expires)  # the user's requests up to the code's usable time
-    refresh_k = np.iinfo(np.int64).max if refresh_after_requests is None else refresh_after_requests
     interval = ts // (cadence_seconds if latency_seconds is None else int(latency_seconds))
     bounds = np.flatnonzero(np.diff(interval)) + 1
     starts = np.concatenate([[0], bounds])
@@ -151,12 +153,17 @@ def replay(
         held = expires[p] >= t
         current = held & (usable[p] <= t)
         hit[rows] = current | (previous[p] >= t)
-        stale = current & (before_row[rows] - code_mark[p] >= refresh_k)
-        sel = select_mask(
-            request_id[rows], user_id[rows], item_id[rows], t, scores[rows], held & ~stale, share
-        )
+        args = (request_id[rows], user_id[rows], item_id[rows], t, scores[rows])
+        skip = held
+        if refresh_after_requests is not None:
+            # First the refresh budget over the stale codes; a pair refreshed in this slice
+            # is pending for the later requests of the slice.
+            stale = current & (before_row[rows] - code_mark[p] >= refresh_after_requests)
+            again = select_mask(*args, ~stale, refresh_share)
+            refreshed[rows] = again
+            skip = held | np.isin(p, p[again])
+        sel = select_mask(*args, skip, share) | refreshed[rows]
         chosen[rows] = sel
-        refreshed[rows] = sel & held
         ready = ready_time(t[sel], cadence_seconds, latency_seconds)
         previous[p[sel]] = np.where(current[sel], expires[p[sel]], _NEVER)
         usable[p[sel]] = ready

@@ -456,6 +456,7 @@ class SolarisFeatures:
                 maxlen=cfg.nearline.stream_maxlen,
                 pending_s=cfg.nearline.pending_seconds,
                 refresh_after=cfg.nearline.refresh_after_requests,
+                refresh_share=cfg.nearline.refresh_share,
             )
             if cfg.nearline.enabled
             else None

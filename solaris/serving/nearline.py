@@ -11,8 +11,9 @@ selects on its writer thread (off the request path, after the request-log entry 
    ``nearline.pending_seconds`` ago;
    With ``nearline.refresh_after_requests`` = ``K`` (refresh on activity), the same round
    trip reads the user's last ``K`` request seconds (``<ns>:nlact:{u:<id>}``, a list, newest
-   first) and pushes this one: a fresh code counts as stale, and its pair may be selected
-   again, when ``K`` of the user's earlier requests came after the code was written;
+   first) and pushes this one: a fresh code is stale when ``K`` of the user's earlier
+   requests came after it was written, and the request's best stale codes, up to
+   ``nearline.refresh_share`` of its candidates (a budget of their own), are selected again;
 2. the request's top ``selection.share`` of the rest by the verifier's score
    (:func:`solaris.selection.top_share`, the cycle's rule) become one entry of the
    namespace's embed stream (``<ns>:embed``, exact ``MAXLEN`` of ``nearline.stream_maxlen``
@@ -106,7 +107,8 @@ class NearlineSelector:
         fm_version: the version the VM reads; a code of another version is not fresh.
         share, maxlen, pending_s: ``selection.share``, ``nearline.stream_maxlen``,
             ``nearline.pending_seconds``.
-        refresh_after: ``nearline.refresh_after_requests`` (0: no refresh on activity).
+        refresh_after, refresh_share: ``nearline.refresh_after_requests`` (0: no refresh on
+            activity) and ``nearline.refresh_share``.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class NearlineSelector:
         maxlen: int,
         pending_s: float,
         refresh_after: int = 0,
+        refresh_share: float = 0.02,
     ) -> None:
         self.namespace = namespace.name
         self.stream = namespace.embed_stream
@@ -129,6 +132,7 @@ class NearlineSelector:
         self._maxlen = int(maxlen)
         self._pending_s = float(pending_s)
         self._refresh_after = int(refresh_after)
+        self._refresh_share = refresh_share
         # The activity list outlives every code it can make stale.
         self._activity_ttl_s = max(1, int(np.ceil(pair.read_ttl_s)))
 
@@ -153,13 +157,18 @@ class NearlineSelector:
             read.ltrim(activity, 0, k - 1)
             read.expire(activity, self._activity_ttl_s)
         records, marks, *rest = read.execute()
-        # With refresh on activity, a code counts as fresh only if written at or after the
-        # user's k-th latest earlier request (fewer than k requests since it).
-        since = int(rest[0]) if k and rest[0] is not None else None
-        fresh = fresh_codes(records, ts, self._params, self._version, since)
-        marked = np.frombuffer(b"".join(m or _NO_MARK for m in marks), "<i8")
-        skip = fresh | (marked > ts - self._pending_s)
-        chosen = items[top_share(items, scores, skip, self._share)]
+        rows = decode_records(PAIR, self._params, records)
+        fresh = rows.fresh(ts, self._params.read_ttl_s) & (rows.values[FM_VERSION] == self._version)
+        waiting = np.frombuffer(b"".join(m or _NO_MARK for m in marks), "<i8") > (
+            ts - self._pending_s
+        )
+        chosen = items[top_share(items, scores, fresh | waiting, self._share)]
+        if k and rest[0] is not None:
+            # Refresh on activity: a fresh code written before the user's k-th latest earlier
+            # request is stale; the best of those are selected again on their own budget.
+            stale = fresh & (rows.event_us < int(rest[0]) * 1_000_000)
+            again = items[top_share(items, scores, ~stale | waiting, self._refresh_share)]
+            chosen = np.concatenate([again, chosen])
         if len(chosen) == 0:
             return chosen
         write = client.pipeline(transaction=False)

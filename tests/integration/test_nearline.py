@@ -252,7 +252,13 @@ def test_refresh_on_activity_selects_a_users_codes_again_after_k_requests(
     models, repo_copy, feast_project, redis_connection, redis_client
 ) -> None:
     cfg = _cfg(
-        models, feast_project, repo_copy, redis_connection, batch_ms=50, refresh_after_requests=2
+        models,
+        feast_project,
+        repo_copy,
+        redis_connection,
+        batch_ms=50,
+        refresh_after_requests=2,
+        refresh_share=0.2,  # 10 of 50 candidates: all of items[:10]
     )
     feature_store(cfg, redis_connection)
     namespace = Namespace.of(cfg)
@@ -271,21 +277,26 @@ def test_refresh_on_activity_selects_a_users_codes_again_after_k_requests(
 
         # Three later requests of user 0 (request times after the codes were written): the
         # first two find items[:10] fresh (fewer than 2 requests since them) and take the
-        # next tens; the third has 2 requests since the codes and selects them again.
+        # next tens; the third has 2 requests since the codes: it selects them again on the
+        # refresh budget, and the next ten on the main one.
         with SolarisFeatures(cfg, redis=redis_connection, fm_version=version) as client:
             for request, later in ((1, 2), (2, 3), (3, 4)):
                 client.log_request(request, 0, items, scores, now=written + later)
             assert client.flush()
         entries = redis_client.xrange(namespace.embed_stream)
         chosen = [sorted(parse_entry(fields).items.tolist()) for _, fields in entries]
-        assert chosen == [items[10:20].tolist(), items[20:30].tolist(), items[:10].tolist()]
+        assert chosen == [
+            items[10:20].tolist(),
+            items[20:30].tolist(),
+            [*items[:10].tolist(), *items[30:40].tolist()],
+        ]
         activity = activity_key(namespace.name, 0)
         assert redis_client.llen(activity) == 2 and redis_client.ttl(activity) > 0
 
         time.sleep(1.1)  # the refreshed codes are stamped with a later wall-clock second
         again = NearlineEmbedder(cfg, redis_connection, consumer="two")
         _run_until_drained([again], redis_client, namespace, cfg.nearline.group)
-        assert again.stats.embedded == 30 and again.stats.skipped_fresh == 0
+        assert again.stats.embedded == 40 and again.stats.skipped_fresh == 0
         refreshed = _pair_event_seconds(redis_client, cfg, 0, items[:10])
         assert (refreshed > first).all()
     finally:

@@ -451,14 +451,17 @@ def _reference_nearline(
     ttl: int,
     latency: int,
     refresh: int | None = None,
+    refresh_share: float = 0.02,
 ) -> tuple[list[bool], list[bool], list[bool]]:
     """Per-row (hit, selected, refreshed) of the near-line path, one request at a time: a
     pair selected at ``ts`` is pending until ``ts + latency``, then fresh for ``ttl``; with
     ``refresh``, a usable code the user's requests passed ``refresh`` times (strictly after
-    it became usable, strictly before now) may be selected again, the old code serving
-    until the new one is usable."""
+    it became usable, strictly before now) is stale: each request first selects its best
+    stale codes on a budget of ``refresh_share``, then its best pairs with no code on
+    ``share``; the old code serves until the new one is usable."""
     rows = list(log[["request_id", "user_id", "item_id", "ts"]].itertuples(index=False))
     exact_share = Fraction(str(share))
+    exact_refresh = Fraction(str(refresh_share))
     # pair -> (usable_at, expires_at, the previous code's expires_at)
     never = -(10**18)
     cache: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -474,29 +477,36 @@ def _reference_nearline(
     for request in sorted(requests, key=lambda r: (rows[requests[r][0]].ts, r)):
         mine = requests[request]
         ts, user = rows[mine[0]].ts, rows[mine[0]].user_id
-        held, skip = {}, {}
+        held, stale = {}, {}
         for p in mine:
             usable, expires, previous = cache.get((user, rows[p].item_id), (0, never, never))
             held[p] = expires >= ts
             current = held[p] and usable <= ts
             hit[p] = current or previous >= ts
             since = sum(usable < t < ts for t in user_times[user])
-            skip[p] = held[p] and not (current and refresh is not None and since >= refresh)
-        product = exact_share * len(mine)
-        budget = -(-product.numerator // product.denominator)
-        eligible = sorted(
-            (p for p in mine if not skip[p]), key=lambda p: (-scores[p], rows[p].item_id)
-        )
+            stale[p] = current and refresh is not None and since >= refresh
         taken: set[int] = set()
-        for p in eligible:
-            if len(taken) == budget or rows[p].item_id in taken:
-                continue
-            taken.add(rows[p].item_id)
-            selected[p] = True
-            refreshed[p] = held[p]
-            old = cache.get((user, rows[p].item_id), (0, never, never))
-            previous = old[1] if held[p] else never
-            cache[(user, rows[p].item_id)] = (ts + latency, ts + latency + ttl, previous)
+        for fraction, eligible_rows, is_refresh in (
+            (exact_refresh, [p for p in mine if stale[p]], True),
+            (exact_share, [p for p in mine if not held[p]], False),
+        ):
+            product = fraction * len(mine)
+            budget = -(-product.numerator // product.denominator)
+            eligible = sorted(
+                (p for p in eligible_rows if rows[p].item_id not in taken),
+                key=lambda p: (-scores[p], rows[p].item_id),
+            )
+            chosen: set[int] = set()
+            for p in eligible:
+                if len(chosen) == budget or rows[p].item_id in chosen:
+                    continue
+                chosen.add(rows[p].item_id)
+                selected[p] = True
+                refreshed[p] = is_refresh
+                old = cache.get((user, rows[p].item_id), (0, never, never))
+                previous = old[1] if is_refresh else never
+                cache[(user, rows[p].item_id)] = (ts + latency, ts + latency + ttl, previous)
+            taken |= chosen
     return hit, selected, refreshed
 
 
@@ -549,9 +559,11 @@ def test_nearline_replay_refuses_a_latency_that_is_not_positive(latency):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize(("latency", "refresh"), [(5, 1), (30, 2), (200, 3)])
+@pytest.mark.parametrize(
+    ("latency", "refresh", "refresh_share"), [(5, 1, 0.1), (30, 2, 0.3), (200, 3, 0.05)]
+)
 def test_refresh_on_activity_replay_matches_a_request_at_a_time_reference(
-    seed, latency, refresh
+    seed, latency, refresh, refresh_share
 ):
     log = _random_log(seed)
     scores = np.round(np.random.default_rng(seed + 2000).random(len(log)), 1)
@@ -563,8 +575,11 @@ def test_refresh_on_activity_replay_matches_a_request_at_a_time_reference(
         cadence_seconds=900,
         latency_seconds=latency,
         refresh_after_requests=refresh,
+        refresh_share=refresh_share,
     )
-    hit, selected, refreshed = _reference_nearline(log, scores, 0.3, 2000, latency, refresh)
+    hit, selected, refreshed = _reference_nearline(
+        log, scores, 0.3, 2000, latency, refresh, refresh_share
+    )
     np.testing.assert_array_equal(result.hit, hit)
     np.testing.assert_array_equal(
         result.selections["refresh"].to_numpy(), np.array(refreshed)[np.array(selected)]

@@ -361,10 +361,17 @@ def run_seed(
     # The near-line path at the base share: codes usable nearline_seconds after the
     # request, each computed as of that moment (solaris nearline embeds as of the request).
     # Then the same with refresh on activity (a code stale after refresh_after_requests of
-    # the user's requests is selected again, within the same budget).
+    # the user's requests; each request refreshes its best stale codes on a budget of its own).
     replays = [("", share, by_share[share]) for share in st.curve_shares]
     k = st.refresh_after_requests
-    for path, refresh in (("near-line ", None), (f"near-line, refresh after {k} ", k)):
+    paths: list[tuple[str, dict]] = [("near-line ", {})] + [
+        (
+            f"near-line + refresh after {k} request(s) on {r:.0%}, ",
+            {"refresh_after_requests": k, "refresh_share": r},
+        )
+        for r in st.refresh_shares
+    ]
+    for path, refresh in paths:
         nearline = replay(
             log.candidates,
             selectors["verifier"],
@@ -372,8 +379,8 @@ def run_seed(
             ttl_seconds=ttl,
             cadence_seconds=st.base_cadence_seconds,
             latency_seconds=st.nearline_seconds,
-            refresh_after_requests=refresh,
             eval_from=split.val_end,
+            **refresh,
         )
         replays.append((path, st.base_share, nearline))
     pair_tiers = {}

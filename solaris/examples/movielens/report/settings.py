@@ -35,9 +35,11 @@ class ReportSettings(BaseModel):
     # bound bench.nearline checks; it measures about 0.3 s p95), in the cadence table and as
     # Table 2's near-line rows at the base share.
     nearline_seconds: int = Field(30, gt=0)
-    # Refresh on activity on the near-line path (nearline.refresh_after_requests): Table 2's
-    # near-line rows again, with a code stale after this many of the user's requests.
+    # Refresh on activity on the near-line path: Table 2's near-line rows again, with a code
+    # stale after this many of the user's requests (nearline.refresh_after_requests) and each
+    # request refreshing its best stale codes up to each share (nearline.refresh_share).
     refresh_after_requests: int = Field(1, ge=1)
+    refresh_shares: tuple[float, ...] = (0.02, 0.05)
     activity_powers: tuple[float, ...] = (0.5, 1.0)
     # Aggregate snapshot cadences shown beside the cycle's own (coverage only).
     snapshot_minutes: tuple[float, ...] = (60.0,)

@@ -448,6 +448,15 @@ def replay_command(
             "requests since it was written (nearline.refresh_after_requests)",
         ),
     ] = None,
+    refresh_share: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="with --refresh-after-requests: each request refreshes its best stale codes "
+            "up to this share of its candidates (default nearline.refresh_share)",
+        ),
+    ] = None,
 ) -> None:
     """Replay the request log with the trained verifier and report native pair coverage.
 
@@ -458,6 +467,10 @@ def replay_command(
     if selector not in _SELECTORS:
         raise typer.BadParameter(
             f"{selector!r} is not one of {', '.join(_SELECTORS)}", param_hint="--selector"
+        )
+    if refresh_share == 0:
+        raise typer.BadParameter(
+            "0 refreshes nothing; give a share in (0, 1]", param_hint="--refresh-share"
         )
     cfg = _config(config)
     overrides = {"share": share, "ttl_hours": ttl_hours, "cadence_minutes": cadence_minutes}
@@ -476,7 +489,12 @@ def replay_command(
 
     try:
         result = replay_from_artifacts(
-            cfg, selection, selector, nearline_seconds, refresh_after_requests
+            cfg,
+            selection,
+            selector,
+            nearline_seconds,
+            refresh_after_requests,
+            cfg.nearline.refresh_share if refresh_share is None else refresh_share,
         )
     except FileNotFoundError as exc:  # no demo ran here yet: say so, not a traceback
         typer.echo(f"Error: {exc}", err=True)
@@ -486,7 +504,8 @@ def replay_command(
         f"({result.n_hits:,}/{result.n_eval_impressions:,} test-period impressions), "
         f"{result.fm_passes_per_1k_requests:,.0f} FM passes per 1,000 requests "
         + (
-            f"({result.n_refreshed_eval:,} of them refreshes) "
+            f"({1000 * result.n_refreshed_eval / max(result.n_eval_requests, 1):,.0f} of them "
+            "refreshes) "
             if refresh_after_requests is not None
             else ""
         )
@@ -497,7 +516,8 @@ def replay_command(
             else f"cadence {selection.cadence_minutes:g} min"
         )
         + (
-            f", refresh after {refresh_after_requests} requests]"
+            f", refresh after {refresh_after_requests} request(s) on "
+            f"{cfg.nearline.refresh_share if refresh_share is None else refresh_share:g}]"
             if refresh_after_requests is not None
             else "]"
         )

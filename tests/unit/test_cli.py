@@ -61,3 +61,14 @@ def test_serve_without_codes_names_what_to_run(
         app, ["serve", "--namespace", "nocodes_here", "--redis", "localhost:6379"]
     )
     assert result.exit_code == 1 and "solaris fit-autoencoder" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    ("value", "why"), [("0", "refreshes nothing"), ("1.5", "less than or equal to 1")]
+)
+def test_replay_refuses_a_refresh_share_outside_zero_one(value: str, why: str) -> None:
+    result = CliRunner().invoke(
+        app, ["replay", "--refresh-after-requests", "1", "--refresh-share", value]
+    )
+    assert result.exit_code == 2
+    assert "--refresh-share" in result.output and why in result.output

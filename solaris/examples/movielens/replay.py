@@ -22,10 +22,12 @@ def replay_from_artifacts(
     selector: str = "verifier",
     latency_seconds: int | None = None,
     refresh_after_requests: int | None = None,
+    refresh_share: float = 0.02,
 ) -> ReplayResult:
     """Replay the saved request log with ``selector`` under ``selection`` settings; with
     ``latency_seconds``, on the near-line path (codes usable that long after the request);
-    with ``refresh_after_requests``, refreshing on activity."""
+    with ``refresh_after_requests``, refreshing on activity (each request's best stale
+    codes, up to ``refresh_share`` of its candidates)."""
     if selector not in SELECTORS:
         raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
     log_path = Path(cfg.artifacts_dir) / "log" / "candidates.parquet"
@@ -56,6 +58,7 @@ def replay_from_artifacts(
         cadence_seconds=cadence_s,
         latency_seconds=latency_seconds,
         refresh_after_requests=refresh_after_requests,
+        refresh_share=refresh_share,
         eval_from=split.val_end,
         progress=True,
     )

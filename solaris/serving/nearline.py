@@ -157,8 +157,7 @@ class NearlineSelector:
             read.ltrim(activity, 0, k - 1)
             read.expire(activity, self._activity_ttl_s)
         records, marks, *rest = read.execute()
-        rows = decode_records(PAIR, self._params, records)
-        fresh = rows.fresh(ts, self._params.read_ttl_s) & (rows.values[FM_VERSION] == self._version)
+        fresh = fresh_codes(records, ts, self._params, self._version)
         waiting = np.frombuffer(b"".join(m or _NO_MARK for m in marks), "<i8") > (
             ts - self._pending_s
         )
@@ -166,7 +165,7 @@ class NearlineSelector:
         if k and rest[0] is not None:
             # Refresh on activity: a fresh code written before the user's k-th latest earlier
             # request is stale; the best of those are selected again on their own budget.
-            stale = fresh & (rows.event_us < int(rest[0]) * 1_000_000)
+            stale = fresh & ~fresh_codes(records, ts, self._params, self._version, int(rest[0]))
             again = items[top_share(items, scores, ~stale | waiting, self._refresh_share)]
             chosen = np.concatenate([again, chosen])
         if len(chosen) == 0:

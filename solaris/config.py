@@ -242,7 +242,7 @@ class NearlineConfig(Section):
         "its code arrives",
     )
     refresh_after_requests: int = Field(
-        0,
+        1,
         ge=0,
         le=1_000,
         description="refresh on activity: a cached code is stale once the user has made this "

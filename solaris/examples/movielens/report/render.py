@@ -304,8 +304,9 @@ def _curve(s: dict) -> list[str]:
         "Three ways to lower coverage: random masking of fresh codes (the paper's); the "
         "replay's real misses with fresh codes (selection alone); the real misses with the "
         "codes serving had (selection and staleness). The near-line rows select as serving "
-        "logs the request (codes usable seconds later); with refresh on activity a code is "
-        "selected again, within the same budget, once the user's requests have passed it.",
+        "logs the request (codes usable seconds later); with refresh on activity a code the "
+        "user's requests have passed is selected again, on a refresh budget beside the "
+        "selection's (the FM passes column counts both).",
         "",
         "![coverage curve](coverage_curve.png)",
         "",

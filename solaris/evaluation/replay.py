@@ -128,9 +128,10 @@ def replay(
     previous = np.full_like(expires, _NEVER)  # a refreshed pair's old code serves until then
     # Refresh on activity: the user's requests before a time, as positions in one sorted
     # array of (user, request time) keys, so "requests between two times" is a difference.
-    requests = _UserRequests(user_id, ts, request_id)
-    before_row = requests.count_before(user_id, ts)
-    code_mark = np.zeros_like(expires)  # the user's requests up to the code's usable time
+    if refresh_after_requests is not None:
+        requests = _UserRequests(user_id, ts, request_id)
+        before_row = requests.count_before(user_id, ts)
+        code_mark = np.zeros_like(expires)  # the user's requests up to the code's usable time
     interval = ts // (cadence_seconds if latency_seconds is None else int(latency_seconds))
     bounds = np.flatnonzero(np.diff(interval)) + 1
     starts = np.concatenate([[0], bounds])

@@ -47,7 +47,7 @@ import numpy as np
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
 from solaris.serving.nearline import EmbedEntry, fresh_codes, parse_entry, pending_key
-from solaris.serving.streams import as_bytes
+from solaris.serving.streams import as_bytes, stream_error
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -203,6 +203,8 @@ class NearlineEmbedder:
             self._claim_cursor = "0-0"
             self._ensure_group()
             return
+        if isinstance(exc, redis_py.ResponseError) and "WRONGTYPE" in str(exc):
+            raise stream_error(self.stream, exc) from exc
         raise exc
 
     def close(self) -> None:
@@ -216,6 +218,8 @@ class NearlineEmbedder:
         try:
             self._redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
         except redis_py.ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                raise stream_error(self.stream, exc) from exc
             if "BUSYGROUP" not in str(exc):
                 raise
 

@@ -409,3 +409,24 @@ def test_sigterm_finishes_the_batch_in_hand_and_exits_cleanly(
         chosen = logged[logged["nearline"]]
         for user, rows in chosen.groupby("user_id"):
             assert client.fetch(int(user), rows["item_id"].to_numpy()).mask[:, 0].all()
+
+
+def test_an_embed_stream_key_of_another_type_is_an_error_naming_it(
+    cfg: SolarisConfig, redis_connection: str, redis_client
+) -> None:
+    from solaris.serving.streams import StreamError
+
+    stream = Namespace.of(cfg).embed_stream
+    redis_client.set(stream, "not a stream")
+    with pytest.raises(StreamError, match=f"{stream}: cannot be read as a stream"):
+        NearlineEmbedder(cfg, redis_connection, consumer="one")
+    redis_client.delete(stream)
+
+    embedder = NearlineEmbedder(cfg, redis_connection, consumer="one")
+    redis_client.delete(stream)
+    redis_client.rpush(stream, "a list now")  # replaced while the embedder runs
+    with pytest.raises(StreamError, match=f"{stream}: cannot be read as a stream"):
+        embedder.run(max_seconds=10)
+    embedder.close()
+    assert redis_client.lrange(stream, 0, -1) == [b"a list now"]  # left as it was
+    redis_client.delete(stream)

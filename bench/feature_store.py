@@ -44,13 +44,14 @@ checked to return the written values before anything is timed.
 3. **Online writes** of ``--write-rows`` (50,000) pair rows, 50 per user, in shuffled row
    order, median of ``--write-reps`` (3) interleaved rounds, each round newer event times:
    ``bulk write_table`` (the whole call: validation, encoding, writing; per key the store
-   sends ``HSET`` and one ``EVALSHA`` of its small touch script) · ``feast
+   sends one transaction: ``MULTI``, its ``HSET``s, ``HSETNX`` of the prune marker,
+   ``PEXPIRE``, ``HGET`` of the marker, ``EXEC``) · ``feast
    write_to_online_store`` on the SOLARIS store · ``stock feast write_to_online_store`` ·
    ``raw pipeline``, the floor: a redis-py pipeline of ``HSET key <8-byte field, record>...``
    + ``PEXPIRE key ms`` per user key, records pre-encoded (``codec.encode_records``), 1,000
-   keys per pipeline · ``raw + touch`` (information: the same ``HSET`` followed by the store's
-   touch ``EVALSHA`` per key, i.e. exactly the commands of the store's write, checked
-   byte for byte against them before timing). Target: bulk/raw ≥ 0.6.
+   keys per pipeline · ``raw + transaction`` (information: the store's transaction per key,
+   i.e. exactly the commands of the store's write, checked byte for byte against them
+   before timing). Target: bulk/raw ≥ 0.6.
 4. **Redis bytes per cached pair**: ``solaris.store.footprint.view_footprint`` (``MEMORY
    USAGE key SAMPLES 0`` summed over the pair keys / rows; prune markers are not rows) against
    the record size, on the running Redis and on a private ``embedded_redis()`` (which applies
@@ -466,7 +467,7 @@ class Bench:
     stock: FeatureStore  # Feast's Redis store, project bstk<pid>
     stock_project: str
     raw_project: str  # section 3's raw pipeline floor
-    touch_project: str  # section 3's raw + touch
+    touch_project: str  # section 3's raw + transaction
     memory_projects: list[str]  # section 4, one per population
     data: RequestData
     pair_params: ViewParams
@@ -1315,34 +1316,44 @@ def raw_batches(
     return [writes[i : i + KEYS_PER_PIPELINE] for i in range(0, len(writes), KEYS_PER_PIPELINE)]
 
 
-def write_args(batch: RawBatch, retention_ms: int, touch_sha: str | None) -> list[Args]:
+def write_args(batch: RawBatch, retention_ms: int, store: bool) -> list[Args]:
     """The commands of one pipeline: per key its ``HSET``s, then ``PEXPIRE`` (the floor) or,
-    with ``touch_sha``, the store's touch script (``EVALSHA sha 1 key ms newest_us``)."""
+    with ``store``, the store's transaction per key (``MULTI``, the ``HSET``s, ``HSETNX key
+    "" newest_us``, ``PEXPIRE``, ``HGET key ""``, ``EXEC``)."""
     out: list[Args] = []
     for write in batch:
-        out.extend(("HSET", write.key, *args) for args in write.hsets)
-        if touch_sha is None:
-            out.append(("PEXPIRE", write.key, retention_ms))
-        else:
-            out.append(("EVALSHA", touch_sha, 1, write.key, retention_ms, write.newest_us))
+        hsets = [("HSET", write.key, *args) for args in write.hsets]
+        if not store:
+            out.extend([*hsets, ("PEXPIRE", write.key, retention_ms)])
+            continue
+        out.extend(
+            [
+                ("MULTI",),
+                *hsets,
+                ("HSETNX", write.key, b"", write.newest_us),
+                ("PEXPIRE", write.key, retention_ms),
+                ("HGET", write.key, b""),
+                ("EXEC",),
+            ]
+        )
     return out
 
 
 def raw_write(
-    client: redis_py.Redis, batches: list[RawBatch], retention_ms: int, touch_sha: str | None
+    client: redis_py.Redis, batches: list[RawBatch], retention_ms: int, store: bool
 ) -> None:
     for batch in batches:
         pipe = client.pipeline(transaction=False)
-        for command in write_args(batch, retention_ms, touch_sha):
+        for command in write_args(batch, retention_ms, store):
             pipe.execute_command(*command)
         pipe.execute()
 
 
 Writer = Callable[[int], float]  # event time (s) -> seconds of the timed part
-TOUCH = "raw + touch (store's commands)"
+TOUCH = "raw + transaction (store's commands)"
 
 
-def write_variants(b: Bench, w: WriteData, touch_sha: str) -> dict[str, Writer]:
+def write_variants(b: Bench, w: WriteData) -> dict[str, Writer]:
     """Each variant builds its input for one event time untimed, then times the write."""
     fv = b.store.get_feature_view("pair")
     params = b.pair_params
@@ -1370,13 +1381,13 @@ def write_variants(b: Bench, w: WriteData, touch_sha: str) -> dict[str, Writer]:
     def raw(event_s: int) -> float:
         batches = raw_batches(w, event_s, b.raw_project, params, per_command)
         t0 = time.perf_counter()
-        raw_write(b.redis, batches, retention_ms, None)
+        raw_write(b.redis, batches, retention_ms, False)
         return time.perf_counter() - t0
 
     def raw_touch(event_s: int) -> float:
         batches = raw_batches(w, event_s, b.touch_project, params, per_command)
         t0 = time.perf_counter()
-        raw_write(b.redis, batches, retention_ms, touch_sha)
+        raw_write(b.redis, batches, retention_ms, True)
         return time.perf_counter() - t0
 
     return {
@@ -1388,19 +1399,20 @@ def write_variants(b: Bench, w: WriteData, touch_sha: str) -> dict[str, Writer]:
     }
 
 
-def check_write_commands(b: Bench, w: WriteData, event_s: int, touch_sha: str) -> int:
+def check_write_commands(b: Bench, w: WriteData, event_s: int) -> int:
     """Write the rows through ``write_table`` once, capturing what the store sends
-    (``online._send`` wrapped), and check that ``raw + touch`` packs to the same bytes (so
-    the floor's ``HSET``s are the store's too); returns the store's command count."""
-    captured: list[list[Any]] = []
-    original = online_mod._send
+    (``online._round_trip`` wrapped), and check that ``raw + transaction`` packs to the same
+    bytes (so the floor's ``HSET``s are the store's too); returns the store's command
+    count."""
+    captured: list[tuple[bytes, int]] = []
+    original = online_mod._round_trip
 
-    def spy(client: Any, commands: Sequence[Any], *args: Any, **kwargs: Any) -> list:
-        captured.append(list(commands))
-        return original(client, commands, *args, **kwargs)
+    def spy(client: Any, packed: Sequence[bytes], count: int, **kwargs: Any) -> list:
+        captured.append((b"".join(packed), count))
+        return original(client, packed, count, **kwargs)
 
     params = b.pair_params
-    online_mod._send = spy
+    online_mod._round_trip = spy
     try:
         b.online.write_table(
             b.store.config,
@@ -1408,23 +1420,20 @@ def check_write_commands(b: Bench, w: WriteData, event_s: int, touch_sha: str) -
             pair_input(w.users, w.items, w.z, event_s),
         )
     finally:
-        online_mod._send = original
-    # The store's first round trip asks each key's TYPE (a key of another type is refused
-    # before anything is written); the writes are the next.
-    writes = [batch for batch in captured if not all(_is_type_query(c) for c in batch)]
+        online_mod._round_trip = original
+    # The store's first round trips ask each key's TYPE (a key of another type is refused
+    # before anything is written); the transactions follow.
+    type_query = hiredis.pack_command((b"TYPE", b"k"))[:13]  # *2 $4 TYPE
+    writes = [(sent, n) for sent, n in captured if not sent.startswith(type_query)]
     if not writes:
-        raise RuntimeError("write_table sent nothing through online._send")
-    sent = b"".join(c if isinstance(c, bytes) else hiredis.pack_command(c) for c in writes[0])
+        raise RuntimeError("write_table sent nothing through online._round_trip")
+    sent = b"".join(chunk for chunk, _ in writes)
     per_command = b.store.config.online_store.write_fields_per_command
     batches = raw_batches(w, event_s, b.project, params, per_command)
-    args = [a for batch in batches for a in write_args(batch, params.retention_s * 1000, touch_sha)]
+    args = [a for batch in batches for a in write_args(batch, params.retention_s * 1000, True)]
     if pipeline_bytes(b.redis, args) != sent:
-        raise RuntimeError("raw + touch: its commands differ from what write_table sends")
-    return len(writes[0])
-
-
-def _is_type_query(command: Any) -> bool:
-    return isinstance(command, tuple) and command[:1] == (b"TYPE",)
+        raise RuntimeError("raw + transaction: its commands differ from what write_table sends")
+    return sum(n for _, n in writes)
 
 
 def check_writes(b: Bench, w: WriteData) -> None:
@@ -1451,10 +1460,9 @@ def check_writes(b: Bench, w: WriteData) -> None:
 def bench_writes(b: Bench, rows: int, reps: int, seed: int) -> dict:
     """Median rows/s of interleaved rounds (after one untimed round that creates the keys)."""
     w = write_data(rows, b.d, seed)
-    touch_sha = _text(b.redis.script_load(online_mod._TOUCH_LUA))
-    variants = write_variants(b, w, touch_sha)
+    variants = write_variants(b, w)
     clock = iter(range(b.now - 3_600, b.now))  # every write newer than the last
-    store_commands_sent = check_write_commands(b, w, next(clock), touch_sha)
+    store_commands_sent = check_write_commands(b, w, next(clock))
     for writer in variants.values():
         writer(next(clock))
     seconds: dict[str, list[float]] = {k: [] for k in variants}
@@ -1477,8 +1485,8 @@ def bench_writes(b: Bench, rows: int, reps: int, seed: int) -> dict:
         f"{WRITE_ITEMS_PER_USER}, shuffled), median of {reps} interleaved rounds"
     )
     say(
-        f"   set-up check: write_table sent {store_commands_sent:,} commands (HSET + touch "
-        "EVALSHA per key), byte-equal to raw + touch's"
+        f"   set-up check: write_table sent {store_commands_sent:,} commands "
+        "(one MULTI ... EXEC per key), byte-equal to raw + transaction's"
     )
     out: dict[str, Any] = {"rows": rows, "variants": {}}
     for name, s in seconds.items():
@@ -1492,8 +1500,8 @@ def bench_writes(b: Bench, rows: int, reps: int, seed: int) -> dict:
     say(f"   bulk/raw {ratio:.2f}x (target >= 0.6: {_verdict(ratio, 0.6, at_most=False)})")
     say(
         "   raw = HSET key <8-byte field, record>... + PEXPIRE per user key, records "
-        "pre-encoded, 1,000 keys per redis-py pipeline; raw + touch = the same HSETs + the "
-        f"store's touch EVALSHA per key (bulk/it {out['bulk_over_raw_touch']:.2f}x)"
+        "pre-encoded, 1,000 keys per redis-py pipeline; raw + transaction = the store's "
+        f"MULTI/HSET/HSETNX/PEXPIRE/HGET/EXEC per key (bulk/it {out['bulk_over_raw_touch']:.2f}x)"
     )
     return out
 

@@ -436,16 +436,39 @@ class SolarisOnlineStore(OnlineStore):
                 return (b"HSET", key, *args)
 
         chunk = cfg.write_fields_per_command
-        commands: list = []
-        touches: list[int] = []
-        for key, (lo, hi), top in zip(
-            key_names, itertools.pairwise(bounds.tolist()), newest, strict=True
-        ):
-            for start in range(lo, hi, chunk):
-                commands.append(hset(key, start, min(start + chunk, hi)))
-            touches.append(len(commands))
-            commands.append((b"EVALSHA", self._touch.sha, 1, key, retention_ms, top))
-        replies = _send_scripted(client, commands)
+        spans = list(zip(key_names, itertools.pairwise(bounds.tolist()), newest, strict=True))
+        if isinstance(client, RedisCluster):
+            # redis-py's cluster pipeline routes each command to its node, without
+            # transactions: the touch script follows the key's HSETs (docs: the cluster's
+            # writes are not atomic per key).
+            commands: list = []
+            touches: list[int] = []
+            for key, (lo, hi), top in spans:
+                for start in range(lo, hi, chunk):
+                    commands.append(hset(key, start, min(start + chunk, hi)))
+                touches.append(len(commands))
+                commands.append((b"EVALSHA", self._touch.sha, 1, key, retention_ms, top))
+            replies = _send_scripted(client, commands)
+            markers = [replies[at] for at in touches]
+        else:
+            # One transaction per key: its HSETs, its marker and its expiry are applied
+            # together or not at all, so whatever fails (a refused write, a dropped
+            # connection, a killed writer) no key is left without an expiry.
+            markers = _send_transactions(
+                client,
+                [
+                    [
+                        *(
+                            _packed(hset(key, start, min(start + chunk, hi)))
+                            for start in range(lo, hi, chunk)
+                        ),
+                        hiredis.pack_command((b"HSETNX", key, b"", top)),
+                        hiredis.pack_command((b"PEXPIRE", key, int(retention_ms))),
+                        hiredis.pack_command((b"HGET", key, b"")),
+                    ]
+                    for key, (lo, hi), top in spans
+                ],
+            )
         interval = cfg.prune_every * params.retention_s * _US
         retention_us = params.retention_s * _US
         # Due when the newest row written is an interval past the marker, or an interval
@@ -453,8 +476,8 @@ class SolarisOnlineStore(OnlineStore):
         # would otherwise block pruning until that date): the prune resets the marker.
         prunes = [
             (b"EVALSHA", self._prune.sha, 1, key, top - retention_us, top)
-            for key, top, at in zip(key_names, newest, touches, strict=True)
-            if replies[at] is not None and abs(top - int(replies[at])) >= interval
+            for key, top, marker in zip(key_names, newest, markers, strict=True)
+            if marker is not None and abs(top - int(marker)) >= interval
         ]
         if prunes:
             _send_scripted(client, prunes)
@@ -1045,6 +1068,52 @@ def _hiredis_replies(sock, received: bytes, count: int) -> list:
     if reader.has_data():  # bytes beyond the replies: the connection is out of step
         raise redis_py.ConnectionError("Redis sent more than the replies of the request")
     return replies
+
+
+def _packed(command: bytes | tuple) -> bytes:
+    return command if isinstance(command, bytes) else hiredis.pack_command(command)
+
+
+_MULTI = hiredis.pack_command((b"MULTI",))
+_EXEC = hiredis.pack_command((b"EXEC",))
+
+
+def _send_transactions(client: redis_py.Redis, groups: Sequence[Sequence[bytes]]) -> list:
+    """Each group of packed commands as one ``MULTI`` … ``EXEC`` transaction, as many per
+    round trip as fit :data:`_COMMANDS_PER_PIPELINE` (a group is never split); the last
+    reply of each transaction. An error, queued or executed, raises (a refused command
+    aborts its transaction: ``EXECABORT``, nothing of it applied)."""
+    out: list = []
+    batch: list[bytes] = []
+    sizes: list[int] = []
+
+    def flush() -> None:
+        try:
+            replies = _round_trip(client, batch, sum(sizes) + 2 * len(sizes))
+        except redis_py.exceptions.ExecAbortError as exc:
+            # Out of memory at EXEC rather than at a queued command: the same refusal.
+            if "OOM" in str(exc):
+                raise redis_py.exceptions.OutOfMemoryError(str(exc)) from exc
+            raise
+        pos = 0
+        for size in sizes:
+            executed = replies[pos + size + 1]  # MULTI's OK, size QUEUED, then EXEC's array
+            failed = next((r for r in executed if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            out.append(executed[-1])
+            pos += size + 2
+        batch.clear()
+        sizes.clear()
+
+    for group in groups:
+        if batch and sum(sizes) + len(group) > _COMMANDS_PER_PIPELINE:
+            flush()
+        batch.extend((_MULTI, *group, _EXEC))
+        sizes.append(len(group))
+    if batch:
+        flush()
+    return out
 
 
 def _send_scripted(client, commands: Sequence) -> list:

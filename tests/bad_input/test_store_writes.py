@@ -12,6 +12,7 @@ one bad row writes nothing at all.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from collections.abc import Callable
@@ -416,4 +417,94 @@ def test_a_write_refused_for_memory_leaves_no_key_without_an_expiry(
         keys = list(admin.scan_iter(match=f"{feast_world.project}:*", count=1000))
         assert len(keys) > 1  # some of the batch got in before memory ran out
         assert [k for k in keys if admin.pttl(k) < 0] == []
+        admin.close()
+
+
+class _CuttingProxy:
+    """A loopback TCP relay to ``upstream`` that forwards the first ``limit`` bytes the
+    client sends, then closes both sides (a writer killed, a connection dropped mid-write);
+    the server's replies go back whole. Later connections are closed at once."""
+
+    def __init__(self, upstream: tuple[str, int], limit: int) -> None:
+        import socket
+        import threading
+
+        self.upstream, self.limit = upstream, limit
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.served = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.served:
+                client.close()
+                continue
+            self.served = True
+            server = socket.create_connection(self.upstream)
+            threading.Thread(target=self._replies, args=(server, client), daemon=True).start()
+            left = self.limit
+            with contextlib.suppress(OSError):
+                while left > 0:
+                    data = client.recv(min(65536, left))
+                    if not data:
+                        break
+                    server.sendall(data)
+                    left -= len(data)
+            for sock in (client, server):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    @staticmethod
+    def _replies(server, client) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                client.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_write_cut_anywhere_leaves_no_key_without_an_expiry(feast_world: FeastWorld) -> None:
+    """The connection dropped after every few hundred bytes of a write of many users' hashes
+    (the HSETs and expiries of one round trip, and of the next): whatever reached Redis, no
+    key it holds lacks an expiry, because each key's commands are one transaction."""
+    import redis as redis_py
+
+    from solaris.store.feast_store import delete_project_keys, open_feature_store
+    from solaris.store.local_redis import embedded_redis
+
+    rows = pd.concat([pair_frame(20, user=u, first_item=20) for u in range(2, 80)])
+    with embedded_redis() as connection:
+        host, port = connection.split(",")[0].rsplit(":", 1)
+        admin = redis_py.Redis(host=host, port=int(port), socket_timeout=5)
+        view = None
+        cuts = 0
+        for limit in range(300, 160_000, 2_111):
+            proxy = _CuttingProxy((host, int(port)), limit)
+            try:
+                address = f"127.0.0.1:{proxy.port}"
+                cfg = feast_world.cfg.model_copy(
+                    update={"store": feast_world.cfg.store.model_copy(update={"redis": address})}
+                )
+                store = open_feature_store(cfg, address)
+                view = view or store.get_feature_view("pair")
+                try:
+                    online_store_of(store).write_table(store.config, view, rows)
+                except (redis_py.ConnectionError, redis_py.TimeoutError, OSError):
+                    cuts += 1
+            finally:
+                proxy.close()
+            keys = list(admin.scan_iter(match=f"{feast_world.project}:*", count=1000))
+            assert [k for k in keys if admin.pttl(k) < 0] == [], f"cut after {limit} bytes"
+            delete_project_keys(admin, feast_world.project)
+        assert cuts > 10  # the cuts fell inside the write, not after it
         admin.close()

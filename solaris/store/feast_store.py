@@ -73,7 +73,7 @@ def repo_config_dict(
     raw = _substitute(yaml.safe_load(path.read_text()), "${SOLARIS_STORE__REDIS}", redis)
     raw["project"] = Namespace.of(cfg).project
     raw["online_store"] = {
-        **raw.get("online_store", {}),
+        **{k: v for k, v in raw.get("online_store", {}).items() if k != "connection_env"},
         "connection_string": redis,
         "redis_type": cfg.store.redis_type,
         **(online or {}),

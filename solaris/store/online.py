@@ -4,7 +4,7 @@ Registered in ``feature_store.yaml`` by class path::
 
     online_store:
       type: solaris.store.online.SolarisOnlineStore
-      connection_string: "localhost:6379"
+      connection_string: "localhost:6379"   # or connection_env: SOLARIS_STORE__REDIS
 
 and used through Feast's own surface (``get_online_features``, ``write_to_online_store``,
 ``feast materialize``, ``feast serve``, ``feast teardown``). The layout, record format and
@@ -95,6 +95,7 @@ __all__ = [
     "FeatureRequestError",
     "SolarisOnlineStore",
     "SolarisOnlineStoreConfig",
+    "StoreConfigError",
     "ViewDefinitionError",
 ]
 
@@ -157,6 +158,10 @@ class ViewDefinitionError(SolarisError, ValueError):
     """A feature view that this store cannot hold (not a SOLARIS view, or not as declared)."""
 
 
+class StoreConfigError(SolarisError, ValueError):
+    """The online store's settings cannot be used (a connection variable that is not set)."""
+
+
 class FeatureRequestError(SolarisError, ValueError):
     """A read this store cannot answer: an unknown feature reference, or entity rows that
     lack a join key, differ in length or hold ids or request times that are not valid. The
@@ -174,6 +179,13 @@ class SolarisOnlineStoreConfig(FeastConfigBaseModel):
     connection_string: StrictStr = "localhost:6379"
     """``host:port[,host:port...][,db=N][,username=..][,password=..][,ssl=true]...``
     (:mod:`solaris.store.connection`)."""
+
+    connection_env: StrictStr | None = None
+    """The name of an environment variable holding the connection string, read when the
+    store connects instead of ``connection_string``. The repo's ``feature_store.yaml`` names
+    ``SOLARIS_STORE__REDIS`` here for the Feast CLI: Feast keeps the YAML's
+    ``online_store`` section as a dict on its ``RepoConfig``, whose repr would show a
+    password pasted into it."""
 
     redis_type: Literal["redis", "redis_cluster"] = "redis"
     """``redis``, or ``redis_cluster`` (every listed node is a start-up node)."""
@@ -193,6 +205,20 @@ class SolarisOnlineStoreConfig(FeastConfigBaseModel):
     def __repr_args__(self):  # the repr never shows the Redis password
         for name, value in super().__repr_args__():
             yield name, (redacted(value) if name == "connection_string" else value)
+
+    @property
+    def connection(self) -> str:
+        """The connection string to use: ``connection_env``'s variable, else
+        ``connection_string``."""
+        if self.connection_env is None:
+            return self.connection_string
+        value = os.environ.get(self.connection_env)
+        if not value:
+            raise StoreConfigError(
+                f"online_store.connection_env names {self.connection_env}, which is not set: "
+                "set it to the Redis connection string (host:port[,password=...])"
+            )
+        return value
 
 
 @dataclass(frozen=True)
@@ -320,14 +346,15 @@ class SolarisOnlineStore(OnlineStore):
         """The redis-py client of this store, built once (thread-safe; no network I/O under
         the lock, so a hung Redis never serialises the callers)."""
         cfg = config.online_store
-        key = (cfg.connection_string, cfg.redis_type, cfg.retries)
+        connection = cfg.connection
+        key = (connection, cfg.redis_type, cfg.retries)
         client = self._client
         if client is not None and self._client_key == key:
             return client
         # Built outside the lock: a cluster client talks to the cluster while it is built,
         # and a hung node must not make the other callers wait in line. Concurrent first
         # callers may each build one; all but the one kept are closed.
-        built = redis_client(cfg.connection_string, redis_type=cfg.redis_type, retries=cfg.retries)
+        built = redis_client(connection, redis_type=cfg.redis_type, retries=cfg.retries)
         with self._lock:
             if self._client is None or self._client_key != key:
                 self._prune = built.register_script(_PRUNE_LUA)

@@ -66,15 +66,27 @@ def test_with_nothing_configured_and_no_local_redis_an_embedded_one_is_started(
     assert not answers(connection)
 
 
-def test_the_feast_cli_reads_a_password_with_quotes_colons_and_hashes(monkeypatch) -> None:
-    """The CLI pastes ${SOLARIS_STORE__REDIS} into the YAML text before parsing it: the
-    connection string must come through whole, whatever its password holds."""
+def test_the_feast_cli_reads_a_password_with_quotes_colons_and_hashes_and_never_shows_it(
+    monkeypatch,
+) -> None:
+    """The CLI's config names the variable (connection_env), the store reads it when it
+    connects: the connection string comes through whole, whatever its password holds, and
+    Feast's RepoConfig (which keeps the section as a dict) never holds the password."""
     from feast.repo_config import load_repo_config
 
-    connection = '127.0.0.1:6379,db=11,password=a"b:c#d e'
+    from solaris.store.online import StoreConfigError
+
+    password = 'a"b:c#d e'
+    connection = f"127.0.0.1:6379,db=11,password={password}"
     monkeypatch.setenv("SOLARIS_STORE__REDIS", connection)
     monkeypatch.setenv("SOLARIS_NAMESPACE", "replay_1998")
     repo = REPO_ROOT / "feature_repo"
     config = load_repo_config(repo, repo / "feature_store.yaml")
-    assert config.online_store.connection_string == connection
+    assert config.online_store.connection == connection
     assert config.project == "replay_1998"  # the namespace, with no edit of the file
+    assert password not in repr(config) and password not in str(config)
+    assert password not in repr(config.online_store)
+
+    monkeypatch.delenv("SOLARIS_STORE__REDIS")
+    with pytest.raises(StoreConfigError, match="SOLARIS_STORE__REDIS, which is not set"):
+        _ = config.online_store.connection

@@ -321,10 +321,19 @@ class CycleLayout:
     def run_record(self, dag_id: str, key: str) -> StatePath:
         return self.root / "runs" / dag_id / f"{key}.json"
 
+    @property
+    def live_marker(self) -> StatePath:
+        """Written with the namespace's first run record on live traffic and kept until the
+        namespace is reset: later replays or a corrupt record cannot hide it."""
+        return self.root / "live.json"
+
     def live_run_record(self) -> StatePath | None:
-        """The newest run record of some DAG that says its run served live traffic
-        (``"replay": false``), or None: the evidence that this namespace holds live state
-        whatever its name. Reads the newest record of each DAG only."""
+        """The evidence that this namespace holds live state whatever its name, or None:
+        its live marker (:attr:`live_marker`), else the newest run record of some DAG that
+        says its run served live traffic (``"replay": false``; state written before the
+        marker existed)."""
+        if self.live_marker.is_file():
+            return self.live_marker
         runs = self.root / "runs"
         for folder in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else ():
             newest = max(folder.glob("*.json"), key=lambda p: p.name, default=None)
@@ -433,6 +442,8 @@ def write_run_record(
     path = atomic_write_json(
         layout.run_record(dag_id, key), {"dag_id": dag_id, "key": key, **record}
     )
+    if record.get("replay") is False and not layout.live_marker.is_file():
+        atomic_write_json(layout.live_marker, {"first_live_run": str(path)})
     _emit_run_metrics(layout.namespace.name, dag_id, record)
     log.info("%s", describe_run(layout.namespace.name, dag_id, key, record, (*wrote, path)))
     return path

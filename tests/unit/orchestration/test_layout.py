@@ -133,3 +133,20 @@ def test_an_intervals_request_log_is_one_file_or_a_file_per_partition(layout) ->
     assert [i.key for i in layout.intervals("selections", ending_after=0, ending_by=2_000)] == [
         B.key
     ]
+
+
+def test_a_live_run_marks_the_namespace_and_later_replays_or_a_corrupt_record_keep_it(
+    layout,
+) -> None:
+    from solaris.orchestration.layout import write_run_record
+
+    assert layout.live_run_record() is None
+    write_run_record(layout, "solaris_candidates", "00000000000-00000000900", {"replay": True})
+    assert layout.live_run_record() is None  # a replay's record marks nothing
+    write_run_record(layout, "solaris_candidates", "00000000900-00000001800", {"replay": False})
+    assert layout.live_run_record() == layout.live_marker
+    # A forced replay's newer records, and a newest record that cannot be read, used to hide
+    # the live run from a check that read only each DAG's newest record.
+    write_run_record(layout, "solaris_candidates", "00000001800-00000002700", {"replay": True})
+    _write(layout.run_record("solaris_embeddings", "00000009000-00000009900"), "{not json")
+    assert layout.live_run_record() == layout.live_marker

@@ -142,6 +142,23 @@ def test_parse_entry_rejects_ids_and_ts_that_are_not_decimal(field: str, value: 
         _parse_entry(_fields(**{field: value}))
 
 
+@pytest.mark.parametrize("field", ["rid", "user", "ts"])
+@pytest.mark.parametrize("value", [b"+5", b"1_000", b" 7 ", b"\xd9\xa5", b"0x1f"])
+def test_parse_entry_takes_only_plain_ascii_decimals(field: str, value: bytes) -> None:
+    """The drill's cases: ``int()`` reads each of these as a number."""
+    with pytest.raises(ValueError, match=r"must be a decimal integer in \[0, "):
+        _parse_entry(_fields(**{field: value}))
+
+
+def test_parse_entry_refuses_more_items_than_a_request_holds() -> None:
+    many = np.arange(301, dtype="<i8")
+    scores = np.zeros(301, "<f4")
+    with pytest.raises(ValueError, match=r"301 items in one entry, more than .*\(300\)"):
+        _parse_entry(_fields(items=many.tobytes(), scores=scores.tobytes()), 300)
+    parsed = _parse_entry(_fields(items=many[:300].tobytes(), scores=scores[:300].tobytes()), 300)
+    assert len(parsed[3]) == 300 * 8
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

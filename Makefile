@@ -43,9 +43,12 @@ format: $(STAMP)
 # fresh clone: the demo namespace's Redis keys and streams (other namespaces are left alone:
 # `solaris namespace reset NAME`), a running `make airflow` (stopped), Airflow's home, the
 # feature repo's registry and offline rows, the artifacts, the venv and the caches.
+# Airflow stops first, so that no task of it writes demo keys after the reset. A reset that
+# fails (no Redis answering: a demo on the embedded Redis left nothing there) is shown and
+# the rest goes on.
 clean:
-	-@test -x $(BIN)/solaris && $(BIN)/solaris namespace reset demo
 	-@bash scripts/airflow_stop.sh
+	-@test -x $(BIN)/solaris && $(BIN)/solaris namespace reset demo
 	rm -rf $(VENV) artifacts .airflow feature_repo/data .pytest_cache .ruff_cache
 
 # Benchmarks: ratios measured side by side in one run (not part of the tests).

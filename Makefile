@@ -67,7 +67,7 @@ bench-scale: $(STAMP)
 bench-scheduler: $(STAMP)
 	$(BIN)/python -m bench.scheduler
 
-# The Feast CLI on the repo (it expands ${SOLARIS_STORE__REDIS} from the environment). The
+# The Feast CLI on the repo (the store reads SOLARIS_STORE__REDIS from the environment). The
 # default is set for these two targets only: `make demo` must see "no Redis configured".
 feast-plan feast-apply: export SOLARIS_STORE__REDIS ?= localhost:6379
 feast-plan feast-apply: export SOLARIS_NAMESPACE ?= live

@@ -137,7 +137,7 @@ class DataConfig(Section):
 class RequestLogConfig(Section):
     """How ratings become ranking requests with retrieval candidates."""
 
-    bucket_seconds: int = Field(60, gt=0, description="one request per user per bucket")
+    bucket_seconds: int = Field(60, gt=0, le=86_400, description="one request per user per bucket")
     retrieval_k: int = Field(200, gt=0, description="retrieval candidates per request")
     popularity_window_days: float = Field(14.0, gt=0)
     cooccurrence_weight: float = Field(
@@ -428,7 +428,9 @@ class CycleConfig(Section):
         "partitions share a task, a busier one has its own (a partition is never split)",
     )
     embed_retries: int = Field(3, ge=0)
-    retry_delay_seconds: float = Field(30.0, gt=0, description="first retry delay (doubles)")
+    retry_delay_seconds: float = Field(
+        30.0, gt=0, le=86_400, description="first retry delay (doubles)"
+    )
     gpu_pool: str = Field("gpu", description="Airflow pool of the embedding tasks")
     gpu_queue: str = Field(
         "gpu",

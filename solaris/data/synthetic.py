@@ -57,9 +57,12 @@ __all__ = ["SyntheticSpec", "generate_candidates", "write_synthetic"]
 _BLOCK_ROWS = 1 << 18  # rows per internal generation block (fixed: output must not depend on it)
 _ZIPF_ROUNDS = 32  # duplicate-resampling rounds from the Zipf law before falling back to uniform
 _INT32_MAX = np.iinfo(np.int32).max
-# The most per-user state a spec may ask for: 100,000 users take 60 MB; 3e9 users took the
-# machine's memory before a row was written.
+# The most generator state a spec may ask for (the users' pools, the items' popularity):
+# 100,000 users take 60 MB; 3e9 users took the machine's memory before a row was written.
 MAX_STATE_BYTES = 8 * 2**30
+# Per item while the popularity is built: ranks, their powers and the cumulative law
+# (float64 each) and the id permutation (int64, then int32).
+_ITEM_STATE_BYTES = 32
 
 _DrawFn = Callable[[int], np.ndarray]
 
@@ -133,9 +136,10 @@ class SyntheticSpec:
                 )
         if self.state_bytes > MAX_STATE_BYTES:
             raise ValueError(
-                f"n_users {self.n_users:,} with pools of {self.effective_pool_size} items "
-                f"needs {self.state_bytes / 2**30:,.1f} GiB of pool state, more than "
-                f"{MAX_STATE_BYTES / 2**30:g} GiB: fewer users, or a smaller recurrence"
+                f"n_users {self.n_users:,} with pools of {self.effective_pool_size} items and "
+                f"n_items {self.n_items:,} need {self.state_bytes / 2**30:,.1f} GiB of "
+                f"generator state, more than {MAX_STATE_BYTES / 2**30:g} GiB: fewer users or "
+                "items, or a smaller recurrence"
             )
 
     @property
@@ -155,9 +159,12 @@ class SyntheticSpec:
 
     @property
     def state_bytes(self) -> int:
-        """Memory of the per-user state: the ``int32`` pools, the ready flags and the
-        activity weights (float64), allocated before the first row."""
-        return self.n_users * (4 * self.effective_pool_size + 1 + 8)
+        """Memory of the generator's state, allocated before the first row: per user the
+        ``int32`` pool, the ready flag and the activity weight (float64); per item the
+        popularity law while it is built."""
+        return self.n_users * (4 * self.effective_pool_size + 1 + 8) + (
+            self.n_items * _ITEM_STATE_BYTES
+        )
 
     @property
     def effective_pool_size(self) -> int:

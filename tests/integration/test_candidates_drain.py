@@ -94,3 +94,22 @@ def test_the_cycle_spends_no_budget_on_what_serving_selected_near_line_and_skips
     select_partitions(cfg, following, [0])
     ledger = read_parquet(layout.selections(following))
     assert ledger["item_id"].tolist() == [7]
+
+
+def test_the_drain_skips_an_entry_with_more_items_than_a_request_holds(
+    tmp_path, feast_project: str, redis_connection: str, redis_client
+) -> None:
+    """The drill's 1,000,000-item entry: the drain is bounded by store.max_candidates, so an
+    entry past it is skipped, counted and deleted, and the others are kept."""
+    cfg = SolarisConfig(
+        namespace=feast_project, artifacts_dir=tmp_path, store={"max_candidates": 5}
+    )
+    try:
+        _log(redis_client, cfg, 2, 87_000, [1, 2, 3])
+        _log(redis_client, cfg, 3, 87_100, list(range(10, 16)))  # 6 items: one too many
+        rows, figures = drain_request_log(cfg, redis_connection, INTERVAL)
+        assert rows["request_id"].tolist() == [2, 2, 2]
+        assert figures["unreadable"] == 1
+        assert redis_client.xlen(Namespace.of(cfg).request_stream) == 0
+    finally:
+        redis_client.delete(Namespace.of(cfg).request_stream)

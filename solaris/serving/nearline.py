@@ -140,9 +140,9 @@ class NearlineSelector:
         self, client: redis.Redis, user: int, items: np.ndarray, scores: np.ndarray, ts: int
     ) -> np.ndarray:
         """Select among one logged request's candidates and queue them; returns the item ids
-        put into the embed stream (``[k]`` int64, best first; none when every candidate is
-        fresh or pending). Redis errors propagate (the caller runs this off the request
-        path and counts them)."""
+        put into the embed stream (``[k]`` int64: the refreshed ones, then the new ones, each
+        best first; none when every candidate is fresh or pending). Redis errors propagate
+        (the caller runs this off the request path and counts them)."""
         fields = member_field_list(items)
         key = partition_key(self._pair_prefix, PAIR, user)
         pending = pending_key(self.namespace, user)

@@ -64,7 +64,7 @@ from feast.type_map import feast_value_type_to_python_type
 from pydantic import Field, StrictStr
 from redis.cluster import RedisCluster
 
-from solaris.errors import SolarisError
+from solaris.errors import ConfigError, SolarisError
 from solaris.store import keys, resp
 from solaris.store.codec import (
     ViewRows,
@@ -95,7 +95,6 @@ __all__ = [
     "FeatureRequestError",
     "SolarisOnlineStore",
     "SolarisOnlineStoreConfig",
-    "StoreConfigError",
     "ViewDefinitionError",
 ]
 
@@ -158,10 +157,6 @@ class ViewDefinitionError(SolarisError, ValueError):
     """A feature view that this store cannot hold (not a SOLARIS view, or not as declared)."""
 
 
-class StoreConfigError(SolarisError, ValueError):
-    """The online store's settings cannot be used (a connection variable that is not set)."""
-
-
 class FeatureRequestError(SolarisError, ValueError):
     """A read this store cannot answer: an unknown feature reference, or entity rows that
     lack a join key, differ in length or hold ids or request times that are not valid. The
@@ -214,7 +209,7 @@ class SolarisOnlineStoreConfig(FeastConfigBaseModel):
             return self.connection_string
         value = os.environ.get(self.connection_env)
         if not value:
-            raise StoreConfigError(
+            raise ConfigError(
                 f"online_store.connection_env names {self.connection_env}, which is not set: "
                 "set it to the Redis connection string (host:port[,password=...])"
             )

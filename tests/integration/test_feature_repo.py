@@ -74,7 +74,7 @@ def test_the_feast_cli_reads_a_password_with_quotes_colons_and_hashes_and_never_
     Feast's RepoConfig (which keeps the section as a dict) never holds the password."""
     from feast.repo_config import load_repo_config
 
-    from solaris.store.online import StoreConfigError
+    from solaris.errors import ConfigError
 
     password = 'a"b:c#d e'
     connection = f"127.0.0.1:6379,db=11,password={password}"
@@ -88,5 +88,5 @@ def test_the_feast_cli_reads_a_password_with_quotes_colons_and_hashes_and_never_
     assert password not in repr(config.online_store)
 
     monkeypatch.delenv("SOLARIS_STORE__REDIS")
-    with pytest.raises(StoreConfigError, match="SOLARIS_STORE__REDIS, which is not set"):
+    with pytest.raises(ConfigError, match="SOLARIS_STORE__REDIS, which is not set"):
         _ = config.online_store.connection

@@ -170,16 +170,15 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         )
     # The near-line path beside the cycle: the same verifier and budget, codes usable
     # NEARLINE_SECONDS after the request instead of at the interval's end (docs/nearline.md).
+    nearline_path = {
+        "share": sel.share,
+        "ttl_seconds": ttl_s,
+        "cadence_seconds": cadence_s,
+        "latency_seconds": NEARLINE_SECONDS,
+        "eval_from": models.split.val_end,
+    }
     with _timed(timings, "replay_nearline"):
-        nearline = replay(
-            log.candidates,
-            scores,
-            share=sel.share,
-            ttl_seconds=ttl_s,
-            cadence_seconds=cadence_s,
-            latency_seconds=NEARLINE_SECONDS,
-            eval_from=models.split.val_end,
-        )
+        nearline = replay(log.candidates, scores, **nearline_path)
     echo(
         f"  near-line, codes usable {NEARLINE_SECONDS} s after the request (solaris nearline): "
         f"verifier {nearline.coverage:.1%}  ({nearline.n_hits:,}/"
@@ -194,13 +193,9 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
         refreshed = replay(
             log.candidates,
             scores,
-            share=sel.share,
-            ttl_seconds=ttl_s,
-            cadence_seconds=cadence_s,
-            latency_seconds=NEARLINE_SECONDS,
             refresh_after_requests=1,
             refresh_share=refresh_share,
-            eval_from=models.split.val_end,
+            **nearline_path,
         )
     per_1k = 1000 * refreshed.n_refreshed_eval / max(refreshed.n_eval_requests, 1)
     echo(

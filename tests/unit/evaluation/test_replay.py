@@ -542,16 +542,24 @@ def test_nearline_codes_serve_the_next_request_after_the_latency_not_before():
     assert result.n_selected == 1  # not selected again while pending
 
 
-@pytest.mark.parametrize("latency", [0, -5])
-def test_nearline_replay_refuses_a_latency_that_is_not_positive(latency):
-    with pytest.raises(ValueError, match="latency_seconds must be positive"):
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"latency_seconds": 0}, "latency_seconds must be positive"),
+        ({"latency_seconds": -5}, "latency_seconds must be positive"),
+        ({"refresh_after_requests": 0}, "refresh_after_requests must be at least 1"),
+        ({"refresh_after_requests": -1}, "refresh_after_requests must be at least 1"),
+    ],
+)
+def test_replay_refuses_a_latency_or_refresh_count_out_of_range(option, message):
+    with pytest.raises(ValueError, match=message):
         replay(
             _log([(1, 1, 7, 1000, 1)]),
             np.ones(1),
             share=1.0,
             ttl_seconds=60,
             cadence_seconds=60,
-            latency_seconds=latency,
+            **option,
         )
 
 
@@ -614,16 +622,3 @@ def test_refresh_counts_only_the_users_own_requests():
         refresh_after_requests=1,
     )
     assert result.n_refreshed_eval == 0
-
-
-@pytest.mark.parametrize("refresh", [0, -1])
-def test_replay_refuses_a_refresh_count_below_one(refresh):
-    with pytest.raises(ValueError, match="refresh_after_requests must be at least 1"):
-        replay(
-            _log([(1, 1, 7, 1000, 1)]),
-            np.ones(1),
-            share=1.0,
-            ttl_seconds=60,
-            cadence_seconds=60,
-            refresh_after_requests=refresh,
-        )

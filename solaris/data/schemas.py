@@ -701,10 +701,17 @@ def read_fill_codes(
     where, filesystem = arrow_source(single)
     try:
         if filesystem is None:
-            table = pa.ipc.open_file(pa.memory_map(where)).read_all()
+            reader = pa.ipc.open_file(pa.memory_map(where))
         else:
             with filesystem.open(where, "rb") as fh:
-                table = pa.ipc.open_file(pa.py_buffer(fh.read())).read_all()
+                reader = pa.ipc.open_file(pa.py_buffer(fh.read()))
+        # The writer makes one record batch: its columns are views of the mapping. A table
+        # of several would be combined, which copies (1 ms a file of 100,000 codes, and
+        # every partition's fill opens every file).
+        if reader.num_record_batches == 1:
+            table = pa.Table.from_batches([reader.get_batch(0)])
+        else:
+            table = reader.read_all().combine_chunks()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise SchemaError(source, None, f"cannot read fill codes: {exc}") from exc
     expected = fill_codes_schema(z_dim)
@@ -716,9 +723,11 @@ def read_fill_codes(
         raise SchemaError(
             source, None, f"fill codes have ({columns(table.schema)}), expected ({columns(expected)})"
         )
-    users = table.column("user_id").combine_chunks().to_numpy()
-    items = table.column("item_id").combine_chunks().to_numpy()
-    z = table.column("z").combine_chunks().flatten().to_numpy().reshape(-1, z_dim)
+    if table.num_rows == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, z_dim), np.float16)
+    users = table.column("user_id").chunk(0).to_numpy()
+    items = table.column("item_id").chunk(0).to_numpy()
+    z = table.column("z").chunk(0).flatten().to_numpy().reshape(-1, z_dim)
     if len(users) > 1 and (users[1:] < users[:-1]).any():
         row = int(np.argmax(users[1:] < users[:-1])) + 1
         raise SchemaError(source, "user_id", f"not sorted: row {row} is below the row before")

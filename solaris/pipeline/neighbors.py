@@ -490,6 +490,8 @@ class _Targets:
 
     users: np.ndarray  # target users, ascending
     items: np.ndarray  # target items, ascending
+    item_table: np.ndarray | None  # item id - item_base + 1 -> its index in items (-1: none)
+    item_base: int
     keys: pd.Index  # dense (user, item) key of every target, in the targets' order
     neighbours: pd.Index  # the distinct ``e_v``, ascending
     e_v: np.ndarray  # edges u -> v by ascending v: the neighbour
@@ -513,9 +515,12 @@ class _Targets:
         e_v = edges["nbr_user"].to_numpy(np.int64)[order]
         neighbours = np.unique(e_v)
         e_n = np.searchsorted(neighbours, e_v)
+        table, base = _dense_table(items)
         return cls(
             users,
             items,
+            table,
+            base,
             pd.Index(keys),
             pd.Index(neighbours),
             e_v,
@@ -539,9 +544,17 @@ class _Targets:
         return np.where(known, self._position(u * len(self.items) + i), -1)
 
     def item_keys(self, c_i: np.ndarray) -> np.ndarray:
-        """The dense index of each item ``c_i`` among the targets' items (−1: no target has it)."""
+        """The dense index of each item ``c_i`` among the targets' items (−1: no target has it).
+
+        Called on every code row a fill visits, so a table lookup where the items' ids span
+        a small range (a binary search per row costs several times more, and the rows
+        visited grow faster than the targets when each user has many codes)."""
         if not len(self.items):
             return np.full(len(c_i), -1, np.int64)
+        if self.item_table is not None:
+            last = len(self.item_table) - 1  # both ends hold -1: every id outside lands there
+            at = np.clip(np.asarray(c_i, np.int64) - (self.item_base - 1), 0, last)
+            return self.item_table[at].astype(np.int64)
         at = np.minimum(np.searchsorted(self.items, c_i), len(self.items) - 1)
         return np.where(self.items[at] == c_i, at, -1)
 
@@ -593,6 +606,23 @@ class _Targets:
             hit = target >= 0
             yield target[hit], edge[hit], rows[at[hit]]
             first = last
+
+
+_DENSE_SPAN = 8  # a table of item ids is built while their span is <= 8 x their number
+
+
+def _dense_table(ids: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """``(table, base)`` with ``table[id - base + 1]`` the position of ``id`` in the ascending
+    ``ids`` and −1 for any other id in range, one −1 slot at each end for ids outside;
+    ``(None, 0)`` when the ids span more than ``_DENSE_SPAN`` × their number (or 2^31)."""
+    if not len(ids):
+        return None, 0
+    base, span = int(ids[0]), int(ids[-1]) - int(ids[0]) + 1
+    if span > max(_DENSE_SPAN * len(ids), 1 << 16) or span >= 1 << 31:
+        return None, 0
+    table = np.full(span + 2, -1, np.int32)
+    table[ids - base + 1] = np.arange(len(ids), dtype=np.int32)
+    return table, base
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

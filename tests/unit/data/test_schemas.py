@@ -219,6 +219,24 @@ def test_fill_codes_round_trip_memory_mapped_and_exact(tmp_path: Path) -> None:
     assert [a.shape for a in read_fill_codes(target, z_dim=Z_DIM)] == [(0,), (0,), (0, Z_DIM)]
 
 
+def test_fill_codes_written_in_several_batches_read_the_same(tmp_path: Path) -> None:
+    """Another writer's file of several record batches is read as one (combined), with the
+    same arrays as the one-batch file the cycle writes and maps."""
+    users, items = np.array([1, 2, 2, 5], np.int64), np.array([3, 1, 4, 2], np.int64)
+    z16 = np.arange(4 * Z_DIM, dtype=np.float16).reshape(4, Z_DIM)
+    one = write_fill_codes(tmp_path / "one.arrow", users, items, z16)
+    table = pa.ipc.open_file(pa.memory_map(str(one))).read_all()
+    with pa.ipc.new_file(str(tmp_path / "many.arrow"), table.schema) as writer:
+        writer.write_table(table, max_chunksize=1)
+    assert pa.ipc.open_file(str(tmp_path / "many.arrow")).num_record_batches == 4
+    for a, b in zip(
+        read_fill_codes(one, z_dim=Z_DIM),
+        read_fill_codes(tmp_path / "many.arrow", z_dim=Z_DIM),
+        strict=True,
+    ):
+        assert np.array_equal(a, b)
+
+
 def test_fill_codes_refuse_a_missing_file_another_width_and_unsorted_users(
     tmp_path: Path,
 ) -> None:
@@ -229,7 +247,9 @@ def test_fill_codes_refuse_a_missing_file_another_width_and_unsorted_users(
     write_fill_codes(target, np.array([5, 2, 8]), np.array([1, 1, 1]), z16)
     with pytest.raises(SchemaError, match=r"00003\.arrow.*user_id.*not sorted: row 1"):
         read_fill_codes(target, z_dim=Z_DIM)
-    with pytest.raises(SchemaError, match=r"00003\.arrow.*halffloat>\[3\]\), expected.*halffloat>\[4\]\)"):
+    with pytest.raises(
+        SchemaError, match=r"00003\.arrow.*halffloat>\[3\]\), expected.*halffloat>\[4\]\)"
+    ):
         read_fill_codes(target, z_dim=4)
     target.write_bytes(b"not arrow")
     with pytest.raises(SchemaError, match=r"00003\.arrow.*cannot read fill codes"):

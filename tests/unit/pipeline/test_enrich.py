@@ -173,3 +173,18 @@ def test_a_target_with_its_own_code_in_a_later_chunk_gets_no_row() -> None:
     z = np.ones((2, 4), np.float32)
     assert len(_folded(targets, neighbours, pairs.iloc[:1], z[:1], 1)) == 1
     assert _folded(targets, neighbours, pairs, z, 1).empty
+
+
+def test_items_with_sparse_ids_give_the_fill_of_the_same_items_with_dense_ids() -> None:
+    """The fill finds a code's item among the targets' by a table when the ids span a small
+    range and by a binary search when they do not (ids 10^12 apart): the same rows."""
+    targets, neighbours, pairs, z = _world(3)
+    spread = 1_000_000_000_000
+
+    def sparse(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(item_id=frame["item_id"] * spread + 7)
+
+    dense = _fill(targets, neighbours, pairs, z)
+    wide = _fill(sparse(targets), neighbours, sparse(pairs), z)
+    assert len(dense) and (wide["item_id"] > spread).any()
+    _same(sparse(dense), wide)

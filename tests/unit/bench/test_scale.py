@@ -1,14 +1,20 @@
-"""bench.scale's pure helpers: the exponent fit, the --sizes parser, partitions and groups."""
+"""bench.scale's pure helpers: the exponent fit, the --sizes parser, partitions and groups,
+and its adapters' per-partition counters."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
+from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from bench.scale import (
+    PartitionLogs,
     compact_peaks,
     fit_exponent,
     group_shards,
@@ -105,3 +111,46 @@ def test_size_config_groups_per_task_partitions_into_one_task(per_task: int) -> 
     pairs = 100_000 * rng.uniform(0.95, 1.05, partitions)  # a partition's selected pairs
     units = pack(pairs.astype(np.int64), cfg.cycle.enrich_rows, split=False)
     assert {u.last - u.first + 1 for u in units} == {per_task}
+
+
+def test_partition_logs_answer_each_row_from_its_users_partition_holding_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """A query over users of two partitions gets, row for row, what each partition's own
+    counters answer; only one partition's counters are held; another task's partition is
+    refused."""
+    from solaris.examples.synthetic import LogFeatures
+    from solaris.store.partitions import Partitioning
+
+    rng = np.random.default_rng(0)
+    parts = Partitioning(3)
+    users = rng.integers(0, 300, 3_000)
+    log = pa.table(
+        {
+            "user_id": users,
+            "item_id": rng.integers(0, 50, 3_000),
+            "ts": rng.integers(1_000, 2_000, 3_000),
+            "label": pa.array(rng.integers(-1, 2, 3_000), pa.int8()),
+        }
+    )
+    of = parts.of(users)
+    own = {}
+    for p in range(3):
+        table = log.filter(pa.array(of == p))
+        pq.write_table(table, tmp_path / f"{p:05d}.parquet")
+        own[p] = LogFeatures.from_table(table)
+    logs = PartitionLogs(tmp_path, range(0, 2), 3)
+    q_users = np.array([u for u in range(300) if parts.of(np.array([u]))[0] < 2][:40])
+    q_items, q_ts = rng.integers(0, 50, len(q_users)), np.full(len(q_users), 1_500)
+    q_parts = parts.of(q_users)
+    assert set(q_parts) == {0, 1}
+    dense, score = logs.dense(q_users, q_items, q_ts), logs.score(q_users, q_items, q_ts)
+    for p in (0, 1):
+        rows = q_parts == p
+        assert np.array_equal(dense[rows], own[p].dense(q_users[rows], q_items[rows], q_ts[rows]))
+        assert np.array_equal(score[rows], own[p].score(q_users[rows], q_items[rows], q_ts[rows]))
+    held = logs._held
+    assert held is not None and held[0] in (0, 1)  # one partition's counters, not both
+    other = np.array([u for u in range(300) if parts.of(np.array([u]))[0] == 2][:1])
+    with pytest.raises(RuntimeError, match="partition 2"):
+        logs.score(other, np.array([1]), np.array([1_500]))

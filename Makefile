@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format data venv clean bench bench-scale bench-scheduler feast-plan \
+.PHONY: demo test lint format docs data venv clean bench bench-scale bench-scheduler feast-plan \
 	feast-apply report airflow airflow-celery airflow-stop
 
 $(STAMP): pyproject.toml constraints.txt
@@ -38,6 +38,10 @@ lint: $(STAMP)
 
 format: $(STAMP)
 	$(BIN)/ruff format .
+
+# The configuration reference, generated from the settings' descriptions (a test checks it).
+docs: $(STAMP)
+	$(BIN)/python -m solaris.config_reference
 
 # Everything this repository's commands created, so that the next `make demo` starts as on a
 # fresh clone: the demo namespace's Redis keys and streams (other namespaces are left alone:

@@ -130,8 +130,15 @@ def _default_cache_dir() -> Path:
 class DataConfig(Section):
     """Where MovieLens-100K is obtained from and cached (never inside the repository)."""
 
-    cache_dir: Path = Field(default_factory=_default_cache_dir)
-    recbole_version: str = "1.2.1"
+    cache_dir: Path = Field(
+        default_factory=_default_cache_dir,
+        description="where MovieLens-100K is unpacked: $XDG_CACHE_HOME/solaris, else "
+        "~/.cache/solaris",
+    )
+    recbole_version: str = Field(
+        "1.2.1",
+        description="the recbole wheel MovieLens-100K is taken from (its licence: never committed)",
+    )
 
 
 class RequestLogConfig(Section):
@@ -139,12 +146,16 @@ class RequestLogConfig(Section):
 
     bucket_seconds: int = Field(60, gt=0, le=86_400, description="one request per user per bucket")
     retrieval_k: int = Field(200, gt=0, description="retrieval candidates per request")
-    popularity_window_days: float = Field(14.0, gt=0)
+    popularity_window_days: float = Field(
+        14.0, gt=0, description="trailing window of the retrieval's item popularity"
+    )
     cooccurrence_weight: float = Field(
         1.0, ge=0, description="weight of history co-occurrence against trailing popularity"
     )
     cooccurrence_history: int = Field(20, gt=0, description="recent items used for co-occurrence")
-    recurrence_window_hours: Hours = 6.0
+    recurrence_window_hours: Hours = Field(
+        6.0, description="window of the demo's recurrence and retrieval-recall figures"
+    )
     source: str = Field(
         "solaris.examples.movielens:traffic",
         pattern=IMPORT_PATH,
@@ -155,15 +166,22 @@ class RequestLogConfig(Section):
 class ModelConfig(Section):
     """Sizes of the FM, the autoencoder and the VM."""
 
-    embed_dim: int = Field(16, gt=0)
+    embed_dim: int = Field(
+        16, gt=0, description="the example FM's id and side-feature embedding width"
+    )
     history_len: int = Field(50, gt=0, description="FM sequence length (items strictly before t)")
-    kg_entities_per_item: int = Field(32, gt=0)
+    kg_entities_per_item: int = Field(
+        32, gt=0, description="hashed KG entities per item the FM reads"
+    )
     kg_buckets: int = Field(20_000, gt=0, description="hash buckets for KG entity ids")
-    cross_layers: int = Field(2, ge=0)
+    cross_layers: int = Field(2, ge=0, description="DCNv2 cross layers of the example FM")
     shared_dim: int = Field(128, gt=0, description="width of the FM's last shared layer h")
     z_dim: int = Field(32, gt=0, description="autoencoder code size d")
-    vm_hidden: int = Field(64, gt=0)
-    tasks: tuple[str, ...] = ("like", "love")  # rating>=4, rating==5
+    vm_hidden: int = Field(64, gt=0, description="hidden width of the example VM")
+    tasks: tuple[str, ...] = Field(
+        ("like", "love"),
+        description="the example FM's task heads (like: rating >= 4, love: rating == 5)",
+    )
     foundation: str = Field(
         "solaris.examples.movielens:foundation_model",
         pattern=IMPORT_PATH,
@@ -186,18 +204,22 @@ class ModelConfig(Section):
 class TrainConfig(Section):
     """Time-split training with early stopping."""
 
-    seed: int = 0
-    train_share: float = Field(0.8, gt=0, lt=1)
-    val_share: float = Field(0.1, gt=0, lt=1)
+    seed: int = Field(0, description="seed of every model's initialisation and shuffling")
+    train_share: float = Field(0.8, gt=0, lt=1, description="oldest share of impressions: training")
+    val_share: float = Field(
+        0.1, gt=0, lt=1, description="next share: validation (early stopping); the rest is test"
+    )
     vm_window_share: float = Field(
         0.3, gt=0, le=1, description="the VM sees only the last share of the training window"
     )
-    batch_size: int = Field(1024, gt=0)
-    lr: float = Field(2e-3, gt=0)
-    weight_decay: float = Field(1e-5, ge=0)
-    max_epochs: int = Field(20, gt=0)
-    patience: int = Field(2, ge=0)
-    ae_epochs: int = Field(30, gt=0)
+    batch_size: int = Field(1024, gt=0, description="training batch size")
+    lr: float = Field(2e-3, gt=0, description="Adam learning rate")
+    weight_decay: float = Field(1e-5, ge=0, description="Adam weight decay")
+    max_epochs: int = Field(20, gt=0, description="most epochs of a training run")
+    patience: int = Field(
+        2, ge=0, description="epochs without a better validation log-loss before stopping"
+    )
+    ae_epochs: int = Field(30, gt=0, description="epochs of the autoencoder h -> z")
     vm_tier_coverage: float = Field(
         0.4, ge=0, le=1, description="feature-dropout keep rate for each tier during VM training"
     )
@@ -213,7 +235,9 @@ class SelectionConfig(Section):
     """Verifier selection, cache freshness and the refresh cadence."""
 
     share: float = Field(0.2, gt=0, le=1, description="share of each request's candidates")
-    ttl_hours: Hours = 6.0
+    ttl_hours: Hours = Field(
+        6.0, description="freshness of a cached pair code (the pair and nbr views' read TTL)"
+    )
     cadence_minutes: Minutes = Field(
         15.0, description="candidates DAG schedule interval (1 s to a week)"
     )
@@ -307,7 +331,7 @@ class StoreConfig(Section):
     redis_type: Literal["redis", "redis_cluster"] = Field(
         "redis", description="redis_cluster: every host:port of `redis` is a start-up node"
     )
-    repo_path: Path = Path("feature_repo")
+    repo_path: Path = Field(Path("feature_repo"), description="the Feast repository")
     registry: str = Field(
         "data/registry.db",
         description="file path (relative to repo_path) or a postgresql:// URL (SQL registry)",
@@ -334,12 +358,18 @@ class StoreConfig(Section):
             )
         return _check_storage_uri("store.offline_uri", value)
 
-    uagg_window_hours: Hours = 24.0
-    uagg_ttl_hours: Hours = 24.0
-    iagg_ttl_hours: Hours = 24.0
-    unn_ttl_hours: Hours = 48.0
-    n_neighbors: int = Field(100, gt=0)
-    nbr_strategy: Literal["top1", "weighted"] = "top1"
+    uagg_window_hours: Hours = Field(24.0, description="the user aggregate's window of codes")
+    uagg_ttl_hours: Hours = Field(24.0, description="the uagg view's read TTL")
+    iagg_ttl_hours: Hours = Field(24.0, description="the iagg view's read TTL")
+    unn_ttl_hours: Hours = Field(
+        48.0, description="the unn view's read TTL, and the window of the user embeddings"
+    )
+    n_neighbors: int = Field(100, gt=0, description="neighbours per user in the unn view")
+    nbr_strategy: Literal["top1", "weighted"] = Field(
+        "top1",
+        description="the nbr tier's code: the most similar neighbour's (top1) or the "
+        "similarity-weighted mean (weighted)",
+    )
     fetch_timeout_ms: Milliseconds = Field(200.0, description="bound on one fetch, incl. Redis")
     max_candidates: int = Field(
         5_000, gt=0, description="most items one fetch accepts (more is a ValueError)"
@@ -353,7 +383,9 @@ class StoreConfig(Section):
     breaker_cooldown_ms: Milliseconds = Field(
         1_000.0, description="how long an open breaker answers zeros before a probe"
     )
-    miss_stream_maxlen: int = Field(100_000, gt=0)
+    miss_stream_maxlen: int = Field(
+        100_000, gt=0, description="entries the namespace's miss stream keeps at most"
+    )
     request_log_maxlen: int = Field(
         1_000_000, gt=0, description="entries (requests) the request-log stream keeps at most"
     )
@@ -427,7 +459,7 @@ class CycleConfig(Section):
         description="codes of the aggregates' window per mapped enrichment task: quiet "
         "partitions share a task, a busier one has its own (a partition is never split)",
     )
-    embed_retries: int = Field(3, ge=0)
+    embed_retries: int = Field(3, ge=0, description="retries of a failed embedding task")
     retry_delay_seconds: float = Field(
         30.0, gt=0, le=86_400, description="first retry delay (doubles)"
     )
@@ -533,8 +565,14 @@ class SolarisConfig(BaseSettings):
     store: StoreConfig = Field(default_factory=StoreConfig)
     cycle: CycleConfig = Field(default_factory=CycleConfig)
     nearline: NearlineConfig = Field(default_factory=NearlineConfig)
-    artifacts_dir: Path = Path("artifacts")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    artifacts_dir: Path = Field(
+        Path("artifacts"),
+        description="models, the demo's request log and summary, and the cycle's state "
+        "unless cycle.state_uri says otherwise",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where the FM runs: auto is CUDA when present"
+    )
 
     def __init__(self, **values: Any) -> None:
         # pydantic-settings drops SOLARIS_ variables whose top-level name it does not know

@@ -38,7 +38,7 @@ source "$ROOT/scripts/airflow_env.sh"
 if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == sqlite* ]]; then
     echo "airflow_replay.sh: the metadata DB is SQLite, which the running scheduler and a" \
         "backfill lock each other out of; start make airflow and this script with" \
-        "SOLARIS_AIRFLOW_DB_URL=postgresql+psycopg2://user@host:5432/db (see the README)" >&2
+        "SOLARIS_AIRFLOW_DB_URL=postgresql+psycopg2://user@host:5432/db (see docs/airflow.md)" >&2
     exit 1
 fi
 

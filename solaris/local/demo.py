@@ -233,7 +233,7 @@ def run_airflow_stage(
         )
     first, last = (_iso(intervals[0].start), _iso(intervals[-1].start))
     echo(
-        "the same window under Airflow's scheduler (PostgreSQL metadata DB, see the README): "
+        "the same window under Airflow's scheduler (PostgreSQL metadata DB, see docs/airflow.md): "
         f"SOLARIS_SELECTION__CADENCE_MINUTES={cadence_min:g} make airflow, then "
         f"scripts/airflow_replay.sh replay {first} {last}"
     )

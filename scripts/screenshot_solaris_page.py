@@ -1,6 +1,6 @@
 """Write ``docs/images/solaris-page.png``: the SOLARIS page over synthetic run records.
 
-The README shows the page as an operator sees it, so the picture has to come from the
+docs/airflow.md shows the page as an operator sees it, so the picture has to come from the
 page's own code, not a mock-up, and from data anyone may publish (never MovieLens). This
 script seeds a day of made-up runs of every SOLARIS DAG into a temporary artifacts folder
 (:func:`seed_run_records`: a ``live`` namespace and a replay, each with serving figures),

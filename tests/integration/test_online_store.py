@@ -401,3 +401,36 @@ def test_a_write_of_a_fraction_of_a_second_is_refused(feast_store, redis_client,
             feast_store.config, feast_store.get_feature_view("pair"), frame
         )
     assert list(redis_client.scan_iter(match=keys.project_pattern(solaris_cfg.namespace))) == []
+
+
+def test_feasts_generic_read_answers_a_wrong_type_key_as_not_found_for_its_own_rows_only(
+    feast_store, rows, redis_client, solaris_cfg
+) -> None:
+    """``get_online_features`` (what ``feast serve`` calls) over two users, one of whose
+    ``uagg`` key is a hash and ``pair`` key a list: that user's two views are NOT_FOUND, the
+    other user's rows are served, and nothing raises."""
+    from solaris.store.contract import UAGG
+
+    rows.pair(60, 600, _z(1), NOW - 60)
+    rows.pair(61, 610, _z(2), NOW - 60)
+    rows.uagg(61, _z(3), 1, window_start=NOW - 24 * H, computed_at=NOW - 60)
+    ns = solaris_cfg.namespace
+    bad_pair = keys.partition_key(keys.view_key(ns, PAIR), PAIR, 60)
+    bad_uagg = keys.partition_key(keys.view_key(ns, UAGG), UAGG, 60)
+    redis_client.delete(bad_pair)
+    redis_client.rpush(bad_pair, "not a hash")
+    redis_client.hset(bad_uagg, "not", "a record")
+    try:
+        response = feast_store.get_online_features(
+            features=["pair:z", "uagg:count"],
+            entity_rows={"user_id": [60, 61], "item_id": [600, 610], "request_ts": NOW},
+            full_feature_names=True,
+        )
+        statuses = _statuses(response)
+        assert statuses["pair__z"] == [FieldStatus.NOT_FOUND, FieldStatus.PRESENT]
+        assert statuses["uagg__count"] == [FieldStatus.NOT_FOUND, FieldStatus.PRESENT]
+        served = response.to_dict()
+        assert served["pair__z"] == [None, _z(2).tolist()]
+        assert served["uagg__count"] == [None, 1]
+    finally:
+        redis_client.delete(bad_pair, bad_uagg)

@@ -103,17 +103,23 @@ _US = 1_000_000
 _INT64_MAX = np.iinfo(np.int64).max
 _COMMANDS_PER_PIPELINE = 1_000
 
-# After the HSET of a write, in one call: renew the hash's expiry, create its prune marker
-# (field "") if it has none, and return the marker. The expiry comes first and a missing
-# hash is left missing (nil): when the HSET before was refused (Redis out of memory) or the
-# marker is, no key is left without an expiry.
-#   KEYS[1] hash; ARGV[1] retention ms; ARGV[2] newest event us written
-_TOUCH_LUA = """
-if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then
-  return false
+# One key's whole write on Redis Cluster, where a transaction cannot span the pipeline of
+# many keys: its fields, its expiry and its prune marker in one script, so that a killed
+# writer or a dropped connection never leaves the fields without the expiry. The expiry
+# follows the first HSET: a script that has written is not stopped for memory by Redis
+# (only its first write can be refused, and then nothing was written), so no key is left
+# without one. HSET takes 500 pairs at a time (Lua's unpack has a stack limit).
+#   KEYS[1] hash; ARGV[1] retention ms; ARGV[2] newest event us; ARGV[3..] field, record
+_WRITE_LUA = """
+local key = KEYS[1]
+for first = 3, #ARGV, 1000 do
+  redis.call('HSET', key, unpack(ARGV, first, math.min(first + 999, #ARGV)))
+  if first == 3 then
+    redis.call('PEXPIRE', key, ARGV[1])
+  end
 end
-redis.call('HSETNX', KEYS[1], '', ARGV[2])
-return redis.call('HGET', KEYS[1], '')
+redis.call('HSETNX', key, '', ARGV[2])
+return redis.call('HGET', key, '')
 """
 
 # Prune one hash: delete the fields whose record (its first 8 bytes: the event time, int64
@@ -329,7 +335,7 @@ class SolarisOnlineStore(OnlineStore):
         self._client_key: tuple | None = None
         self._lock = threading.Lock()
         self._prune = None
-        self._touch = None
+        self._write = None
         self._plans: dict[tuple, tuple[object, object, _Plan | None]] = {}
         self._refused_keys: set[str] = set()  # keys logged as answering an error (bounded)
         self._reply_bytes = 1 << 16  # the last request's reply size: the next one's buffer
@@ -353,7 +359,7 @@ class SolarisOnlineStore(OnlineStore):
         with self._lock:
             if self._client is None or self._client_key != key:
                 self._prune = built.register_script(_PRUNE_LUA)
-                self._touch = built.register_script(_TOUCH_LUA)
+                self._write = built.register_script(_WRITE_LUA)
                 self._client, self._client_key = built, key
                 return built
             client = self._client
@@ -460,18 +466,15 @@ class SolarisOnlineStore(OnlineStore):
         chunk = cfg.write_fields_per_command
         spans = list(zip(key_names, itertools.pairwise(bounds.tolist()), newest, strict=True))
         if isinstance(client, RedisCluster):
-            # redis-py's cluster pipeline routes each command to its node, without
-            # transactions: the touch script follows the key's HSETs (docs: the cluster's
-            # writes are not atomic per key).
-            commands: list = []
-            touches: list[int] = []
-            for key, (lo, hi), top in spans:
-                for start in range(lo, hi, chunk):
-                    commands.append(hset(key, start, min(start + chunk, hi)))
-                touches.append(len(commands))
-                commands.append((b"EVALSHA", self._touch.sha, 1, key, retention_ms, top))
-            replies = _send_scripted(client, commands)
-            markers = [replies[at] for at in touches]
+            # redis-py's cluster pipeline routes each command to its node but cannot make a
+            # transaction of many keys: each key's write is one script, atomic on its node.
+            markers = _send_scripted(
+                client,
+                [
+                    (b"EVALSHA", self._write.sha, 1, key, retention_ms, top, *hset(key, lo, hi)[2:])
+                    for key, (lo, hi), top in spans
+                ],
+            )
         else:
             # One transaction per key: its HSETs, its marker and its expiry are applied
             # together or not at all, so whatever fails (a refused write, a dropped
@@ -1145,7 +1148,7 @@ def _send_scripted(client, commands: Sequence) -> list:
     try:
         return _send(client, commands)
     except redis_py.exceptions.NoScriptError:
-        for script in (_TOUCH_LUA, _PRUNE_LUA):
+        for script in (_WRITE_LUA, _PRUNE_LUA):
             client.script_load(script)
         return _send(client, commands)
 

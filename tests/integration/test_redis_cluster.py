@@ -327,3 +327,62 @@ def test_the_health_check_says_no_when_no_cluster_node_answers(served) -> None:
     cfg = served.model_copy(update={"store": served.store.model_copy(update={"redis": dead})})
     with pytest.raises(CycleInputError, match="does not answer a PING"):
         cycle_redis(cfg)
+
+
+def test_a_keys_write_on_the_cluster_is_one_script_call_with_its_expiry(
+    cluster: str, tmp_path: Path
+) -> None:
+    """A hash of 1,200 rows (three HSETs of 500 pairs or fewer) is written as one EVALSHA on
+    its node, so no connection lost between commands can leave the fields without the key's
+    expiry: the node runs no HSET that a client sent, only the script's."""
+    import threading
+
+    cfg = _cluster_cfg("tcw", _repo_copy(tmp_path))
+    store = open_feature_store(cfg, cluster)
+    apply_definitions(store, cfg)
+    online = online_store_of(store)
+    client = RedisCluster.from_url(f"redis://{cluster.split(',')[0]}")
+    key = keys.partition_key(keys.view_key("tcw", PAIR), PAIR, 11)
+    node = client.get_node_from_key(key)
+    direct = redis_py.Redis(host=node.host, port=node.port)
+    seen: list[dict] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with direct.monitor() as monitor:
+            ready.set()
+            for command in monitor.listen():
+                seen.append(command)
+                if command["command"] == "ECHO end-of-write":
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert ready.wait(5)
+    items = np.arange(1_200)
+    try:
+        online.write_table(
+            store.config,
+            store.get_feature_view("pair"),
+            pd.DataFrame(
+                {
+                    "user_id": 11,
+                    "item_id": items,
+                    "z": [_z(1)] * len(items),
+                    "fm_version": "v1",
+                    "event_ts": pd.to_datetime(np.full(len(items), NOW), unit="s", utc=True),
+                }
+            ),
+        )
+        redis_py.Redis(host=node.host, port=node.port).echo("end-of-write")
+        watcher.join(10)
+        sent = [c["command"].split()[0].upper() for c in seen if c["client_type"] != "lua"]
+        scripted = [c["command"].split()[0].upper() for c in seen if c["client_type"] == "lua"]
+        assert "HSET" not in sent and sent.count("EVALSHA") == 1
+        assert scripted.count("HSET") == 3 and scripted.count("PEXPIRE") == 1
+        assert client.hlen(key) == 1_201  # the rows and the prune marker
+        assert client.pttl(key) > 0
+    finally:
+        store.teardown()
+        client.close()
+        direct.close()

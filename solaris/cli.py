@@ -8,6 +8,7 @@ anything is read or written.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -547,6 +548,12 @@ def report_command(
             param_hint="--seeds",
         )
     _writable_folder(out, "--out")
+    if importlib.util.find_spec("matplotlib") is None:  # the report extra, not a dependency
+        raise typer.BadParameter(
+            "the report draws its plots with matplotlib, which is not installed: "
+            'pip install -c constraints.txt -e ".[report]" (make report does it)',
+            param_hint="report",
+        )
     from solaris.examples.movielens.report.run import run_report
     from solaris.examples.movielens.report.settings import ReportSettings
 

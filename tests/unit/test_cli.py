@@ -72,3 +72,22 @@ def test_replay_refuses_a_refresh_share_outside_zero_one(value: str, why: str) -
     )
     assert result.exit_code == 2
     assert "--refresh-share" in result.output and why in result.output
+
+
+def test_report_without_the_report_extra_says_how_to_install_it_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """matplotlib is the report extra's, not a dependency of SOLARIS: without it the report
+    stops at once (its seeds take tens of minutes) naming the extra, and writes nothing."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
+    result = CliRunner().invoke(app, ["report", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert ".[report]" in result.output and "matplotlib" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -28,6 +28,7 @@ import inspect
 import re
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from solaris.config import IMPORT_PATH
 from solaris.errors import SolarisError
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ __all__ = [
     "verifier_trainer",
 ]
 
-IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # "package.module:factory"
 _IMPORT_PATH = re.compile(IMPORT_PATH)
 
 

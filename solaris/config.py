@@ -45,14 +45,15 @@ from pydantic_settings import (
 )
 from pydantic_settings.exceptions import SettingsError
 
-from solaris.adapters import IMPORT_PATH
 from solaris.errors import ConfigError
 from solaris.namespace import LIVE, NAME_PATTERN
+from solaris.store.connection import RedisTarget
 
 __all__ = [
     "CRON_PRESETS",
     "ENV_NESTED_DELIMITER",
     "ENV_PREFIX",
+    "IMPORT_PATH",
     "NON_SETTING_ENV",
     "CycleConfig",
     "DataConfig",
@@ -66,6 +67,7 @@ __all__ = [
     "describe_errors",
 ]
 
+IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # an adapter's "package.module:factory"
 ENV_PREFIX = "SOLARIS_"
 ENV_NESTED_DELIMITER = "__"
 
@@ -394,18 +396,13 @@ class StoreConfig(Section):
     @classmethod
     def _redis_parses(cls, value: str | None) -> str | None:
         # An unusable connection string fails here, naming store.redis, rather than at the
-        # first connection; ConnectionStringError never shows the password. (Imported here:
-        # the solaris.store package imports this module.)
-        from solaris.store.connection import RedisTarget
-
+        # first connection; ConnectionStringError never shows the password.
         if value is not None:
             RedisTarget.parse(value)
         return value
 
     @model_validator(mode="after")
     def _redis_fits_its_type(self) -> StoreConfig:
-        from solaris.store.connection import RedisTarget
-
         if self.redis is not None:
             try:
                 RedisTarget.parse(self.redis).check(self.redis_type)

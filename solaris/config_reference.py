@@ -18,8 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from solaris.adapters import IMPORT_PATH
-from solaris.config import ENV_NESTED_DELIMITER, ENV_PREFIX, SolarisConfig
+from solaris.config import ENV_NESTED_DELIMITER, ENV_PREFIX, IMPORT_PATH, SolarisConfig
 
 __all__ = ["REFERENCE_PATH", "reference", "undescribed"]
 

@@ -27,9 +27,12 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from solaris.config import SolarisConfig
 from solaris.errors import SolarisError
+
+if TYPE_CHECKING:
+    from solaris.config import SolarisConfig
 
 __all__ = [
     "COMPUTED_AT",
@@ -265,12 +268,12 @@ class ViewSpec:
     def __post_init__(self) -> None:
         variable = [f for f in self.fields if not f.kind.is_fixed]
         if self.partition is None and self.member is None:
-            raise ValueError(f"view {self.name}: needs a partition or a member entity")
+            raise ContractError(f"view {self.name}: needs a partition or a member entity")
         names = [f.name for f in self.fields]
         if len(set(names)) != len(names):
-            raise ValueError(f"view {self.name}: duplicate field names {names}")
+            raise ContractError(f"view {self.name}: duplicate field names {names}")
         if variable and variable[-1] is not self.fields[-1]:
-            raise ValueError(f"view {self.name}: the last field must be variable-width")
+            raise ContractError(f"view {self.name}: the last field must be variable-width")
 
     @property
     def entities(self) -> tuple[EntitySpec, ...]:
@@ -288,7 +291,7 @@ class ViewSpec:
         for f in self.fields:
             if f.name == name:
                 return f
-        raise KeyError(f"view {self.name} has no field {name!r}")
+        raise ViewLookupError(f"view {self.name} has no field {name!r}")
 
     def params(self, cfg: SolarisConfig) -> ViewParams:
         read_ttl, retention = self.read_ttl(cfg), self.retention(cfg)
@@ -400,9 +403,9 @@ def epoch_seconds(value: object, name: str) -> int | float:
     ``[0, MAX_EPOCH_S)``); ``ValueError`` naming ``name`` otherwise (a bool, NaN, a time in
     milliseconds, 1e20)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be epoch seconds, got {value!r}")
+        raise ContractError(f"{name} must be epoch seconds, got {value!r}")
     if not (math.isfinite(value) and 0 <= value < MAX_EPOCH_S):
-        raise ValueError(
+        raise ContractError(
             f"{name} must be epoch seconds in [0, {MAX_EPOCH_S:.0e}) (not milliseconds), "
             f"got {value!r}"
         )

@@ -1,0 +1,150 @@
+"""The product's import graph: no circle, and every import points down.
+
+Every ``import`` in ``solaris/`` counts, at module level or inside a function (a lazy import
+that closes a circle only hides it), except those under ``if TYPE_CHECKING:``. Importing
+``a.b.c`` also runs ``a`` and ``a.b``, so a package's ``__init__`` is an edge too (but not of
+the package's own modules, which run after it).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "solaris"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> set[str]:
+    """The ``solaris`` modules ``path`` imports, at any depth, outside TYPE_CHECKING."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                found.update(
+                    f"{child.module}.{a.name}"
+                    if f"{child.module}.{a.name}" in MODULES
+                    else child.module
+                    for a in child.names
+                )
+            elif isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    edges = set()
+    for name in found:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        parts = name.split(".")
+        edges.update(".".join(parts[:k]) for k in range(2, len(parts) + 1))  # with parents
+    return edges
+
+
+def _ancestors(name: str) -> set[str]:
+    """A module's own packages: always initialised before it, so never an edge of it."""
+    parts = name.split(".")
+    return {".".join(parts[:k]) for k in range(1, len(parts) + 1)}
+
+
+GRAPH = {name: _imports(path) - _ancestors(name) for name, path in MODULES.items()}
+
+
+def _circles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in GRAPH:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(GRAPH[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in GRAPH:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(GRAPH[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+# What each layer may never import (a dependency pointing up, or into the example).
+FORBIDDEN = {
+    "store": {"serving", "pipeline", "orchestration", "evaluation", "models", "local", "cli"},
+    "data": {"serving", "pipeline", "orchestration", "evaluation", "local", "cli"},
+    "serving": {"pipeline", "orchestration", "evaluation", "local", "dashboard", "cli"},
+    "pipeline": {"orchestration", "evaluation", "local", "dashboard", "cli"},
+    "models": {"orchestration", "evaluation", "local", "dashboard", "cli", "serving"},
+}
+# The one product module that still imports the example: the CLI's MovieLens commands.
+EXAMPLE_IMPORTS_ALLOWED = {"solaris.cli"}
+
+
+def test_the_graph_was_read() -> None:
+    assert "solaris.store.contract" in GRAPH["solaris.store.online"]
+    assert len(GRAPH) > 50
+
+
+def test_no_module_of_solaris_is_on_an_import_circle() -> None:
+    assert _circles() == []
+
+
+def test_every_import_points_down_and_the_product_leaves_the_example_alone() -> None:
+    wrong = []
+    for module, imported in sorted(GRAPH.items()):
+        if _layer(module) == "examples":
+            continue
+        for target in sorted(imported):
+            if _layer(target) in FORBIDDEN.get(_layer(module), set()):
+                wrong.append(f"{module} -> {target}")
+            if _layer(target) == "examples" and module not in EXAMPLE_IMPORTS_ALLOWED:
+                wrong.append(f"{module} -> {target} (the product imports the example)")
+    assert wrong == []

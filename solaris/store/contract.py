@@ -63,10 +63,12 @@ __all__ = [
     "Z_MEAN",
     "Z_SUM",
     "Z_TOP1",
+    "ContractError",
     "EntitySpec",
     "FieldSpec",
     "InvalidWriteError",
     "Kind",
+    "ViewLookupError",
     "ViewParams",
     "ViewSpec",
     "Z",
@@ -111,6 +113,15 @@ FEATURE_SERVICE = "solaris_serving"
 class InvalidWriteError(SolarisError, ValueError):
     """Rows that may not be written: unknown view, missing column, bad value. The message
     names the view, the column and the first offending row; nothing was written."""
+
+
+class ContractError(SolarisError, ValueError):
+    """A value that breaks the store contract: a view declared wrong, or a time that is not
+    epoch seconds."""
+
+
+class ViewLookupError(SolarisError, KeyError):
+    """A view or field asked for by a name that is not there."""
 
 
 class Kind(StrEnum):

@@ -8,7 +8,6 @@ anything is read or written.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,15 +20,18 @@ from solaris.errors import SolarisError
 from solaris.namespace import NAME_PATTERN
 
 __all__ = [
+    "ConfigOption",
     "cycle_command",
-    "data_fetch",
     "data_synth",
-    "demo",
+    "epoch_option",
     "fit_autoencoder_command",
+    "load_config",
+    "namespace_arg",
     "namespace_reset",
-    "replay_command",
-    "report_command",
+    "redis_option",
     "serve_command",
+    "writable_file",
+    "writable_folder",
 ]
 
 
@@ -64,11 +66,11 @@ ConfigOption = Annotated[
 ]
 
 
-def _config(path: Path | None, **overrides: object):
+def load_config(path: Path | None, **overrides: object):
     return SolarisConfig.load(path, **overrides)
 
 
-def _redis_option(redis: str | None, cfg: SolarisConfig) -> str:
+def redis_option(redis: str | None, cfg: SolarisConfig) -> str:
     """``--redis``, else ``store.redis``, checked against ``store.redis_type``; a usage error
     naming ``--redis`` when there is none or it cannot be used."""
     connection = redis or cfg.store.redis
@@ -86,7 +88,7 @@ def _redis_option(redis: str | None, cfg: SolarisConfig) -> str:
     return connection
 
 
-def _namespace_arg(value: str, hint: str) -> str:
+def namespace_arg(value: str, hint: str) -> str:
     """``value`` when it is a namespace name; a usage error naming ``hint`` otherwise."""
     if not re.match(NAME_PATTERN, value):
         raise typer.BadParameter(
@@ -95,18 +97,6 @@ def _namespace_arg(value: str, hint: str) -> str:
             param_hint=hint,
         )
     return value
-
-
-@data_app.command("fetch")
-def data_fetch(
-    config: ConfigOption = None,
-    force: Annotated[bool, typer.Option(help="download again even if cached")] = False,
-) -> None:
-    """Unpack MovieLens-100K from the recbole==1.2.1 wheel into the cache directory."""
-    from solaris.examples.movielens.fetch import fetch_movielens
-
-    folder = fetch_movielens(_config(config).data, force=force)
-    typer.echo(f"MovieLens-100K ready in {folder}")
 
 
 @data_app.command("synth")
@@ -121,7 +111,7 @@ def data_synth(
     for value, hint in ((pairs, "--pairs"), (users, "--users"), (items, "--items")):
         if value < 1:
             raise typer.BadParameter(f"must be a positive integer, got {value}", param_hint=hint)
-    _writable_file(out, "--out")
+    writable_file(out, "--out")
     from solaris.data.synthetic import SyntheticSpec, write_synthetic
 
     try:
@@ -130,31 +120,6 @@ def data_synth(
         raise typer.BadParameter(str(exc)) from None
     rows = write_synthetic(spec, out)
     typer.echo(f"wrote {rows:,} candidate rows to {out}")
-
-
-@app.command()
-def demo(
-    config: ConfigOption = None,
-    airflow: Annotated[
-        bool, typer.Option(help="after the offline stage, run the cycle through Airflow DAGs")
-    ] = True,
-    namespace: Annotated[
-        str, typer.Option(help="namespace of the replay (Feast project, streams, state folder)")
-    ] = "demo",
-    force: Annotated[
-        bool, typer.Option(help="reset and replay into a namespace that holds live state")
-    ] = False,
-) -> None:
-    """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures.
-    The namespace's earlier state is reset first; one holding live state is refused."""
-    _namespace_arg(namespace, "--namespace")
-    from solaris.examples.movielens.demo import run_demo
-    from solaris.orchestration.resources import refuse_live
-
-    if airflow:  # refused before the offline stage's minutes, not after them
-        refuse_live(_config(config), namespace, "replay into", force=force)
-    cfg = _config(config, namespace=namespace)
-    run_demo(cfg, airflow=airflow, echo=typer.echo, force=force)
 
 
 @app.command("cycle")
@@ -178,11 +143,11 @@ def cycle_command(
     cycle.demo_cadence_minutes, in a replay namespace whose earlier state is reset; prints
     the figures. Refuses a namespace that holds live state (the live one, the settings' own
     when they are not a replay's, one whose cycle ran live) unless --force."""
-    eval_from = _epoch_option(start, "--start")
+    eval_from = epoch_option(start, "--start")
     if namespace is not None:
-        _namespace_arg(namespace, "--namespace")
-    deployment = _config(config)
-    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
+        namespace_arg(namespace, "--namespace")
+    deployment = load_config(config)
+    cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
     from solaris.local.demo import run_airflow_stage
     from solaris.namespace import Namespace
     from solaris.orchestration.resources import refuse_live
@@ -229,9 +194,9 @@ def serve_command(
     user x items as one Arrow IPC record batch (docs/serving_http.md); GET /metrics sums
     every worker's counts. Stops on Ctrl-C or SIGTERM."""
     if namespace is not None:
-        _namespace_arg(namespace, "--namespace")
-    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
-    connection = _redis_option(redis, cfg)
+        namespace_arg(namespace, "--namespace")
+    cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
+    connection = redis_option(redis, cfg)
     if fm_version is None:
         from solaris.namespace import Namespace
         from solaris.pipeline.codes import read_manifest
@@ -288,9 +253,9 @@ def nearline_command(
     import signal
 
     if namespace is not None:
-        _namespace_arg(namespace, "--namespace")
-    cfg = _config(config, **({"namespace": namespace} if namespace else {}))
-    connection = _redis_option(redis, cfg)
+        namespace_arg(namespace, "--namespace")
+    cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
+    connection = redis_option(redis, cfg)
     from solaris.orchestration.nearline import NearlineEmbedder
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -324,9 +289,9 @@ def namespace_reset(
     and its offline parquet. Other namespaces are not touched. A namespace that holds live
     state (the live one, the settings' own when they are not a replay's, one whose cycle ran
     on live traffic) is refused unless --force."""
-    _namespace_arg(name, "NAME")
-    deployment = _config(config)
-    cfg = _config(config, namespace=name)
+    namespace_arg(name, "NAME")
+    deployment = load_config(config)
+    cfg = load_config(config, namespace=name)
     from solaris.namespace import Namespace
     from solaris.orchestration.resources import cycle_redis, reset_namespace
 
@@ -345,8 +310,8 @@ def namespace_apply(
     cycle's tasks then only check them. `make airflow` runs it for the configured namespace;
     a namespace first used without it is applied by its first task."""
     if name is not None:
-        _namespace_arg(name, "NAME")
-    cfg = _config(config, **({"namespace": name} if name else {}))
+        namespace_arg(name, "NAME")
+    cfg = load_config(config, **({"namespace": name} if name else {}))
     from solaris.namespace import Namespace
     from solaris.orchestration.resources import cycle_redis
     from solaris.store.feast_store import ensure_definitions, open_feature_store
@@ -368,21 +333,21 @@ def fit_autoencoder_command(
 ) -> None:
     """Train the autoencoder h -> z on your FM (model.foundation), from the pairs of your
     traffic (requests.source) in [start, end); writes it and codes.json to the models folder."""
-    first, last = _epoch_option(start, "--start"), _epoch_option(end, "--end")
+    first, last = epoch_option(start, "--start"), epoch_option(end, "--end")
     if last <= first:
         raise typer.BadParameter(f"{end!r} is not after --start {start!r}", param_hint="--end")
     if max_pairs < 1:
         raise typer.BadParameter(f"must be >= 1, got {max_pairs}", param_hint="--max-pairs")
     from solaris.pipeline.codes import fit_autoencoder_from_traffic
 
-    manifest, mse = fit_autoencoder_from_traffic(_config(config), first, last, max_pairs)
+    manifest, mse = fit_autoencoder_from_traffic(load_config(config), first, last, max_pairs)
     typer.echo(
         f"autoencoder for FM {manifest.fm}: fm_version {manifest.fm_version} "
         f"(h {manifest.shared_dim} -> z {manifest.z_dim}, reconstruction MSE {mse:.4f})"
     )
 
 
-def _writable_file(path: Path, hint: str) -> None:
+def writable_file(path: Path, hint: str) -> None:
     """A usage error unless ``path`` can be written as a file: not a folder, its folder
     there and writable."""
     import os
@@ -397,7 +362,7 @@ def _writable_file(path: Path, hint: str) -> None:
         )
 
 
-def _writable_folder(path: Path, hint: str) -> None:
+def writable_folder(path: Path, hint: str) -> None:
     """A usage error unless ``path`` is (or can be made) a writable folder."""
     import os
 
@@ -411,7 +376,7 @@ def _writable_folder(path: Path, hint: str) -> None:
         raise typer.BadParameter(f"{str(path)!r} is not writable", param_hint=hint)
 
 
-def _epoch_option(value: str, name: str) -> int:
+def epoch_option(value: str, name: str) -> int:
     from datetime import datetime
 
     try:
@@ -423,142 +388,21 @@ def _epoch_option(value: str, name: str) -> int:
     return int(moment.timestamp())
 
 
-_SELECTORS = ("verifier", "random", "oracle")
+def _plugged_commands() -> None:
+    """Commands that other packages add through the ``solaris.commands`` entry-point group,
+    each a ``register(app, data_app)``: the MovieLens example's ``demo``, ``replay``,
+    ``report`` and ``data fetch`` (the product imports no example). A package installed
+    beside SOLARIS can add its own the same way."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="solaris.commands"):
+        try:
+            entry.load()(app, data_app)
+        except Exception as exc:  # a broken plug-in costs its commands, not the others'
+            typer.echo(f"solaris: commands of {entry.value} not loaded: {exc!r}", err=True)
 
 
-@app.command("replay")
-def replay_command(
-    config: ConfigOption = None,
-    share: Annotated[float | None, typer.Option(help="selection share per request")] = None,
-    ttl_hours: Annotated[float | None, typer.Option(help="cache TTL")] = None,
-    cadence_minutes: Annotated[float | None, typer.Option(help="refresh cadence")] = None,
-    selector: Annotated[str, typer.Option(help="verifier | random | oracle")] = "verifier",
-    nearline_seconds: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="the near-line path instead of the cadence: codes usable this many seconds "
-            "after the request (make bench measures it)",
-        ),
-    ] = None,
-    refresh_after_requests: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="refresh on activity: a code counts as stale after this many of the user's "
-            "requests since it was written (nearline.refresh_after_requests)",
-        ),
-    ] = None,
-    refresh_share: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="with --refresh-after-requests: each request refreshes its best stale codes "
-            "up to this share of its candidates (default nearline.refresh_share)",
-        ),
-    ] = None,
-) -> None:
-    """Replay the request log with the trained verifier and report native pair coverage.
-
-    Needs the artifacts of a previous `solaris demo` (request log and models).
-    """
-    from pydantic import ValidationError
-
-    if selector not in _SELECTORS:
-        raise typer.BadParameter(
-            f"{selector!r} is not one of {', '.join(_SELECTORS)}", param_hint="--selector"
-        )
-    if refresh_share == 0:
-        raise typer.BadParameter(
-            "0 refreshes nothing; give a share in (0, 1]", param_hint="--refresh-share"
-        )
-    cfg = _config(config)
-    overrides = {"share": share, "ttl_hours": ttl_hours, "cadence_minutes": cadence_minutes}
-    given = {k: v for k, v in overrides.items() if v is not None}
-    # Validated like the config file would be, before any data is loaded.
-    try:
-        selection = type(cfg.selection).model_validate({**cfg.selection.model_dump(), **given})
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        name = str(error["loc"][0]) if error["loc"] else "share"
-        raise typer.BadParameter(
-            f"{error['msg']} (got {error.get('input')!r})",
-            param_hint="--" + name.replace("_", "-"),
-        ) from None
-    from solaris.examples.movielens.replay import replay_from_artifacts
-
-    try:
-        result = replay_from_artifacts(
-            cfg,
-            selection,
-            selector,
-            nearline_seconds,
-            refresh_after_requests,
-            cfg.nearline.refresh_share if refresh_share is None else refresh_share,
-        )
-    except FileNotFoundError as exc:  # no demo ran here yet: say so, not a traceback
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(
-        f"{selector}: native pair coverage {result.coverage:.1%} "
-        f"({result.n_hits:,}/{result.n_eval_impressions:,} test-period impressions), "
-        f"{result.fm_passes_per_1k_requests:,.0f} FM passes per 1,000 requests "
-        + (
-            f"({1000 * result.n_refreshed_eval / max(result.n_eval_requests, 1):,.0f} of them "
-            "refreshes) "
-            if refresh_after_requests is not None
-            else ""
-        )
-        + f"[share {selection.share:g}, TTL {selection.ttl_hours:g} h, "
-        + (
-            f"near-line, codes usable {nearline_seconds} s after the request"
-            if nearline_seconds is not None
-            else f"cadence {selection.cadence_minutes:g} min"
-        )
-        + (
-            f", refresh after {refresh_after_requests} request(s) on "
-            f"{cfg.nearline.refresh_share if refresh_share is None else refresh_share:g}]"
-            if refresh_after_requests is not None
-            else "]"
-        )
-    )
-
-
-@app.command("report")
-def report_command(
-    config: ConfigOption = None,
-    seeds: Annotated[
-        str, typer.Option(help="comma-separated seeds (at least 3 for the report)")
-    ] = "0,1,2,3,4,5",
-    out: Annotated[Path, typer.Option(help="folder of the report and its plots")] = Path("reports"),
-) -> None:
-    """Reproduce the paper's tables on the MovieLens-100K replay -> reports/solaris_report.md."""
-    try:
-        parsed = tuple(int(s) for s in seeds.split(",") if s.strip())
-    except ValueError:
-        raise typer.BadParameter(
-            f"{seeds!r} is not a comma-separated list of integers", param_hint="--seeds"
-        ) from None
-    # Checked now, not after the seeds' runs (tens of minutes).
-    if len(set(parsed)) < 3 or len(set(parsed)) != len(parsed) or min(parsed) < 0:
-        raise typer.BadParameter(
-            f"{seeds!r}: give at least 3 distinct seeds >= 0 (the report's intervals are "
-            "over seeds)",
-            param_hint="--seeds",
-        )
-    _writable_folder(out, "--out")
-    if importlib.util.find_spec("matplotlib") is None:  # the report extra, not a dependency
-        raise typer.BadParameter(
-            "the report draws its plots with matplotlib, which is not installed: "
-            'pip install -c constraints.txt -e ".[report]" (make report does it)',
-            param_hint="report",
-        )
-    from solaris.examples.movielens.report.run import run_report
-    from solaris.examples.movielens.report.settings import ReportSettings
-
-    settings = ReportSettings(seeds=parsed)
-    run_report(_config(config), settings, out_dir=out, echo=typer.echo)
+_plugged_commands()
 
 
 if __name__ == "__main__":

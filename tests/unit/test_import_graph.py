@@ -124,8 +124,8 @@ FORBIDDEN = {
     "pipeline": {"orchestration", "evaluation", "local", "dashboard", "cli"},
     "models": {"orchestration", "evaluation", "local", "dashboard", "cli", "serving"},
 }
-# The one product module that still imports the example: the CLI's MovieLens commands.
-EXAMPLE_IMPORTS_ALLOWED = {"solaris.cli"}
+# The product imports no example (the CLI gets the example's commands by an entry point).
+EXAMPLE_IMPORTS_ALLOWED: set[str] = set()
 
 
 def test_the_graph_was_read() -> None:
@@ -148,3 +148,27 @@ def test_every_import_points_down_and_the_product_leaves_the_example_alone() -> 
             if _layer(target) == "examples" and module not in EXAMPLE_IMPORTS_ALLOWED:
                 wrong.append(f"{module} -> {target} (the product imports the example)")
     assert wrong == []
+
+
+def test_every_product_module_imports_with_the_examples_blocked() -> None:
+    """In a fresh interpreter where importing ``solaris.examples`` fails, every module of
+    the product still imports (the CLI loses only the example's commands)."""
+    import subprocess
+    import sys
+
+    product = sorted(m for m in MODULES if _layer(m) != "examples" and m != "solaris.__main__")
+    script = (
+        "import importlib, importlib.abc, sys\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'solaris.examples' or name.startswith('solaris.examples.'):\n"
+        "            raise ImportError(f'blocked: {name}')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"for name in {product!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print('imported', len(sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -27,5 +27,29 @@ Configured as::
       source: "solaris.examples.movielens:traffic"
 """
 
-from solaris.examples.movielens.adapters import *  # noqa: F403 (the adapters, re-exported)
-from solaris.examples.movielens.adapters import __all__  # noqa: F401
+from typing import Any
+
+# The adapters, re-exported, but imported only when one is asked for: the `solaris` command
+# loads this package for its example commands (solaris.examples.movielens.cli), and an
+# eager import would bring numpy and pandas into every command's start-up.
+__all__ = [
+    "MovieLensFoundationModel",
+    "MovieLensTraffic",
+    "VMTrainer",
+    "VMVerifier",
+    "foundation_model",
+    "publish_verifier",
+    "published_checkpoint",
+    "request_log_path",
+    "traffic",
+    "vm_trainer",
+    "vm_verifier",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from solaris.examples.movielens import adapters
+
+        return getattr(adapters, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

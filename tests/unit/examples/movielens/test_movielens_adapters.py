@@ -171,3 +171,14 @@ def test_a_verifier_published_in_a_bucket_round_trips_and_may_not_leave_it(tmp_p
     finally:
         remove_tree(state_path(bucket))
     assert not (tmp_path / "artifacts").exists()  # nothing of it on local disk
+
+
+def test_the_package_reexports_the_adapters_lazily_and_completely() -> None:
+    """``solaris.examples.movielens`` names the adapters without importing them (the CLI
+    loads the package for its commands); each name resolves to the adapter itself."""
+    import solaris.examples.movielens as package
+    from solaris.examples.movielens import adapters
+
+    assert package.__all__ == adapters.__all__
+    for name in package.__all__:
+        assert getattr(package, name) is getattr(adapters, name)

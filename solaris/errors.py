@@ -1,30 +1,48 @@
 """The root of SOLARIS's exceptions: catch :class:`SolarisError` to catch any of them.
 
 Every error the project raises on purpose derives from :class:`SolarisError` and keeps the
-built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a failed step), so
+built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a failed step,
+``TypeError`` for a wrong type, ``KeyError`` for a name that is not there), so
 ``except ValueError`` in existing callers still works::
 
     SolarisError
     ├── ConfigError            (ValueError)    solaris.config: a bad setting, file or variable
+    ├── NamespaceError         (ValueError)    solaris.namespace: a bad namespace name
     ├── ConnectionStringError  (ValueError)    solaris.store.connection: a bad Redis string
     ├── SchemaError            (ValueError)    solaris.data.schemas: a table breaks its contract
+    ├── SyntheticSpecError     (ValueError)    solaris.data.synthetic: a spec the generator refuses
     ├── SelectionError         (ValueError)    solaris.selection: bad selection input
     ├── NeighborsError         (ValueError)    solaris.pipeline.neighbors: bad neighbour input
+    ├── AggregateError         (ValueError)    solaris.pipeline.aggregate: bad aggregate input
     ├── PartitionError         (ValueError)    solaris.store.partitions: a bad partition count
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
     │   └── LiveNamespaceError                  a reset or replay aimed at live state
+    ├── LayoutError            (ValueError)    solaris.orchestration.layout: interval, marker
     ├── CodesError             (RuntimeError)  solaris.pipeline.codes: autoencoder artifacts
+    ├── ModelInputError        (ValueError)    solaris.models.fm: a model's argument or input
+    ├── DeviceError            (RuntimeError)  solaris.models.training: no such torch device
     ├── CheckpointError        (ValueError)    solaris.models.training: a checkpoint refused
+    ├── EvaluationError        (ValueError)    solaris.evaluation.metrics: metric, replay input
     ├── ArtifactPathError      (ValueError)    solaris.files: a path leaving the artifacts root
+    ├── ArgumentTypeError      (TypeError)     solaris.files: an argument of the wrong type
     ├── AdapterError           (RuntimeError)  solaris.adapters: a user's model or traffic
+    ├── ContractError          (ValueError)    solaris.store.contract: a view or time refused
+    ├── ViewLookupError        (KeyError)      solaris.store.contract: no view or field so named
     ├── InvalidWriteError      (ValueError)    solaris.store.contract: a bad online write
     ├── ViewDefinitionError    (ValueError)    solaris.store.online: a view the store rejects
     ├── FeatureRequestError    (ValueError)    solaris.store.online: a bad online read
-    ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments
     ├── FeatureStoreError      (RuntimeError)  solaris.store.feast_store: Feast/Redis failures
+    ├── LocalRedisError        (RuntimeError)  solaris.store.local_redis: no local Redis
+    ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments
+    ├── TierInputError         (ValueError)    solaris.serving.tiers: bad tier-assembly input
+    ├── RequestError           (ValueError)    solaris.serving.http: a request refused (400)
     ├── StreamError            (RuntimeError)  solaris.serving.streams: a stream key of another type
+    ├── StreamEntryError       (ValueError)    solaris.serving.streams: a bad stream entry
+    ├── ServingMetricsError    (ValueError)    solaris.serving.metrics: a bad metrics argument
+    ├── MetricsPublishError    (RuntimeError)  solaris.serving.metrics: a second publish stream
     ├── AirflowRunError        (RuntimeError)  solaris.local.airflow: a local DAG run failed
     ├── ServicesError          (RuntimeError)  solaris.local.scheduler: Airflow services, runs
+    ├── DagsFolderError        (FileNotFoundError)  solaris.local.demo: no DAGs folder
     └── MovieLensFormatError, DataFetchError   solaris.examples.movielens: the example's data
 
 Each class is defined beside the code that raises it; this module holds only the root and

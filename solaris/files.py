@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from upath import UPath
 
 __all__ = [
+    "ArgumentTypeError",
     "ArtifactPathError",
     "StatePath",
     "arrow_source",
@@ -115,6 +116,10 @@ def remove_tree(path: StatePath) -> None:
 class ArtifactPathError(SolarisError, ValueError):
     """A path read from an artifact leads outside the artifacts root (an absolute path
     elsewhere, a ``..`` escape or a symlink out), or is not a path at all."""
+
+
+class ArgumentTypeError(SolarisError, TypeError):
+    """An argument of the wrong type: a caller's bug, not bad data."""
 
 
 def temp_path(path: Path) -> Path:
@@ -207,7 +212,7 @@ def tensor_bytes(tensors: Mapping[str, torch.Tensor], *, where: object = "checkp
     plain: dict[str, torch.Tensor] = {}
     for name, value in tensors.items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{where}: entry {name!r} is a {type(value).__name__}; a checkpoint holds "
                 "tensors only (put metadata in a JSON file beside it)"
             )

@@ -15,8 +15,8 @@ because these tables reach 10^7 rows.
 from __future__ import annotations
 
 import numbers
-from datetime import UTC, datetime, timedelta
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
@@ -26,7 +26,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from solaris.errors import SolarisError
-from solaris.files import StatePath, arrow_source, atomic_write, state_path
+from solaris.files import ArgumentTypeError, StatePath, arrow_source, atomic_write, state_path
 from solaris.store.contract import MAX_EPOCH_S
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def _check_not_after(
 def _epoch_seconds(as_of: object) -> int:
     # bool is an Integral, but as_of=True is certainly a caller bug.
     if isinstance(as_of, bool) or not isinstance(as_of, numbers.Integral):
-        raise TypeError(f"as_of must be epoch seconds (int), got {type(as_of).__name__}")
+        raise ArgumentTypeError(f"as_of must be epoch seconds (int), got {type(as_of).__name__}")
     return int(as_of)
 
 
@@ -255,7 +255,7 @@ def _as_of_micros(as_of: object) -> tuple[int, str]:
     if isinstance(as_of, datetime):  # pd.Timestamp is a datetime subclass
         if as_of.tzinfo is None or as_of.utcoffset() is None:
             # A naive bound is ambiguous against UTC data; refuse rather than guess.
-            raise ValueError(f"as_of must be timezone-aware, got naive {as_of!r}")
+            raise SchemaError(f"as_of must be timezone-aware, got naive {as_of!r}")
         # Floor division: computed_at (whole us) > as_of  <=>  computed_at > floor(as_of in us),
         # which stays exact for pd.Timestamp values with nanoseconds.
         return (as_of - _EPOCH) // timedelta(microseconds=1), as_of.isoformat()
@@ -270,7 +270,7 @@ def _finish(columns: dict[str, pa.ChunkedArray], schema: pa.Schema) -> pa.Table:
 
 def _require_table(table: object, source: str) -> pa.Table:
     if not isinstance(table, pa.Table):
-        raise TypeError(f"{source}: expected a pyarrow.Table, got {type(table).__name__}")
+        raise ArgumentTypeError(f"{source}: expected a pyarrow.Table, got {type(table).__name__}")
     return table
 
 
@@ -503,7 +503,7 @@ def validate_pair_embeddings(
     after it are rejected. Raises :class:`SchemaError` on the first broken rule.
     """
     if isinstance(z_dim, bool) or not isinstance(z_dim, numbers.Integral) or z_dim < 1:
-        raise ValueError(f"z_dim must be a positive int, got {z_dim!r}")
+        raise SchemaError(f"z_dim must be a positive int, got {z_dim!r}")
     z_dim = int(z_dim)
     table = _require_table(table, source)
     bound = None if as_of is None else _as_of_micros(as_of)
@@ -541,9 +541,9 @@ def _schema_for(kind: TableKind, z_dim: int | None) -> pa.Schema:
         return REQUEST_LOG_SCHEMA
     if kind == "pair_embeddings":
         if z_dim is None:
-            raise ValueError("z_dim is required for kind='pair_embeddings'")
+            raise SchemaError("z_dim is required for kind='pair_embeddings'")
         return pair_embeddings_schema(z_dim)
-    raise ValueError(f"unknown table kind {kind!r}; expected one of {get_args(TableKind)}")
+    raise SchemaError(f"unknown table kind {kind!r}; expected one of {get_args(TableKind)}")
 
 
 def validate(
@@ -667,7 +667,7 @@ def write_fill_codes(
     whole by each reader."""
     z16 = np.ascontiguousarray(z16, dtype=np.float16)
     if z16.ndim != 2 or not (len(users) == len(items) == len(z16)):
-        raise ValueError(f"fill codes: users, items and z16 [n, d] differ in length ({path})")
+        raise SchemaError(f"fill codes: users, items and z16 [n, d] differ in length ({path})")
     d = z16.shape[1]
     z = pa.FixedSizeListArray.from_arrays(pa.array(z16.reshape(-1)), d)
     table = pa.Table.from_arrays(
@@ -721,7 +721,9 @@ def read_fill_codes(
             return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
         raise SchemaError(
-            source, None, f"fill codes have ({columns(table.schema)}), expected ({columns(expected)})"
+            source,
+            None,
+            f"fill codes have ({columns(table.schema)}), expected ({columns(expected)})",
         )
     if table.num_rows == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, z_dim), np.float16)

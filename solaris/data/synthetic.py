@@ -50,9 +50,10 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from solaris.data.schemas import CANDIDATES_SCHEMA
+from solaris.errors import SolarisError
 from solaris.files import atomic_write
 
-__all__ = ["SyntheticSpec", "generate_candidates", "write_synthetic"]
+__all__ = ["SyntheticSpec", "SyntheticSpecError", "generate_candidates", "write_synthetic"]
 
 _BLOCK_ROWS = 1 << 18  # rows per internal generation block (fixed: output must not depend on it)
 _ZIPF_ROUNDS = 32  # duplicate-resampling rounds from the Zipf law before falling back to uniform
@@ -65,6 +66,10 @@ MAX_STATE_BYTES = 8 * 2**30
 _ITEM_STATE_BYTES = 32
 
 _DrawFn = Callable[[int], np.ndarray]
+
+
+class SyntheticSpecError(SolarisError, ValueError):
+    """A synthetic-data spec or argument the generator refuses; the message names the field."""
 
 
 def _is_int(value: object) -> bool:
@@ -104,38 +109,44 @@ class SyntheticSpec:
         for name in ("n_pairs", "n_users", "n_items", "candidates_per_request"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise SyntheticSpecError(f"{name} must be a positive integer, got {value!r}")
         if self.n_items > _INT32_MAX:
-            raise ValueError(f"n_items must be at most {_INT32_MAX} (int32), got {self.n_items}")
+            raise SyntheticSpecError(
+                f"n_items must be at most {_INT32_MAX} (int32), got {self.n_items}"
+            )
         if self.candidates_per_request > self.n_items:
-            raise ValueError(
+            raise SyntheticSpecError(
                 "candidates_per_request must not exceed n_items (items within a request are "
                 f"distinct), got {self.candidates_per_request} > {self.n_items}"
             )
         for name in ("zipf_a", "user_activity_sigma", "mean_gap_seconds"):
             value = getattr(self, name)
             if not _is_real(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+                raise SyntheticSpecError(f"{name} must be a finite number >= 0, got {value!r}")
         for name in ("recurrence", "label_rate", "positive_rate"):
             value = getattr(self, name)
             if not _is_real(value) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be a share in [0, 1], got {value!r}")
+                raise SyntheticSpecError(f"{name} must be a share in [0, 1], got {value!r}")
         if not _is_int(self.start_ts) or self.start_ts < 0:
-            raise ValueError(f"start_ts must be a non-negative integer, got {self.start_ts!r}")
+            raise SyntheticSpecError(
+                f"start_ts must be a non-negative integer, got {self.start_ts!r}"
+            )
         if not _is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+            raise SyntheticSpecError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.pool_size is not None:
             if not _is_int(self.pool_size):
-                raise ValueError(f"pool_size must be an integer or None, got {self.pool_size!r}")
+                raise SyntheticSpecError(
+                    f"pool_size must be an integer or None, got {self.pool_size!r}"
+                )
             low = self.pool_candidates
             high = self.n_items - self.fresh_candidates
             if not low <= self.pool_size <= high:
-                raise ValueError(
+                raise SyntheticSpecError(
                     f"pool_size must lie in [{low}, {high}] (pool candidates per request, "
                     f"n_items minus fresh candidates per request), got {self.pool_size}"
                 )
         if self.state_bytes > MAX_STATE_BYTES:
-            raise ValueError(
+            raise SyntheticSpecError(
                 f"n_users {self.n_users:,} with pools of {self.effective_pool_size} items and "
                 f"n_items {self.n_items:,} need {self.state_bytes / 2**30:,.1f} GiB of "
                 f"generator state, more than {MAX_STATE_BYTES / 2**30:g} GiB: fewer users or "
@@ -330,7 +341,7 @@ def generate_candidates(spec: SyntheticSpec, chunk_rows: int = 1_000_000) -> Ite
     ``O(chunk_rows + n_users * pool_size)``.
     """
     if not _is_int(chunk_rows) or chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+        raise SyntheticSpecError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     gen = _Generator(spec)
     buffer: list[pa.Table] = []
     buffered = 0

@@ -14,7 +14,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.metrics import roc_auc_score
 
+from solaris.errors import SolarisError
+
 __all__ = [
+    "EvaluationError",
     "auc",
     "coverage",
     "log_loss",
@@ -24,34 +27,40 @@ __all__ = [
 ]
 
 
+class EvaluationError(SolarisError, ValueError):
+    """Input that a metric or the replay cannot evaluate (bad labels, scores or settings)."""
+
+
 def _labels(y: ArrayLike) -> np.ndarray:
     arr = np.asarray(y)
     if arr.ndim != 1:
-        raise ValueError(f"labels must be 1-D, got shape {arr.shape}")
+        raise EvaluationError(f"labels must be 1-D, got shape {arr.shape}")
     if arr.size == 0:
-        raise ValueError("labels are empty")
+        raise EvaluationError("labels are empty")
     if arr.dtype == bool:
         return arr.astype(np.float64)
     if not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"labels must be numeric 0/1, got dtype {arr.dtype}")
+        raise EvaluationError(f"labels must be numeric 0/1, got dtype {arr.dtype}")
     if not np.isin(arr, (0, 1)).all():
         bad = arr[~np.isin(arr, (0, 1))][:5]
-        raise ValueError(f"labels must be in {{0, 1}}, found e.g. {bad.tolist()}")
+        raise EvaluationError(f"labels must be in {{0, 1}}, found e.g. {bad.tolist()}")
     return arr.astype(np.float64)
 
 
 def _probabilities(p: ArrayLike, n: int) -> np.ndarray:
     arr = np.asarray(p)
     if arr.ndim != 1:
-        raise ValueError(f"probabilities must be 1-D, got shape {arr.shape}")
+        raise EvaluationError(f"probabilities must be 1-D, got shape {arr.shape}")
     if arr.size != n:
-        raise ValueError(f"length mismatch: {n} labels but {arr.size} probabilities")
+        raise EvaluationError(f"length mismatch: {n} labels but {arr.size} probabilities")
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"probabilities must be real numbers, got dtype {arr.dtype}")
+        raise EvaluationError(f"probabilities must be real numbers, got dtype {arr.dtype}")
     arr = arr.astype(np.float64)
     outside = ~((arr >= 0.0) & (arr <= 1.0))  # NaN counts as outside
     if outside.any():
-        raise ValueError(f"probabilities must be in [0, 1], found e.g. {arr[outside][:5].tolist()}")
+        raise EvaluationError(
+            f"probabilities must be in [0, 1], found e.g. {arr[outside][:5].tolist()}"
+        )
     return arr
 
 
@@ -71,7 +80,7 @@ def log_loss(y: ArrayLike, p: ArrayLike, eps: float = 1e-7) -> float:
     ``-ln(eps)`` instead of infinity. ``eps`` must lie in ``(0, 0.5)``.
     """
     if not 0.0 < eps < 0.5:
-        raise ValueError(f"eps must lie in (0, 0.5), got {eps!r}")
+        raise EvaluationError(f"eps must lie in (0, 0.5), got {eps!r}")
     labels, probs = _inputs(y, p)
     probs = np.clip(probs, eps, 1.0 - eps)
     return float(-np.mean(labels * np.log(probs) + (1.0 - labels) * np.log1p(-probs)))
@@ -86,7 +95,7 @@ def normalized_entropy(y: ArrayLike, p: ArrayLike, eps: float = 1e-7) -> float:
     labels, probs = _inputs(y, p)
     rate = float(labels.mean())
     if rate in (0.0, 1.0):
-        raise ValueError(
+        raise EvaluationError(
             "normalized entropy is undefined when all labels are equal (base-rate entropy 0)"
         )
     return log_loss(labels, probs, eps=eps) / _binary_entropy(rate)
@@ -100,7 +109,7 @@ def auc(y: ArrayLike, p: ArrayLike) -> float:
     labels, probs = _inputs(y, p)
     n_pos = int(labels.sum())
     if n_pos in (0, labels.size):
-        raise ValueError(
+        raise EvaluationError(
             f"AUC is undefined with only one class in the labels (all {int(labels[0])})"
         )
     return float(roc_auc_score(labels, probs))
@@ -117,10 +126,10 @@ def transfer_ratio(ll_vm: float, ll_x: float, ll_fm: float) -> float:
     values = {"ll_vm": ll_vm, "ll_x": ll_x, "ll_fm": ll_fm}
     for name, value in values.items():
         if not math.isfinite(value):
-            raise ValueError(f"{name} must be finite, got {value!r}")
+            raise EvaluationError(f"{name} must be finite, got {value!r}")
     gap = float(ll_vm) - float(ll_fm)
     if gap == 0.0:
-        raise ValueError(
+        raise EvaluationError(
             f"transfer ratio is undefined: ll_vm == ll_fm == {ll_vm!r} "
             "(no FM advantage to transfer)"
         )
@@ -134,10 +143,10 @@ def coverage(hit: ArrayLike) -> float:
     """
     arr = np.asarray(hit)
     if arr.size == 0:
-        raise ValueError("coverage of an empty array is undefined")
+        raise EvaluationError("coverage of an empty array is undefined")
     if arr.dtype != bool:
         if not np.issubdtype(arr.dtype, np.number) or not np.isin(arr, (0, 1)).all():
-            raise ValueError(f"hit must be boolean (or 0/1), got dtype {arr.dtype}")
+            raise EvaluationError(f"hit must be boolean (or 0/1), got dtype {arr.dtype}")
         arr = arr.astype(bool)
     return float(np.count_nonzero(arr) / arr.size)
 
@@ -152,8 +161,8 @@ def summarize(values: Iterable[float] | ArrayLike) -> tuple[float, float]:
         values = list(values)
     arr = np.asarray(values, dtype=np.float64).reshape(-1)
     if arr.size == 0:
-        raise ValueError("cannot summarize an empty sequence")
+        raise EvaluationError("cannot summarize an empty sequence")
     if not np.isfinite(arr).all():
-        raise ValueError("values must be finite")
+        raise EvaluationError("values must be finite")
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     return float(arr.mean()), std

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from solaris.evaluation.metrics import EvaluationError
 from solaris.pipeline.select import pair_keys, select_mask
 
 __all__ = [
@@ -104,17 +105,19 @@ def replay(
     ``refresh_after_requests``, ``refresh_share``: refresh on activity (the module
     docstring); ``None`` is off."""
     if len(scores) != len(candidates):
-        raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
+        raise EvaluationError(f"{len(scores)} scores for {len(candidates)} candidates")
     ttl = np.broadcast_to(np.asarray(ttl_seconds, dtype=np.int64), (len(candidates),))
     if cadence_seconds <= 0 or (ttl <= 0).any():
-        raise ValueError("cadence_seconds and ttl_seconds must be positive")
+        raise EvaluationError("cadence_seconds and ttl_seconds must be positive")
     if latency_seconds is not None and latency_seconds <= 0:
-        raise ValueError(f"latency_seconds must be positive, got {latency_seconds}")
+        raise EvaluationError(f"latency_seconds must be positive, got {latency_seconds}")
     if refresh_after_requests is not None and refresh_after_requests < 1:
-        raise ValueError(f"refresh_after_requests must be at least 1, got {refresh_after_requests}")
+        raise EvaluationError(
+            f"refresh_after_requests must be at least 1, got {refresh_after_requests}"
+        )
     ts = candidates["ts"].to_numpy(np.int64)
     if len(ts) > 1 and (np.diff(ts) < 0).any():
-        raise ValueError("candidates must be sorted by ts")
+        raise EvaluationError("candidates must be sorted by ts")
     request_id = candidates["request_id"].to_numpy()
     user_id = candidates["user_id"].to_numpy()
     item_id = candidates["item_id"].to_numpy()

@@ -10,12 +10,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from solaris.models.fm import ModelInputError
+
 __all__ = ["Autoencoder"]
 
 
 def _check_positive(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise ModelInputError(f"{name} must be a positive int, got {value!r}")
 
 
 class Autoencoder(nn.Module):
@@ -72,7 +74,7 @@ class Autoencoder(nn.Module):
 
     def _check_h(self, h: torch.Tensor) -> None:
         if h.dim() != 2 or h.shape[1] != self.in_dim:
-            raise ValueError(f"h must have shape [B, {self.in_dim}], got {list(h.shape)}")
+            raise ModelInputError(f"h must have shape [B, {self.in_dim}], got {list(h.shape)}")
 
     @torch.no_grad()
     def fit_scaler(self, h: torch.Tensor, eps: float = 1e-6) -> Autoencoder:
@@ -90,7 +92,7 @@ class Autoencoder(nn.Module):
         """
         self._check_h(h)
         if h.shape[0] == 0:
-            raise ValueError("fit_scaler needs at least one row")
+            raise ModelInputError("fit_scaler needs at least one row")
         h = h.to(self.mean.dtype)
         mean = h.mean(dim=0)  # (in_dim,)
         std = h.std(dim=0, unbiased=False)  # (in_dim,)

@@ -6,7 +6,8 @@ task head reads. SOLARIS precomputes ``h`` for (user, item) pairs, compresses it
 
 The building blocks (``CrossNet``, ``MLP``, ``SequenceEncoder``) follow torchrec's
 ``torchrec.modules.crossnet`` / ``torchrec.modules.mlp``: small modules, shapes in the
-docstrings, constructors that reject bad arguments with a ``ValueError``.
+docstrings, constructors that reject bad arguments with a :class:`ModelInputError` (a
+``ValueError``).
 """
 
 from __future__ import annotations
@@ -16,22 +17,27 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from solaris.errors import SolarisError
 from solaris.models.batch import FeatureBatch, FeatureSpec
 
-__all__ = ["MLP", "CrossNet", "FoundationModel", "SequenceEncoder"]
+__all__ = ["MLP", "CrossNet", "FoundationModel", "ModelInputError", "SequenceEncoder"]
 
 N_RATINGS = 6  # ratings 1..5, 0 = padding
 
 
+class ModelInputError(SolarisError, ValueError):
+    """A model given an argument or input it cannot use: a size, shape, task or setting."""
+
+
 def _check_positive(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise ModelInputError(f"{name} must be a positive int, got {value!r}")
 
 
 def _check_spec(spec: FeatureSpec, *, history: bool = True, kg: bool = True) -> None:
     """Rejects a ``FeatureSpec`` whose sizes cannot build embedding tables."""
     if spec.n_dense < 0:
-        raise ValueError(f"spec.n_dense must be >= 0, got {spec.n_dense}")
+        raise ModelInputError(f"spec.n_dense must be >= 0, got {spec.n_dense}")
     _check_positive("spec.n_items", spec.n_items)
     _check_positive("spec.n_genres", spec.n_genres)
     _check_positive("spec.genres_per_item", spec.genres_per_item)
@@ -73,7 +79,7 @@ class CrossNet(nn.Module):
         super().__init__()
         _check_positive("in_features", in_features)
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-            raise ValueError(f"num_layers must be an int >= 0, got {num_layers!r}")
+            raise ModelInputError(f"num_layers must be an int >= 0, got {num_layers!r}")
         self.in_features = in_features
         self.num_layers = num_layers
         self.layers = nn.ModuleList(nn.Linear(in_features, in_features) for _ in range(num_layers))
@@ -129,11 +135,11 @@ class MLP(nn.Module):
         _check_positive("in_size", in_size)
         layer_sizes = list(layer_sizes)
         if not layer_sizes:
-            raise ValueError("layer_sizes must name at least one layer")
+            raise ModelInputError("layer_sizes must name at least one layer")
         for i, size in enumerate(layer_sizes):
             _check_positive(f"layer_sizes[{i}]", size)
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise ModelInputError(f"dropout must be in [0, 1), got {dropout}")
         self.in_size = in_size
         self.out_size = layer_sizes[-1]
         layers: list[nn.Module] = []
@@ -202,7 +208,7 @@ class SequenceEncoder(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(item_embedding, nn.Embedding):
-            raise ValueError(
+            raise ModelInputError(
                 f"item_embedding must be an nn.Embedding, got {type(item_embedding).__name__}"
             )
         _check_positive("n_ratings", n_ratings)
@@ -304,17 +310,19 @@ class FoundationModel(nn.Module):
         _check_positive("embed_dim", embed_dim)
         _check_positive("shared_dim", shared_dim)
         if isinstance(tasks, str):
-            raise ValueError(f"tasks must be a sequence of names, not the string {tasks!r}")
+            raise ModelInputError(f"tasks must be a sequence of names, not the string {tasks!r}")
         tasks = tuple(tasks)
         if not tasks:
-            raise ValueError("tasks must name at least one task")
+            raise ModelInputError("tasks must name at least one task")
         if len(set(tasks)) != len(tasks):
-            raise ValueError(f"tasks must be unique, got {tasks}")
+            raise ModelInputError(f"tasks must be unique, got {tasks}")
         for task in tasks:
             if not isinstance(task, str) or not task or "." in task:
-                raise ValueError(f"each task must be a non-empty str without '.', got {task!r}")
+                raise ModelInputError(
+                    f"each task must be a non-empty str without '.', got {task!r}"
+                )
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise ModelInputError(f"dropout must be in [0, 1), got {dropout}")
 
         self.spec = spec
         self.embed_dim = embed_dim

@@ -29,11 +29,13 @@ from solaris.files import (
     tensor_bytes,
 )
 from solaris.models.batch import FeatureBatch, FeatureSpec
+from solaris.models.fm import ModelInputError
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "TASK_RULES",
     "CheckpointError",
+    "DeviceError",
     "Examples",
     "Predict",
     "TimeSplit",
@@ -60,12 +62,16 @@ TASK_RULES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+class DeviceError(SolarisError, RuntimeError):
+    """The torch device asked for is not available on this machine."""
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` picks CUDA when present, else CPU."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but torch sees no CUDA device")
+        raise DeviceError("device 'cuda' requested but torch sees no CUDA device")
     return torch.device(name)
 
 
@@ -80,7 +86,7 @@ def task_targets(ratings: np.ndarray, tasks: tuple[str, ...]) -> torch.Tensor:
     """``[N, n_tasks]`` float32 binary targets from ratings."""
     unknown = [t for t in tasks if t not in TASK_RULES]
     if unknown:
-        raise ValueError(f"unknown tasks {unknown}; known: {sorted(TASK_RULES)}")
+        raise ModelInputError(f"unknown tasks {unknown}; known: {sorted(TASK_RULES)}")
     cols = [TASK_RULES[t](np.asarray(ratings)) for t in tasks]
     return torch.from_numpy(np.stack(cols, axis=1).astype(np.float32))
 
@@ -109,7 +115,7 @@ class TimeSplit:
             return (ts >= self.train_end) & (ts < self.val_end)
         if name == "test":
             return ts >= self.val_end
-        raise ValueError(f"unknown split part {name!r}")
+        raise ModelInputError(f"unknown split part {name!r}")
 
 
 @dataclass

@@ -14,16 +14,18 @@ import torch
 from torch import nn
 
 from solaris.models.batch import FeatureBatch, FeatureSpec
-from solaris.models.fm import MLP, _check_positive, _check_spec
+from solaris.models.fm import MLP, ModelInputError, _check_positive, _check_spec
 
 __all__ = ["VerticalModel", "tier_dropout"]
 
 
 def _check_tiers(tier_z: torch.Tensor, tier_mask: torch.Tensor) -> None:
     if tier_z.dim() != 3:
-        raise ValueError(f"tier_z must have shape [B, n_tiers, z_dim], got {list(tier_z.shape)}")
+        raise ModelInputError(
+            f"tier_z must have shape [B, n_tiers, z_dim], got {list(tier_z.shape)}"
+        )
     if tuple(tier_mask.shape) != tuple(tier_z.shape[:2]):
-        raise ValueError(
+        raise ModelInputError(
             f"tier_mask must have shape {list(tier_z.shape[:2])} (tier_z's [B, n_tiers]), "
             f"got {list(tier_mask.shape)}"
         )
@@ -66,10 +68,10 @@ def tier_dropout(
     else:
         keeps = [float(k) for k in keep]
         if len(keeps) != n_tiers:
-            raise ValueError(f"keep has {len(keeps)} values for {n_tiers} tiers")
+            raise ModelInputError(f"keep has {len(keeps)} values for {n_tiers} tiers")
     for k in keeps:
         if not 0.0 <= k <= 1.0:
-            raise ValueError(f"keep must be in [0, 1], got {k}")
+            raise ModelInputError(f"keep must be in [0, 1], got {k}")
     keep_p = torch.tensor(keeps, dtype=torch.float32, device=tier_z.device)  # (n_tiers,)
     draws = torch.rand(
         tier_mask.shape, generator=generator, device=tier_z.device, dtype=torch.float32
@@ -142,7 +144,7 @@ class VerticalModel(nn.Module):
         super().__init__()
         _check_spec(spec, history=False, kg=False)
         if isinstance(n_tiers, bool) or not isinstance(n_tiers, int) or n_tiers < 0:
-            raise ValueError(f"n_tiers must be an int >= 0, got {n_tiers!r}")
+            raise ModelInputError(f"n_tiers must be an int >= 0, got {n_tiers!r}")
         _check_positive("z_dim", z_dim)
         _check_positive("embed_dim", embed_dim)
         _check_positive("hidden", hidden)
@@ -186,16 +188,18 @@ class VerticalModel(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Validated ``tier_z`` ``[B, n_tiers, z_dim]`` and float ``tier_mask`` ``[B, n_tiers]``."""
         if self.n_tiers == 0 and (tier_z is not None or tier_mask is not None):
-            raise ValueError("this VerticalModel has n_tiers == 0; pass no tier_z/tier_mask")
+            raise ModelInputError("this VerticalModel has n_tiers == 0; pass no tier_z/tier_mask")
         if (tier_z is None) != (tier_mask is None):
-            raise ValueError("pass both tier_z and tier_mask, or neither")
+            raise ModelInputError("pass both tier_z and tier_mask, or neither")
         if tier_z is None or tier_mask is None:
             shape = (batch_size, self.n_tiers)
             zeros = like.new_zeros(shape)
             return like.new_zeros((*shape, self.z_dim)), zeros
         expected = (batch_size, self.n_tiers, self.z_dim)
         if tuple(tier_z.shape) != expected:
-            raise ValueError(f"tier_z must have shape {list(expected)}, got {list(tier_z.shape)}")
+            raise ModelInputError(
+                f"tier_z must have shape {list(expected)}, got {list(tier_z.shape)}"
+            )
         _check_tiers(tier_z, tier_mask)
         return tier_z, tier_mask.to(tier_z.dtype)
 

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from solaris.errors import SolarisError
 from solaris.store.codec import f16_round
 from solaris.store.contract import (
     COUNT,
@@ -45,6 +46,7 @@ from solaris.store.contract import (
 )
 
 __all__ = [
+    "AggregateError",
     "ItemPartials",
     "check_codes",
     "check_pairs",
@@ -67,21 +69,25 @@ _PAIR_COLUMNS = ("user_id", "item_id", "computed_at", "fm_version")
 # --------------------------------------------------------------------------------------------
 
 
+class AggregateError(SolarisError, ValueError):
+    """Input the aggregates cannot use: pairs, codes, times or settings of the wrong form."""
+
+
 def _as_int(name: str, value: object, *, positive: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise AggregateError(f"{name} must be an integer, got {value!r}")
     if isinstance(value, numbers.Integral) or float(value).is_integer():
         out = int(value)
     else:
-        raise ValueError(f"{name} must be a whole number of seconds, got {value!r}")
+        raise AggregateError(f"{name} must be a whole number of seconds, got {value!r}")
     if positive and out <= 0:
-        raise ValueError(f"{name} must be > 0, got {out}")
+        raise AggregateError(f"{name} must be > 0, got {out}")
     return out
 
 
 def _check_version(fm_version: object) -> str:
     if not isinstance(fm_version, str) or not fm_version:
-        raise ValueError(f"fm_version must be a non-empty string, got {fm_version!r}")
+        raise AggregateError(f"fm_version must be a non-empty string, got {fm_version!r}")
     return fm_version
 
 
@@ -89,32 +95,32 @@ def check_codes(z: np.ndarray, n_rows: int, *, name: str = "z") -> np.ndarray:
     """``z`` as float32 after checking it is ``[n_rows, d]``, floating, finite in float16."""
     arr = np.asarray(z)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array [N, d], got ndim={arr.ndim}")
+        raise AggregateError(f"{name} must be a 2-D array [N, d], got ndim={arr.ndim}")
     if arr.shape[0] != n_rows:
-        raise ValueError(f"{name} has {arr.shape[0]} rows but pairs has {n_rows}")
+        raise AggregateError(f"{name} has {arr.shape[0]} rows but pairs has {n_rows}")
     if arr.shape[1] == 0:
-        raise ValueError(f"{name} must have at least one column")
+        raise AggregateError(f"{name} must have at least one column")
     if not np.issubdtype(arr.dtype, np.floating):
-        raise ValueError(f"{name} must be a floating array, got dtype {arr.dtype}")
+        raise AggregateError(f"{name} must be a floating array, got dtype {arr.dtype}")
     if np.isnan(arr).any():
-        raise ValueError(f"{name} contains NaN")
+        raise AggregateError(f"{name} contains NaN")
     if not np.isfinite(arr).all():
-        raise ValueError(f"{name} contains ±inf")
+        raise AggregateError(f"{name} contains ±inf")
     if (np.abs(arr) > np.finfo(np.float16).max).any():
-        raise ValueError(f"{name} has values outside the float16 range (stored as float16)")
+        raise AggregateError(f"{name} has values outside the float16 range (stored as float16)")
     return arr.astype(np.float32, copy=False)
 
 
 def _epoch_ns(col: pd.Series) -> np.ndarray:
     """``computed_at`` as int64 epoch nanoseconds (from int epoch seconds or datetime64)."""
     if col.isna().any():
-        raise ValueError("pairs.computed_at has missing values")
+        raise AggregateError("pairs.computed_at has missing values")
     if pd.api.types.is_datetime64_any_dtype(col):
         ts = pd.to_datetime(col, utc=True)
         return ts.dt.as_unit("ns").astype("int64").to_numpy()
     if pd.api.types.is_integer_dtype(col):
         return col.to_numpy(np.int64) * _NS_PER_S
-    raise ValueError(
+    raise AggregateError(
         f"pairs.computed_at must be int64 epoch seconds or datetime64, got dtype {col.dtype}"
     )
 
@@ -122,13 +128,13 @@ def _epoch_ns(col: pd.Series) -> np.ndarray:
 def check_pairs(pairs: pd.DataFrame, columns: Sequence[str] = _PAIR_COLUMNS) -> None:
     """Raise ``ValueError`` unless ``pairs`` is a DataFrame with ``columns`` and integer ids."""
     if not isinstance(pairs, pd.DataFrame):
-        raise ValueError(f"pairs must be a pandas DataFrame, got {type(pairs).__name__}")
+        raise AggregateError(f"pairs must be a pandas DataFrame, got {type(pairs).__name__}")
     missing = [c for c in columns if c not in pairs.columns]
     if missing:
-        raise ValueError(f"pairs is missing columns {missing}")
+        raise AggregateError(f"pairs is missing columns {missing}")
     for c in ("user_id", "item_id"):
         if c in columns and not pd.api.types.is_integer_dtype(pairs[c]):
-            raise ValueError(f"pairs.{c} must be an integer column, got dtype {pairs[c].dtype}")
+            raise AggregateError(f"pairs.{c} must be an integer column, got dtype {pairs[c].dtype}")
 
 
 def select_window(
@@ -340,7 +346,9 @@ def reduce_item_partials(partials: Iterable[ItemPartials], *, z_dim: int) -> Ite
     items = np.zeros(0, np.int64)
     for part in partials:
         if part.sums.ndim == 2 and len(part.items) and part.sums.shape[1] != z_dim:
-            raise ValueError(f"item partial sums have {part.sums.shape[1]} columns, not {z_dim}")
+            raise AggregateError(
+                f"item partial sums have {part.sums.shape[1]} columns, not {z_dim}"
+            )
         values = np.c_[part.sums.reshape(len(part.items), z_dim), part.counts]
         items, total, _ = _group_sums(np.r_[items, part.items], np.r_[total, values])
     return ItemPartials(items.astype(np.int64), total[:, :z_dim], total[:, z_dim].astype(np.int64))

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from solaris.adapters import FoundationModel
 from solaris.data.schemas import pair_embeddings_schema, read_table, write_table
 from solaris.models.autoencoder import Autoencoder
+from solaris.models.fm import ModelInputError
 
 __all__ = ["embed_pairs", "embed_shard", "encode_pairs", "prefetch_batches"]
 
@@ -66,7 +67,7 @@ def prefetch_batches(device: torch.device | str, prefetch: int | None = None) ->
     """
     if prefetch is not None:
         if prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+            raise ModelInputError(f"prefetch must be >= 0, got {prefetch}")
         return int(prefetch)
     if torch.device(device).type != "cuda":
         return 0
@@ -263,7 +264,7 @@ def _encode_cuda(
                 z = autoencoder.encode(fm.shared(batch))
             stop = min(start + batch_size, len(out))
             if z.shape[0] != stop - start:  # the sequential loop's numpy assignment fails too
-                raise ValueError(f"got {z.shape[0]} codes for a batch of {stop - start} pairs")
+                raise ModelInputError(f"got {z.shape[0]} codes for a batch of {stop - start} pairs")
             buffers[slot][: stop - start].copy_(z.float(), non_blocking=True)
             done = torch.cuda.Event()
             done.record(stream)
@@ -301,7 +302,7 @@ def embed_pairs(
     if as_of is not None:
         features_ts = np.asarray(as_of, np.int64)
         if features_ts.shape != ts.shape or (features_ts > ts).any():
-            raise ValueError("as_of must hold one time per pair, none after computed_at")
+            raise ModelInputError("as_of must hold one time per pair, none after computed_at")
     z = encode_pairs(
         users,
         items,

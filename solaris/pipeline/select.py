@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from solaris.files import ArgumentTypeError
 from solaris.selection import SelectionError, request_budget
 
 __all__ = [
@@ -107,7 +108,7 @@ def _epoch_seconds(column: pd.Series) -> np.ndarray:
         return (utc - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
     if pd.api.types.is_integer_dtype(column):
         return column.to_numpy(np.int64)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"cache column 'expires_at' must be epoch seconds or datetimes, got {column.dtype}"
     )
 

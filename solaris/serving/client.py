@@ -168,7 +168,7 @@ class CircuitBreaker:
         self, failures: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         if failures < 1 or not cooldown_s > 0:  # NaN is refused too
-            raise ValueError("need failures >= 1 and cooldown_s > 0")
+            raise FetchArgumentError("need failures >= 1 and cooldown_s > 0")
         self._threshold = failures
         self._cooldown = cooldown_s
         self._clock = clock

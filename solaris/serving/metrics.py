@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from solaris.serving.streams import as_bytes, entry_fields, warn_skipped
+from solaris.errors import SolarisError
+from solaris.serving.streams import StreamEntryError, as_bytes, entry_fields, warn_skipped
 from solaris.serving.tiers import NONE, TIERS
 
 if TYPE_CHECKING:
@@ -79,7 +80,9 @@ __all__ = [
     "ZERO_FILLED",
     "ClientState",
     "MetricSpec",
+    "MetricsPublishError",
     "ServingMetrics",
+    "ServingMetricsError",
     "Snapshot",
     "families",
     "histogram_quantile",
@@ -340,6 +343,14 @@ class Snapshot:
         return entry
 
 
+class ServingMetricsError(SolarisError, ValueError):
+    """A bad argument to the serving metrics: a publish interval, quantile, histogram or window."""
+
+
+class MetricsPublishError(SolarisError, RuntimeError):
+    """A client's metrics were given a second stream to publish to."""
+
+
 def _le(bound: float) -> str:
     return "+Inf" if bound == math.inf else repr(float(bound))
 
@@ -472,9 +483,11 @@ class ServingMetrics:
         (built lazily by the caller): every ``every_s`` seconds from a daemon thread, and
         whenever :meth:`publish` is called (``every_s=None``: only then)."""
         if every_s is not None and not every_s > 0:
-            raise ValueError(f"metrics publish interval must be > 0 seconds, got {every_s!r}")
+            raise ServingMetricsError(
+                f"metrics publish interval must be > 0 seconds, got {every_s!r}"
+            )
         if self._target is not None:
-            raise RuntimeError("this client's metrics already have a stream to publish to")
+            raise MetricsPublishError("this client's metrics already have a stream to publish to")
         self._target = (client, stream)
         if every_s is not None:
             self._publisher = threading.Thread(
@@ -621,11 +634,11 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, int]]) -> float 
     holding the rank, from 0 below the first bound; a rank in the +Inf bucket gives the
     largest finite bound. ``None`` for an empty histogram."""
     if not 0 <= q <= 1:
-        raise ValueError(f"quantile must be in [0, 1], got {q!r}")
+        raise ServingMetricsError(f"quantile must be in [0, 1], got {q!r}")
     merged: dict[float, int] = {}
     for bound, count in buckets:
         if count < 0:
-            raise ValueError(f"bucket {bound!r} has a negative count {count}")
+            raise ServingMetricsError(f"bucket {bound!r} has a negative count {count}")
         merged[bound] = merged.get(bound, 0) + count
     total = sum(merged.values())
     if total == 0:
@@ -660,28 +673,28 @@ def _parse_window(raw) -> _Window:
     try:
         fields = entry_fields(raw)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"malformed fields ({exc})") from None
+        raise StreamEntryError(f"malformed fields ({exc})") from None
     need = (b"instance", b"requests", b"failures", b"le", b"buckets", b"miss_backlog")
     missing = [k.decode() for k in (*need, b"request_log_backlog") if k not in fields]
     if missing:
-        raise ValueError(f"missing fields {missing}")
+        raise StreamEntryError(f"missing fields {missing}")
     try:
         counts = {k: int(fields[k]) for k in (b"requests", b"failures", b"miss_backlog")}
         counts[b"request_log_backlog"] = int(fields[b"request_log_backlog"])
         bounds = [float(b) for b in fields[b"le"].split(b",")]
         buckets = [int(c) for c in fields[b"buckets"].split(b",")]
     except ValueError:
-        raise ValueError("counts, le and buckets must be decimal numbers") from None
+        raise StreamEntryError("counts, le and buckets must be decimal numbers") from None
     if len(bounds) != len(buckets):
-        raise ValueError(f"{len(bounds)} bucket bounds for {len(buckets)} counts")
+        raise StreamEntryError(f"{len(bounds)} bucket bounds for {len(buckets)} counts")
     if any(v < 0 for v in (*counts.values(), *buckets)) or any(math.isnan(b) for b in bounds):
-        raise ValueError("negative count or NaN bound")
+        raise StreamEntryError("negative count or NaN bound")
     try:
         hits = {t: int(fields.get(f"tier_{t}".encode(), 0)) for t in (*TIERS, NONE)}
     except ValueError:
-        raise ValueError("tier hits must be decimal numbers") from None
+        raise StreamEntryError("tier hits must be decimal numbers") from None
     if any(v < 0 for v in hits.values()):
-        raise ValueError("negative tier hits")
+        raise StreamEntryError("negative tier hits")
     return _Window(
         instance=fields[b"instance"].decode(errors="replace"),
         requests=counts[b"requests"],
@@ -767,9 +780,11 @@ def read_window(
 
     for name, value in (("start", start), ("end", end)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"read_window {name} must be epoch seconds (int >= 0), got {value!r}")
+            raise ServingMetricsError(
+                f"read_window {name} must be epoch seconds (int >= 0), got {value!r}"
+            )
     if end <= start:
-        raise ValueError(f"read_window end {end} must be after its start {start}")
+        raise ServingMetricsError(f"read_window end {end} must be after its start {start}")
     stream = namespace.serving_metrics_stream
     owned = isinstance(redis, str)
     if owned:

@@ -26,6 +26,7 @@ import pandas as pd
 import redis
 
 from solaris.serving.streams import (
+    StreamEntryError,
     as_bytes,
     parse_user_items,
     stream_error,
@@ -80,17 +81,17 @@ def append_misses(
     seconds; Redis errors propagate (the serving client runs this off the request path).
     """
     if maxlen <= 0:
-        raise ValueError(f"maxlen must be > 0, got {maxlen}")
+        raise StreamEntryError(f"maxlen must be > 0, got {maxlen}")
     for name, value, high in (("user_id", user_id, 2**63), ("ts", ts, MAX_EPOCH_S)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"miss entry {name} must be an integer, got {value!r}")
+            raise StreamEntryError(f"miss entry {name} must be an integer, got {value!r}")
         if not 0 <= int(value) < high:
-            raise ValueError(f"miss entry {name} {value!r} is out of range")
+            raise StreamEntryError(f"miss entry {name} {value!r} is out of range")
     raw = np.asarray(item_ids)
     if raw.size == 0:
         return None
     if not np.issubdtype(raw.dtype, np.integer) or (raw < 0).any() or raw.max() >= 2**63:
-        raise ValueError("miss entry item ids must be integers in [0, 2**63)")
+        raise StreamEntryError("miss entry item ids must be integers in [0, 2**63)")
     items = np.ascontiguousarray(raw, dtype="<i8")
     fields = {"user": int(user_id), "ts": int(ts), "items": items.tobytes()}
     return client.xadd(stream, fields, maxlen=int(maxlen), approximate=False)
@@ -131,7 +132,7 @@ def drain_miss_entries(
 ) -> DrainedMisses:
     """:func:`drain_misses`, also returning the skipped entries as ``(id, reason)``."""
     if count is not None and count <= 0:
-        raise ValueError(f"count must be > 0 or None, got {count}")
+        raise StreamEntryError(f"count must be > 0 or None, got {count}")
     try:
         entries = client.eval(_DRAIN_LUA, 1, stream, 0 if count is None else int(count))
     except redis.ResponseError as exc:

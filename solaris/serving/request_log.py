@@ -47,6 +47,7 @@ import pandas as pd
 import redis
 
 from solaris.serving.streams import (
+    StreamEntryError,
     as_bytes,
     check_items,
     check_stamp,
@@ -105,22 +106,22 @@ def append_request(
     float32); Redis errors propagate (the serving client runs this off the request path).
     """
     if maxlen <= 0:
-        raise ValueError(f"maxlen must be > 0, got {maxlen}")
+        raise StreamEntryError(f"maxlen must be > 0, got {maxlen}")
     for name, value, high in (
         ("request_id", request_id, 2**63),
         ("user_id", user_id, 2**63),
         ("ts", ts, MAX_EPOCH_S),
     ):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"request entry {name} must be an integer, got {value!r}")
+            raise StreamEntryError(f"request entry {name} must be an integer, got {value!r}")
         if not 0 <= int(value) < high:
-            raise ValueError(f"request entry {name} {value!r} is out of range")
+            raise StreamEntryError(f"request entry {name} {value!r} is out of range")
     raw_items = np.asarray(item_ids)
     raw_scores = np.asarray(scores)
     if raw_items.ndim != 1 or raw_scores.ndim != 1:
-        raise ValueError("request entry item_ids and scores must be one-dimensional")
+        raise StreamEntryError("request entry item_ids and scores must be one-dimensional")
     if raw_items.size != raw_scores.size:
-        raise ValueError(
+        raise StreamEntryError(
             f"request entry has {raw_items.size} item ids but {raw_scores.size} scores"
         )
     if raw_items.size == 0:
@@ -130,15 +131,17 @@ def append_request(
         or (raw_items < 0).any()
         or raw_items.max() >= 2**63
     ):
-        raise ValueError("request entry item ids must be integers in [0, 2**63)")
+        raise StreamEntryError("request entry item ids must be integers in [0, 2**63)")
     if raw_scores.dtype == np.bool_ or not (
         np.issubdtype(raw_scores.dtype, np.floating) or np.issubdtype(raw_scores.dtype, np.integer)
     ):
-        raise ValueError(f"request entry scores must be numbers, got dtype {raw_scores.dtype}")
+        raise StreamEntryError(
+            f"request entry scores must be numbers, got dtype {raw_scores.dtype}"
+        )
     with np.errstate(over="ignore"):  # a float64 beyond float32 becomes inf: refused below
         values = np.ascontiguousarray(raw_scores, dtype="<f4")
     if not np.isfinite(values).all():
-        raise ValueError("request entry scores must be finite (as float32)")
+        raise StreamEntryError("request entry scores must be finite (as float32)")
     fields = {
         "rid": int(request_id),
         "user": int(user_id),
@@ -193,7 +196,7 @@ def read_request_log(
     if count is not None and (
         isinstance(count, bool) or not isinstance(count, numbers.Integral) or count <= 0
     ):
-        raise ValueError(f"count must be an integer > 0 or None, got {count!r}")
+        raise StreamEntryError(f"count must be an integer > 0 or None, got {count!r}")
     ids: list[bytes] = []
     skipped: list[tuple[bytes, str]] = []
     later = 0
@@ -290,30 +293,30 @@ def _parse_entry(raw, max_items: int | None = None) -> tuple[int, int, int, byte
     try:
         fields = entry_fields(raw)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"malformed fields ({exc})") from None
+        raise StreamEntryError(f"malformed fields ({exc})") from None
     missing = [k.decode() for k in _FIELDS if k not in fields]
     if missing:
-        raise ValueError(f"missing fields {missing}")
+        raise StreamEntryError(f"missing fields {missing}")
     rid = decimal(fields[b"rid"], "rid", 2**63)
     user = decimal(fields[b"user"], "user", 2**63)
     ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
     check_stamp(ts)
     items, scores = fields[b"items"], fields[b"scores"]
     if not items or len(items) % 8:
-        raise ValueError(f"items must be int64 bytes, got {len(items)} bytes")
+        raise StreamEntryError(f"items must be int64 bytes, got {len(items)} bytes")
     check_items(len(items) // 8, max_items)
     if len(scores) != len(items) // 2:
-        raise ValueError(
+        raise StreamEntryError(
             f"scores must be one float32 per item: {len(items) // 8} items, "
             f"{len(scores)} score bytes"
         )
     if (np.frombuffer(items, dtype="<i8") < 0).any():
-        raise ValueError("negative item id")
+        raise StreamEntryError("negative item id")
     if not np.isfinite(np.frombuffer(scores, dtype="<f4")).all():
-        raise ValueError("score not finite")
+        raise StreamEntryError("score not finite")
     nearline = fields.get(b"nl", b"")
     if len(nearline) % 8 or len(nearline) > len(items):
-        raise ValueError(
+        raise StreamEntryError(
             f"nl must be at most the entry's items as int64, got {len(nearline)} bytes"
         )
     return rid, user, ts, items, scores, nearline

@@ -22,6 +22,7 @@ from solaris.store.contract import MAX_EPOCH_S
 
 __all__ = [
     "FUTURE_SLACK_S",
+    "StreamEntryError",
     "StreamError",
     "as_bytes",
     "check_items",
@@ -43,19 +44,23 @@ class StreamError(SolarisError, RuntimeError):
     """A stream cannot be read at all (its key holds another Redis type); names the key."""
 
 
+class StreamEntryError(SolarisError, ValueError):
+    """A stream entry that is malformed or refused, or a bad argument to write or read one."""
+
+
 def decimal(value: bytes, name: str, high: int) -> int:
     """``value`` as an integer in ``[0, high)``: ASCII digits only, no sign, underscore,
     space or leading zero; ``ValueError`` naming ``name`` otherwise."""
     if not _DECIMAL.fullmatch(value) or int(value) >= high:
         shown = value[:24] + (b"..." if len(value) > 24 else b"")
-        raise ValueError(f"{name} must be a decimal integer in [0, {high}), got {shown!r}")
+        raise StreamEntryError(f"{name} must be a decimal integer in [0, {high}), got {shown!r}")
     return int(value)
 
 
 def check_items(count: int, max_items: int | None) -> None:
     """``ValueError`` when an entry holds more candidates than a request may."""
     if max_items is not None and count > max_items:
-        raise ValueError(
+        raise StreamEntryError(
             f"{count:,} items in one entry, more than store.max_candidates ({max_items:,})"
         )
 
@@ -64,7 +69,7 @@ def check_stamp(ts: int, now: float | None = None) -> None:
     """``ValueError`` when ``ts`` lies more than :data:`FUTURE_SLACK_S` past the wall clock."""
     limit = (time.time() if now is None else now) + FUTURE_SLACK_S
     if ts > limit:
-        raise ValueError(f"ts {ts} is more than a day past the wall clock: never drained")
+        raise StreamEntryError(f"ts {ts} is more than a day past the wall clock: never drained")
 
 
 def parse_user_items(raw, max_items: int | None = None) -> tuple[int, int, bytes]:
@@ -74,19 +79,19 @@ def parse_user_items(raw, max_items: int | None = None) -> tuple[int, int, bytes
     try:
         fields = entry_fields(raw)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"malformed fields ({exc})") from None
+        raise StreamEntryError(f"malformed fields ({exc})") from None
     missing = [k for k in (b"user", b"ts", b"items") if k not in fields]
     if missing:
-        raise ValueError(f"missing fields {[m.decode() for m in missing]}")
+        raise StreamEntryError(f"missing fields {[m.decode() for m in missing]}")
     user = decimal(fields[b"user"], "user", 2**63)
     ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
     check_stamp(ts)
     blob = fields[b"items"]
     if not blob or len(blob) % 8:
-        raise ValueError(f"items must be int64 bytes, got {len(blob)} bytes")
+        raise StreamEntryError(f"items must be int64 bytes, got {len(blob)} bytes")
     check_items(len(blob) // 8, max_items)
     if (np.frombuffer(blob, dtype="<i8") < 0).any():
-        raise ValueError("negative item id")
+        raise StreamEntryError("negative item id")
     return user, ts, blob
 
 
@@ -102,7 +107,7 @@ def entry_fields(raw) -> dict[bytes, bytes]:
     """A stream entry's fields as bytes: XRANGE's dict, or a flat ``[k1, v1, k2, v2, ...]``
     list (an EVAL reply). ``ValueError`` when there are none or they do not pair up."""
     if raw is None:
-        raise ValueError("no fields")
+        raise StreamEntryError("no fields")
     if isinstance(raw, dict):
         return {as_bytes(k): as_bytes(v) for k, v in raw.items()}
     it = iter(raw)

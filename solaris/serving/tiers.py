@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from solaris.errors import SolarisError
 from solaris.store.codec import ViewRows, widen
 from solaris.store.contract import (
     COMPUTED_AT,
@@ -59,6 +60,7 @@ __all__ = [
     "NONE",
     "TIERS",
     "TierFeatures",
+    "TierInputError",
     "assemble_tiers",
     "empty_tiers",
     "mean_excluding",
@@ -71,6 +73,10 @@ _TIER_LABELS = np.array([*TIERS, NONE], dtype=object)
 
 NbrStrategy = Literal["top1", "weighted"]
 _NBR_FIELD = {"top1": Z_TOP1, "weighted": Z_MEAN}
+
+
+class TierInputError(SolarisError, ValueError):
+    """Bad input to assembling the serving tiers: views, times, TTLs or impressions."""
 
 
 @dataclass
@@ -109,7 +115,7 @@ class TierFeatures:
 def empty_tiers(n: int, z_dim: int) -> TierFeatures:
     """``n`` rows with every tier missing: zero features, empty masks, tier ``"none"``."""
     if n < 0 or z_dim <= 0:
-        raise ValueError(f"need n >= 0 and z_dim > 0, got n={n}, z_dim={z_dim}")
+        raise TierInputError(f"need n >= 0 and z_dim > 0, got n={n}, z_dim={z_dim}")
     return TierFeatures(
         features=np.zeros((n, len(TIERS) * z_dim), dtype=np.float32),
         mask=np.zeros((n, len(TIERS)), dtype=bool),
@@ -168,20 +174,20 @@ def mean_excluding(
     p = np.asarray(z_pair)
     w = np.asarray(pair_in_window)
     if s.ndim != 2:
-        raise ValueError(f"z_sum must be 2-D [N, d], got shape {s.shape}")
+        raise TierInputError(f"z_sum must be 2-D [N, d], got shape {s.shape}")
     n = s.shape[0]
     if p.shape != s.shape:
-        raise ValueError(f"z_pair has shape {p.shape}, expected {s.shape} like z_sum")
+        raise TierInputError(f"z_pair has shape {p.shape}, expected {s.shape} like z_sum")
     if c.shape != (n,) or w.shape != (n,):
-        raise ValueError(
+        raise TierInputError(
             f"count and pair_in_window must have shape ({n},), got {c.shape} and {w.shape}"
         )
     if not np.issubdtype(c.dtype, np.integer):
-        raise ValueError(f"count must be integers, got dtype {c.dtype}")
+        raise TierInputError(f"count must be integers, got dtype {c.dtype}")
     if w.dtype != np.bool_:
-        raise ValueError(f"pair_in_window must be bool, got dtype {w.dtype}")
+        raise TierInputError(f"pair_in_window must be bool, got dtype {w.dtype}")
     if (c < 0).any():
-        raise ValueError("count must be >= 0")
+        raise TierInputError("count must be >= 0")
     return _mean_excluding(s, c.astype(np.int64), p, w)
 
 
@@ -214,20 +220,20 @@ def _mean_excluding(
 def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray | float:
     """``now`` as a scalar (it broadcasts) or a ``[n]`` array."""
     if isinstance(now, bool | np.bool_):
-        raise ValueError(f"now must be epoch seconds, got {now!r}")
+        raise TierInputError(f"now must be epoch seconds, got {now!r}")
     if isinstance(now, int | float | np.integer | np.floating):
         if not np.isfinite(now):
-            raise ValueError("now is NaN or inf")
+            raise TierInputError("now is NaN or inf")
         return now
     arr = np.asarray(now)
     if arr.ndim == 0:
         return _now_array(arr.item(), n)
     if arr.shape != (n,):
-        raise ValueError(f"now must be a scalar or have shape ({n},), got {arr.shape}")
+        raise TierInputError(f"now must be a scalar or have shape ({n},), got {arr.shape}")
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise ValueError(f"now must be epoch seconds (numbers), got dtype {arr.dtype}")
+        raise TierInputError(f"now must be epoch seconds (numbers), got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
-        raise ValueError("now contains NaN or inf")
+        raise TierInputError("now contains NaN or inf")
     return arr
 
 
@@ -261,20 +267,20 @@ def assemble_tiers(
         :class:`TierFeatures` with ``N`` rows, in the input order.
     """
     if not isinstance(fm_version, str) or not fm_version:
-        raise ValueError(f"fm_version must be a non-empty string, got {fm_version!r}")
+        raise TierInputError(f"fm_version must be a non-empty string, got {fm_version!r}")
     ttls = {"pair": pair_ttl_s, "nbr": nbr_ttl_s, "uagg": uagg_ttl_s, "iagg": iagg_ttl_s}
     for name, ttl in ttls.items():
         if not ttl > 0:
-            raise ValueError(f"{name}_ttl_s must be > 0, got {ttl!r}")
+            raise TierInputError(f"{name}_ttl_s must be > 0, got {ttl!r}")
     if nbr_strategy not in _NBR_FIELD:
-        raise ValueError(f"nbr_strategy must be 'top1' or 'weighted', got {nbr_strategy!r}")
+        raise TierInputError(f"nbr_strategy must be 'top1' or 'weighted', got {nbr_strategy!r}")
     missing = [t for t in TIERS if t not in views]
     if missing:
-        raise ValueError(f"assemble_tiers: views {missing} are missing")
+        raise TierInputError(f"assemble_tiers: views {missing} are missing")
     lengths = {t: len(views[t]) for t in TIERS}
     n = lengths["pair"]
     if any(m != n and (m != 1 or t != UAGG.name) for t, m in lengths.items()):
-        raise ValueError(f"assemble_tiers: views have different lengths {lengths}")
+        raise TierInputError(f"assemble_tiers: views have different lengths {lengths}")
     if n == 0:
         return empty_tiers(0, z_dim)
     t = _now_array(now, n)

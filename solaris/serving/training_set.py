@@ -29,7 +29,13 @@ import pyarrow.compute as pc
 
 from solaris.config import SolarisConfig
 from solaris.files import arrow_source
-from solaris.serving.tiers import TierFeatures, assemble_tiers, empty_tiers, tier_settings
+from solaris.serving.tiers import (
+    TierFeatures,
+    TierInputError,
+    assemble_tiers,
+    empty_tiers,
+    tier_settings,
+)
 from solaris.store.codec import ViewRows, rows_from_table
 from solaris.store.contract import (
     COMPUTED_AT,
@@ -39,6 +45,7 @@ from solaris.store.contract import (
     SERVING_VIEWS,
     USER_ID,
 )
+from solaris.store.feast_store import FeatureStoreError
 from solaris.store.offline import published_files, source_path
 
 __all__ = ["build_training_set"]
@@ -50,24 +57,24 @@ _ROW = "solaris_row"  # carried through the join to restore the input order
 
 def _check_impressions(impressions: pd.DataFrame) -> pd.DataFrame:
     if not isinstance(impressions, pd.DataFrame):
-        raise ValueError(f"impressions must be a DataFrame, got {type(impressions).__name__}")
+        raise TierInputError(f"impressions must be a DataFrame, got {type(impressions).__name__}")
     missing = [c for c in (USER_ID, ITEM_ID, "ts") if c not in impressions.columns]
     if missing:
-        raise ValueError(f"impressions is missing columns {missing}")
+        raise TierInputError(f"impressions is missing columns {missing}")
     out = {}
     for c in (USER_ID, ITEM_ID, "ts"):
         col = impressions[c]
         if col.isna().any():
-            raise ValueError(f"impressions.{c} has missing values")
+            raise TierInputError(f"impressions.{c} has missing values")
         if pd.api.types.is_datetime64_any_dtype(col):
             if c != "ts":
-                raise ValueError(f"impressions.{c} must be integers, got dtype {col.dtype}")
+                raise TierInputError(f"impressions.{c} must be integers, got dtype {col.dtype}")
             col = pd.to_datetime(col, utc=True).dt.as_unit("s").astype("int64")
         elif not pd.api.types.is_integer_dtype(col):
-            raise ValueError(f"impressions.{c} must be integers, got dtype {col.dtype}")
+            raise TierInputError(f"impressions.{c} must be integers, got dtype {col.dtype}")
         values = col.to_numpy(np.int64)
         if c != "ts" and (values < 0).any():
-            raise ValueError(f"impressions.{c} must be >= 0")
+            raise TierInputError(f"impressions.{c} must be >= 0")
         out[c] = values
     return pd.DataFrame(out)
 
@@ -147,7 +154,9 @@ def _view_as_of(store, projection, imp: pd.DataFrame, cfg: SolarisConfig) -> Vie
         )
         answer = job.to_df()
         if not answer[_ROW].is_unique:
-            raise RuntimeError(f"get_historical_features gave duplicate rows for view {view.name}")
+            raise FeatureStoreError(
+                f"get_historical_features gave duplicate rows for view {view.name}"
+            )
         answer = answer.set_index(_ROW)
     answer = answer.reindex(np.arange(len(distinct)))
     # Row of ``distinct`` for every impression (an integer-keyed merge, input order kept).

@@ -32,13 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from solaris.errors import SolarisError
 from solaris.files import StatePath, state_path
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
     from solaris.store.partitions import Partitioning
 
-__all__ = ["LIVE", "NAME_PATTERN", "OFFLINE_FOLDER", "Namespace"]
+__all__ = ["LIVE", "NAME_PATTERN", "OFFLINE_FOLDER", "Namespace", "NamespaceError"]
 
 # A Feast project name, and a prefix that cannot run into another namespace's keys.
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
@@ -47,6 +48,10 @@ _NAME = re.compile(NAME_PATTERN)
 LIVE = "live"
 # The offline root inside the feature repo when store.offline_uri is unset.
 OFFLINE_FOLDER = "data/offline"
+
+
+class NamespaceError(SolarisError, ValueError):
+    """A namespace name that breaks the naming rule (NAME_PATTERN)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Namespace:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise ValueError(
+            raise NamespaceError(
                 f"namespace {self.name!r} must match {NAME_PATTERN} "
                 "(lower-case letters, digits and '_', starting with a letter)"
             )

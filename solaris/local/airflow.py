@@ -33,7 +33,7 @@ def configure_airflow(home: Path, dags_folder: Path, db_url: str | None = None) 
     """Point Airflow at ``home`` (SQLite there unless ``db_url``) and ``dags_folder``."""
     home = Path(home).resolve()
     if "airflow" in sys.modules and os.environ.get("AIRFLOW_HOME") != str(home):
-        raise RuntimeError(
+        raise AirflowRunError(
             f"airflow was imported before configure_airflow({home}); its settings are fixed"
         )
     home.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from solaris.orchestration import runs
 from solaris.orchestration.candidates import DAG_ID as CANDIDATES_DAG
 from solaris.orchestration.embeddings import DAG_ID as EMBEDDINGS_DAG
 from solaris.orchestration.enrichment import CLUSTERING_DAG_ID, ENRICHMENT_DAG_ID
-from solaris.orchestration.layout import Interval
+from solaris.orchestration.layout import Interval, LayoutError
 from solaris.orchestration.training import DAG_ID as TRAINING_DAG
 from solaris.serving.tiers import TIERS
 
@@ -41,7 +41,7 @@ def window_intervals(start: int, end: int, cadence_s: int) -> list[Interval]:
     """The cadence-aligned intervals covering ``[start, end)`` (epoch-aligned, as the
     scheduler's ``DeltaDataIntervalTimetable`` and the library replay's cadence are)."""
     if cadence_s <= 0:
-        raise ValueError(f"cadence must be positive, got {cadence_s} s")
+        raise LayoutError(f"cadence must be positive, got {cadence_s} s")
     first = start // cadence_s * cadence_s
     return [Interval(t, t + cadence_s) for t in range(first, end, cadence_s)]
 

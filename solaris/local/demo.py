@@ -22,14 +22,19 @@ from typing import Any
 import numpy as np
 
 from solaris.config import SolarisConfig
+from solaris.errors import SolarisError
 from solaris.local.cycle import DAY, export_config, run_window, window_intervals
 from solaris.namespace import Namespace
 from solaris.orchestration.resources import reset_namespace
 from solaris.serving.tiers import TIERS
 
-__all__ = ["library_replay", "run_airflow_stage", "served_example"]
+__all__ = ["DagsFolderError", "library_replay", "run_airflow_stage", "served_example"]
 
 Printer = Callable[[str], None]
+
+
+class DagsFolderError(SolarisError, FileNotFoundError):
+    """The DAGs folder the demo's Airflow run needs (cycle.dags_folder) does not exist."""
 
 
 @contextmanager
@@ -147,7 +152,7 @@ def run_airflow_stage(
     artifacts = Path(cfg.artifacts_dir).resolve()
     dags = Path(cfg.cycle.dags_folder).resolve()
     if not dags.is_dir():
-        raise FileNotFoundError(f"no DAGs folder at {dags} (cycle.dags_folder)")
+        raise DagsFolderError(f"no DAGs folder at {dags} (cycle.dags_folder)")
     with redis_for(cfg.store.redis) as (redis, origin):
         # The task runs read their settings from the environment, like on a worker.
         cfg = cfg.model_copy(

@@ -261,10 +261,10 @@ def serve_replay(
             logged = scores[rows.index.to_numpy()]  # positions: the index was reset above
             client.log_request(int(request_id), int(user_id), items, logged, now=int(ts))
             if not client.flush(timeout_s=60.0):  # each request logged before the next
-                raise RuntimeError("the replay's serving client could not flush its writes")
+                raise CycleInputError("the replay's serving client could not flush its writes")
         stats = client.stats
     if stats.requests_dropped:  # a replay must log every request it serves
-        raise RuntimeError(
+        raise CycleInputError(
             f"{stats.requests_dropped} request-log writes of the replay failed (Redis); "
             "nothing was selected for this interval: rerun it"
         )

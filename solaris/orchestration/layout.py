@@ -40,7 +40,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from solaris.files import StatePath, atomic_write_json, state_path
+from solaris.errors import SolarisError
+from solaris.files import ArgumentTypeError, StatePath, atomic_write_json, state_path
 from solaris.namespace import Namespace
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "RUN_METRIC_GROUPS",
     "CycleLayout",
     "Interval",
+    "LayoutError",
     "PublishedCodes",
     "describe_run",
     "read_all_run_records",
@@ -63,6 +65,10 @@ log = logging.getLogger(__name__)
 _INTERVAL = re.compile(r"^(\d+)-(\d+)$")
 
 
+class LayoutError(SolarisError, ValueError):
+    """A malformed interval, generation or completion marker of the cycle's layout."""
+
+
 @dataclass(frozen=True, order=True)
 class Interval:
     """One scheduling interval ``[start, end)`` in epoch seconds."""
@@ -72,9 +78,9 @@ class Interval:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.start, int) and isinstance(self.end, int)):
-            raise TypeError(f"interval bounds must be int epoch seconds, got {self!r}")
+            raise ArgumentTypeError(f"interval bounds must be int epoch seconds, got {self!r}")
         if self.end <= self.start:
-            raise ValueError(f"interval end {self.end} must be after its start {self.start}")
+            raise LayoutError(f"interval end {self.end} must be after its start {self.start}")
 
     @property
     def key(self) -> str:
@@ -84,7 +90,7 @@ class Interval:
     def from_key(cls, key: str) -> Interval:
         match = _INTERVAL.fullmatch(key)
         if not match:
-            raise ValueError(f"not an interval key: {key!r}")
+            raise LayoutError(f"not an interval key: {key!r}")
         return cls(int(match[1]), int(match[2]))
 
     def as_dict(self) -> dict[str, int]:
@@ -228,7 +234,7 @@ class CycleLayout:
             payload = json.loads(text)
             generation, shards = _checked(payload["generation"]), payload["shards"]
             if not isinstance(shards, int) or isinstance(shards, bool) or shards < 0:
-                raise ValueError(f"shards {shards!r} is not a count")
+                raise LayoutError(f"shards {shards!r} is not a count")
             partitions, coverage = shard_coverage(payload, shards)
             rows = payload.get("rows")
             if rows is not None and (
@@ -236,9 +242,9 @@ class CycleLayout:
                 or len(rows) != shards
                 or not all(isinstance(n, int) and n >= 0 for n in rows)
             ):
-                raise ValueError(f"rows {rows!r} are not {shards} shard sizes")
+                raise LayoutError(f"rows {rows!r} are not {shards} shard sizes")
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{marker}: not a completion marker ({exc})") from exc
+            raise LayoutError(f"{marker}: not a completion marker ({exc})") from exc
         files = tuple(self.embeddings(interval, k, generation) for k in range(shards))
         folder = self.embeddings_dir(interval, generation)
         sizes = None if rows is None else tuple(rows)
@@ -398,16 +404,16 @@ def shard_coverage(
         return None, None
     partitions, coverage = payload["partitions"], payload["coverage"]
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-        raise ValueError(f"partitions {partitions!r} is not a count")
+        raise LayoutError(f"partitions {partitions!r} is not a count")
     if not isinstance(coverage, list) or len(coverage) != shards:
-        raise ValueError(f"coverage must list {shards} (first, last) partitions")
+        raise LayoutError(f"coverage must list {shards} (first, last) partitions")
     ranges = []
     for entry in coverage:
         first, last = entry  # a 2-list of ints
         if not (
             isinstance(first, int) and isinstance(last, int) and 0 <= first <= last < partitions
         ):
-            raise ValueError(f"coverage entry {entry!r} is not a partition range")
+            raise LayoutError(f"coverage entry {entry!r} is not a partition range")
         ranges.append((first, last))
     return partitions, tuple(ranges)
 
@@ -415,7 +421,7 @@ def shard_coverage(
 def _checked(generation: object) -> str:
     """``generation`` if it is one (6 to 32 lower-case hex digits), else ``ValueError``."""
     if not isinstance(generation, str) or not _GENERATION.fullmatch(generation):
-        raise ValueError(f"not a generation: {generation!r} (6 to 32 lower-case hex digits)")
+        raise LayoutError(f"not a generation: {generation!r} (6 to 32 lower-case hex digits)")
     return generation
 
 

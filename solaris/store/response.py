@@ -33,7 +33,7 @@ from feast.value_type import ValueType
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from solaris.store.codec import ViewRows
-from solaris.store.contract import Kind, ViewParams, ViewSpec
+from solaris.store.contract import Kind, ViewLookupError, ViewParams, ViewSpec
 
 __all__ = ["SolarisOnlineResponse", "ViewAnswer", "row_status"]
 
@@ -108,7 +108,7 @@ class SolarisOnlineResponse(OnlineResponse):
         for answer in self._answers:
             if answer.prefix == view:
                 return answer.rows
-        raise KeyError(f"view {view!r} is not in this response")
+        raise ViewLookupError(f"view {view!r} is not in this response")
 
     @property
     def request_time(self) -> np.ndarray:

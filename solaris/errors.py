@@ -46,7 +46,12 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     └── MovieLensFormatError, DataFetchError   solaris.examples.movielens: the example's data
 
 Each class is defined beside the code that raises it; this module holds only the root and
-the configuration error (raised by :meth:`solaris.config.SolarisConfig.load`).
+the configuration error (raised by :meth:`solaris.config.SolarisConfig.load`). A test
+(``tests/unit/test_errors.py``) fails on any ``raise`` of a built-in exception class in
+``solaris/`` outside the example; it allows only ``NotImplementedError``, ``AttributeError``
+from a ``__getattr__``, and ``ValueError`` or ``AssertionError`` in the pydantic validators
+of :mod:`solaris.config` and the helpers they call (pydantic turns only those into its
+validation errors).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
     │   └── LiveNamespaceError                  a reset or replay aimed at live state
     ├── LayoutError            (ValueError)    solaris.orchestration.layout: interval, marker
-    ├── CodesError             (RuntimeError)  solaris.pipeline.codes: autoencoder artifacts
+    ├── CodesError             (RuntimeError)  solaris.manifest: autoencoder artifacts
     ├── ModelInputError        (ValueError)    solaris.models.fm: a model's argument or input
     ├── DeviceError            (RuntimeError)  solaris.models.training: no such torch device
     ├── CheckpointError        (ValueError)    solaris.models.training: a checkpoint refused

@@ -15,15 +15,13 @@ no torch.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solaris.errors import SolarisError
 from solaris.files import atomic_write_json
+from solaris.manifest import CODES_MANIFEST, CodesError, CodesManifest, read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,37 +44,7 @@ __all__ = [
     "shared_layer",
 ]
 
-CODES_MANIFEST = "codes.json"
 AUTOENCODER_FILE = "autoencoder.pt"
-
-
-class CodesError(SolarisError, RuntimeError):
-    """The models folder has no usable autoencoder for the configured FM."""
-
-
-@dataclass(frozen=True)
-class CodesManifest:
-    fm_version: str
-    fm: str
-    z_dim: int
-    shared_dim: int
-
-
-def read_manifest(models_dir: Path) -> CodesManifest:
-    """The manifest of ``models_dir`` (no torch import)."""
-    path = Path(models_dir) / CODES_MANIFEST
-    if not path.is_file():
-        raise CodesError(
-            f"no {CODES_MANIFEST} in {models_dir}: train the autoencoder on your FM first "
-            "(`solaris fit-autoencoder`, or `make demo` for the MovieLens example)"
-        )
-    try:
-        raw = json.loads(path.read_text())
-        return CodesManifest(
-            str(raw["fm_version"]), str(raw["fm"]), int(raw["z_dim"]), int(raw["shared_dim"])
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CodesError(f"{path} is not a codes manifest: {exc}") from exc
 
 
 def shared_layer(

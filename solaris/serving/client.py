@@ -90,10 +90,21 @@ __all__ = [
     "FetchArgumentError",
     "FetchStats",
     "SolarisFeatures",
+    "current_fm_version",
     "serving_connection_string",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def current_fm_version(cfg: SolarisConfig) -> str:
+    """The ``fm_version`` the cycle writes now: what a VM trained on today's codes asks for
+    (``SolarisFeatures(cfg, fm_version=...)``), read from the models folder's ``codes.json``
+    without torch. A :class:`~solaris.manifest.CodesError` when no autoencoder was trained."""
+    from solaris.manifest import read_manifest
+
+    return read_manifest(Namespace.of(cfg).models_dir).fm_version
+
 
 # Queued stream writes (misses and request-log entries together): beyond this (Redis slow
 # or down) a write is dropped and counted, so a backlog never grows without bound.

@@ -49,7 +49,7 @@ SELECTION_EVENTS = AssetAlias("solaris_selection_events")
 def solaris_candidates():
     @task.sensor(
         poke_interval=5,
-        timeout=SETTINGS.cycle.wait_previous_minutes * 60,
+        timeout=SETTINGS.cycle.wait_previous_seconds,
         mode="poke",
         outlets=[SELECTION_EVENTS],
     )

@@ -31,7 +31,7 @@ def solaris_clustering():
     # between pokes and waits up to a day (or cycle.wait_previous_minutes, if longer).
     @task.sensor(
         poke_interval=15,
-        timeout=max(SETTINGS.cycle.wait_previous_minutes * 60, 86_400),
+        timeout=max(SETTINGS.cycle.wait_previous_seconds, 86_400),
         mode="reschedule",
     )
     def enrichment_published(params=None, data_interval_start=None, data_interval_end=None):

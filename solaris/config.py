@@ -65,6 +65,7 @@ __all__ = [
     "StoreConfig",
     "TrainConfig",
     "describe_errors",
+    "whole_seconds",
 ]
 
 IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # an adapter's "package.module:factory"
@@ -104,6 +105,12 @@ Hours = Annotated[float, Field(ge=1 / 3600, le=87_600)]  # one second .. ten yea
 Minutes = Annotated[float, Field(ge=1 / 60, le=10_080)]  # one second .. a week
 Days = Annotated[float, Field(ge=1 / 86_400, le=3_650)]  # one second .. ten years
 Milliseconds = Annotated[float, Field(gt=0, le=3_600_000)]  # .. an hour
+
+
+def whole_seconds(value: float, unit_seconds: float) -> int:
+    """A duration setting in whole seconds: the one rule (rounded, never truncated: 4.35 h
+    is 15,660 s), used by the sections' ``*_seconds`` properties."""
+    return round(value * unit_seconds)
 
 
 class Section(BaseModel):
@@ -243,6 +250,14 @@ class SelectionConfig(Section):
     cadence_minutes: Minutes = Field(
         15.0, description="candidates DAG schedule interval (1 s to a week)"
     )
+
+    @property
+    def ttl_seconds(self) -> int:
+        return whole_seconds(self.ttl_hours, 3600)
+
+    @property
+    def cadence_seconds(self) -> int:
+        return whole_seconds(self.cadence_minutes, 60)
 
 
 class NearlineConfig(Section):
@@ -392,6 +407,22 @@ class StoreConfig(Section):
         1_000_000, gt=0, description="entries (requests) the request-log stream keeps at most"
     )
 
+    @property
+    def uagg_window_seconds(self) -> int:
+        return whole_seconds(self.uagg_window_hours, 3600)
+
+    @property
+    def uagg_ttl_seconds(self) -> int:
+        return whole_seconds(self.uagg_ttl_hours, 3600)
+
+    @property
+    def iagg_ttl_seconds(self) -> int:
+        return whole_seconds(self.iagg_ttl_hours, 3600)
+
+    @property
+    def unn_ttl_seconds(self) -> int:
+        return whole_seconds(self.unn_ttl_hours, 3600)
+
     @field_validator("redis")
     @classmethod
     def _redis_parses(cls, value: str | None) -> str | None:
@@ -502,6 +533,18 @@ class CycleConfig(Section):
         description="refresh cadence of the demo's Airflow window (coarser than production "
         "so that the window needs fewer DAG runs)",
     )
+
+    @property
+    def wait_previous_seconds(self) -> int:
+        return whole_seconds(self.wait_previous_minutes, 60)
+
+    @property
+    def demo_seconds(self) -> int:
+        return whole_seconds(self.demo_days, 86_400)
+
+    @property
+    def demo_cadence_seconds(self) -> int:
+        return whole_seconds(self.demo_cadence_minutes, 60)
 
     @field_validator("state_uri")
     @classmethod

@@ -69,8 +69,8 @@ def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
         rows,
         adapters.verifier(cfg).score(rows),
         share=sel.share,
-        ttl_seconds=round(sel.ttl_hours * 3600),
-        cadence_seconds=round(sel.cadence_minutes * 60),
+        ttl_seconds=sel.ttl_seconds,
+        cadence_seconds=sel.cadence_seconds,
         eval_from=eval_from,
     )
 
@@ -177,9 +177,9 @@ def run_airflow_stage(
             home = Path(cfg.cycle.airflow_home or artifacts / "airflow").resolve()
             configure_airflow(home, dags)
             airflow = LocalAirflow(dags, gpu_pool=cfg.cycle.gpu_pool)
-            cadence = round(cadence_min * 60)
-            warm_up = round(max(cfg.store.uagg_window_hours * 3600, DAY))
-            end = eval_from + round(cfg.cycle.demo_days * DAY)
+            cadence = cfg.cycle.demo_cadence_seconds
+            warm_up = max(cfg.store.uagg_window_seconds, DAY)
+            end = eval_from + cfg.cycle.demo_seconds
             intervals = window_intervals(eval_from - warm_up, end, cadence)
             since = -(-eval_from // cadence) * cadence  # first whole test-period interval
             echo(

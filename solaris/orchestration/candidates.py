@@ -319,7 +319,7 @@ def drain_request_log(
         )
         rows = batch.rows
         ts = rows["ts"].to_numpy()
-        stale = ts < interval.start - round(cfg.selection.ttl_hours * 3600)
+        stale = ts < interval.start - cfg.selection.ttl_seconds
         late = ~stale & (ts < interval.start)
         fresh = rows[~stale].assign(label=pd.array([pd.NA] * int((~stale).sum()), "Int8"))
         if path.is_file():  # an earlier attempt of this run stored these
@@ -396,7 +396,7 @@ def _interval_misses(
 
     from solaris.store.partitions import Partitioning
 
-    oldest = interval.start - round(cfg.selection.ttl_hours * 3600)
+    oldest = interval.start - cfg.selection.ttl_seconds
     ts = misses["ts"].to_numpy()
     keep = (ts >= oldest) & (ts < interval.end)
     if partition is not None:
@@ -550,7 +550,7 @@ def select_partitions(
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
     parts = Partitioning(cfg.cycle.partitions)
-    ttl_s = round(cfg.selection.ttl_hours * 3600)
+    ttl_s = cfg.selection.ttl_seconds
     redis = cycle_redis(cfg)
     verifier = adapters.verifier(cfg)
     path = layout.misses(interval)
@@ -642,7 +642,7 @@ def finish_interval(
 
     namespace = Namespace.of(cfg)
     layout = CycleLayout(namespace)
-    ttl_s = round(cfg.selection.ttl_hours * 3600)
+    ttl_s = cfg.selection.ttl_seconds
     summed = {k: sum(int(r[k]) for r in results) for k in _DRAIN_FIGURES + _SELECT_FIGURES}
     drained = {**interval.as_dict(), **{k: summed[k] for k in _DRAIN_FIGURES}}
     serving = {k: v for k, v in served.items() if k not in ("began", "prepare_seconds")}

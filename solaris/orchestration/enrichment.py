@@ -199,7 +199,7 @@ def partition_groups(cfg: SolarisConfig, as_of: int) -> list[list[int]]:
     count = cfg.cycle.partitions
     sizes = np.zeros(count, np.int64)
     layout = CycleLayout(Namespace.of(cfg))
-    window = round(cfg.store.uagg_window_hours * 3600)
+    window = cfg.store.uagg_window_seconds
     for interval in layout.embedded_intervals(ending_after=as_of - window, ending_by=as_of):
         codes = layout.published_codes(interval)
         if codes is None or codes.coverage is None or codes.partitions != count:
@@ -333,7 +333,7 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
     layout = CycleLayout(Namespace.of(cfg))
     ttl = _fill_window(cfg)
     # One read serves the aggregates, the fill's codes and (every interval) the index.
-    window = max(round(cfg.store.uagg_window_hours * 3600), ttl)
+    window = max(cfg.store.uagg_window_seconds, ttl)
     if cfg.cycle.neighbours_every_interval:
         window = max(window, _neighbour_window(cfg))
     version = _fm_version(cfg)
@@ -599,11 +599,11 @@ def _remove_older(layout: CycleLayout, kind: str, as_of: int) -> None:
 
 def _fill_window(cfg: SolarisConfig) -> int:
     """The neighbour fill's window in seconds: the codes' TTL (a code is served that long)."""
-    return round(cfg.selection.ttl_hours * 3600)
+    return cfg.selection.ttl_seconds
 
 
 def _neighbour_window(cfg: SolarisConfig) -> int:
-    return round(cfg.store.unn_ttl_hours * 3600)
+    return cfg.store.unn_ttl_seconds
 
 
 def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:

@@ -596,7 +596,7 @@ def _task_run(
         raise CycleInputError(f"conf: {exc}") from exc
     if cfg.replay:  # history never lands in live state, whatever the conf says
         refuse_live(deployment, cfg.namespace, "replay into", forcible=False)
-    cadence = round(cfg.selection.cadence_minutes * 60)
+    cadence = cfg.selection.cadence_seconds
     named = _conf_intervals(params) or _event_intervals(extras)
     if named:
         if grid:  # a named interval must be on the grid as given: it is not guessed at

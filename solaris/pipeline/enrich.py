@@ -69,7 +69,7 @@ class PairHistory:
 def _aggregate(
     aggregate, history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
 ) -> pd.DataFrame:
-    window = int(cfg.store.uagg_window_hours * 3600)
+    window = cfg.store.uagg_window_seconds
     return aggregate(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )
@@ -94,7 +94,7 @@ def item_partials(
 ) -> ItemPartials:
     """One partition's share of ``iagg``: per item, the sum and count of its users' codes in
     the 24 h window (:func:`~solaris.pipeline.aggregate.reduce_item_partials` adds them up)."""
-    window = int(cfg.store.uagg_window_hours * 3600)
+    window = cfg.store.uagg_window_seconds
     return item_partial_sums(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )
@@ -115,7 +115,7 @@ def user_embedding_table(
 ) -> pa.Table:
     """The users' embeddings over the neighbour window (what :func:`user_neighbours`
     indexes) as a table: ``user_id`` int64 ascending, ``emb`` fixed-size list of float32."""
-    window = int(cfg.store.unn_ttl_hours * 3600)
+    window = cfg.store.unn_ttl_seconds
     users, emb = user_embeddings(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )
@@ -132,7 +132,7 @@ def user_neighbours(
     history: PairHistory, as_of: int, cfg: SolarisConfig, fm_version: str
 ) -> pd.DataFrame:
     """``unn`` rows: cosine KNN over user embeddings (the clustering step)."""
-    window = int(cfg.store.unn_ttl_hours * 3600)
+    window = cfg.store.unn_ttl_seconds
     users, emb = user_embeddings(
         history.pairs, history.z, as_of=as_of, window_seconds=window, fm_version=fm_version
     )

@@ -249,10 +249,6 @@ def _positive_tag(tags: Mapping[str, str], name: str, view: str) -> int:
     return value
 
 
-def _hours(value: float) -> int:
-    return round(value * 3600)
-
-
 @dataclass(frozen=True, eq=False)
 class ViewSpec:
     """A feature view: key structure, fields and TTL rules.
@@ -310,7 +306,7 @@ class ViewSpec:
 
 
 def _pair_ttl(cfg: SolarisConfig) -> int:
-    return _hours(cfg.selection.ttl_hours)
+    return cfg.selection.ttl_seconds
 
 
 PAIR = ViewSpec(
@@ -324,7 +320,7 @@ PAIR = ViewSpec(
     ),
     read_ttl=_pair_ttl,
     retention=lambda cfg: max(
-        _pair_ttl(cfg), _hours(cfg.store.uagg_window_hours + cfg.store.uagg_ttl_hours)
+        _pair_ttl(cfg), cfg.store.uagg_window_seconds + cfg.store.uagg_ttl_seconds
     ),
     description="FM code z[u,i] of a verifier-selected pair (float16 online)",
 )
@@ -364,8 +360,8 @@ UAGG = ViewSpec(
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s (inclusive)"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
-    read_ttl=lambda cfg: _hours(cfg.store.uagg_ttl_hours),
-    retention=lambda cfg: _hours(cfg.store.uagg_ttl_hours),
+    read_ttl=lambda cfg: cfg.store.uagg_ttl_seconds,
+    retention=lambda cfg: cfg.store.uagg_ttl_seconds,
     description="sum and count of the user's pair codes in the window, so that the current "
     "item can be excluded at read time",
 )
@@ -380,8 +376,8 @@ IAGG = ViewSpec(
         FieldSpec(COMPUTED_AT, Kind.EVENT_S, "window end, epoch s"),
         FieldSpec(FM_VERSION, Kind.STRING, "FM/autoencoder version of the codes"),
     ),
-    read_ttl=lambda cfg: _hours(cfg.store.iagg_ttl_hours),
-    retention=lambda cfg: _hours(cfg.store.iagg_ttl_hours),
+    read_ttl=lambda cfg: cfg.store.iagg_ttl_seconds,
+    retention=lambda cfg: cfg.store.iagg_ttl_seconds,
     description="mean pair code of the item over users: the item-to-item fallback",
 )
 
@@ -399,8 +395,8 @@ UNN = ViewSpec(
             **_COSINE,
         ),
     ),
-    read_ttl=lambda cfg: _hours(cfg.store.unn_ttl_hours),
-    retention=lambda cfg: _hours(cfg.store.unn_ttl_hours),
+    read_ttl=lambda cfg: cfg.store.unn_ttl_seconds,
+    retention=lambda cfg: cfg.store.unn_ttl_seconds,
     description="the user's nearest users by cosine similarity of user embeddings",
 )
 

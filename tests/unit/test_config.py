@@ -404,3 +404,17 @@ def test_a_bad_sql_registry_value_is_never_shown(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ConfigError) as info:
         SolarisConfig(store={"registry": ["postgresql://u:" + secret + "@h/db"]})
     assert "store.registry" in str(info.value) and secret not in str(info.value)
+
+
+def test_durations_become_whole_seconds_by_one_rounding_rule() -> None:
+    """Every layer takes a duration's seconds from the settings' properties: rounded, so
+    4.35 h is 15,660 s (truncating gave 15,659)."""
+    cfg = SolarisConfig(
+        selection={"ttl_hours": 4.35, "cadence_minutes": 0.5},
+        store={"uagg_window_hours": 4.35, "unn_ttl_hours": 1.6 / 3600},
+        cycle={"wait_previous_minutes": 1.5, "demo_days": 0.25, "demo_cadence_minutes": 60},
+    )
+    assert cfg.selection.ttl_seconds == 15_660 and cfg.selection.cadence_seconds == 30
+    assert cfg.store.uagg_window_seconds == 15_660 and cfg.store.unn_ttl_seconds == 2
+    assert cfg.cycle.wait_previous_seconds == 90 and cfg.cycle.demo_seconds == 21_600
+    assert cfg.cycle.demo_cadence_seconds == 3_600

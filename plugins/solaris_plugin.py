@@ -25,10 +25,11 @@ live cycle and replays never share a view: the page shows one namespace, by defa
 one (``$SOLARIS_NAMESPACE``, default ``live``) when it has runs, and its selector lists the
 others, replays labelled as such.
 
-The state root is read on every request: ``SOLARIS_CYCLE__STATE_URI`` (a folder or an fsspec
-URL, as the cycle's ``cycle.state_uri``), else ``SOLARIS_ARTIFACTS_DIR`` (default
-``artifacts``, relative to the api-server's working directory). This module runs inside the
-api-server, so it imports nothing heavy: no feast, torch, pandas or ``solaris.config``; the
+The settings are built on every request as every task builds them (``SolarisConfig.load``:
+``$SOLARIS_CONFIG`` and the ``SOLARIS_*`` variables): the state root is ``cycle.state_uri``
+(a folder or an fsspec URL), else ``artifacts_dir`` (default ``artifacts``, relative to the
+api-server's working directory). This module runs inside the api-server, so it imports
+nothing heavy: no feast, torch or pandas (``solaris.config`` is pydantic only); the
 records are read only through :func:`solaris.orchestration.layout.read_all_run_records`, and
 the figures are written and drawn by :mod:`solaris.dashboard.formatting` and
 :mod:`solaris.dashboard.charts` (pure functions, importable without Airflow).
@@ -37,12 +38,11 @@ the figures are written and drawn by :mod:`solaris.dashboard.formatting` and
 from __future__ import annotations
 
 import html
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
@@ -68,6 +68,9 @@ from solaris.namespace import LIVE
 from solaris.orchestration.layout import read_all_run_records
 
 # The page's own surface; its formatters and charts are solaris.dashboard's.
+
+if TYPE_CHECKING:
+    from solaris.config import SolarisConfig
 
 __all__ = [
     "ARTIFACTS_ENV",
@@ -95,13 +98,13 @@ __all__ = [
     "record_time",
     "render_page",
     "select_runs",
+    "settings",
 ]
 
+# The variables of the state root (cycle.state_uri, else artifacts_dir), named by the page
+# when it has no runs to show.
 ARTIFACTS_ENV = "SOLARIS_ARTIFACTS_DIR"
-# The cycle's state root when it is not artifacts_dir (SolarisConfig.cycle.state_uri).
 STATE_URI_ENV = "SOLARIS_CYCLE__STATE_URI"
-# The live cycle's namespace: SolarisConfig.namespace, read from the same variable (the
-# plugin may not import solaris.config, which pulls pydantic-settings and the adapters).
 NAMESPACE_ENV = "SOLARIS_NAMESPACE"
 DEFAULT_LIVE_NAMESPACE = LIVE
 TIERS = ("pair", "nbr", "uagg", "iagg", "any")
@@ -127,15 +130,23 @@ class FilterError(SolarisError, ValueError):
     """A query parameter of the page or of the JSON route is not usable; the message names it."""
 
 
+def settings() -> SolarisConfig:
+    """The deployment's settings, built as every task builds them: ``$SOLARIS_CONFIG`` and
+    the ``SOLARIS_*`` variables (read on every request, so the page follows them)."""
+    from solaris.config import SolarisConfig
+
+    return SolarisConfig.load()
+
+
 def artifacts_dir() -> StatePath:
-    """The state root the page reads: ``$SOLARIS_CYCLE__STATE_URI``, else
-    ``$SOLARIS_ARTIFACTS_DIR`` (default ``artifacts``)."""
-    return state_path(os.environ.get(STATE_URI_ENV) or os.environ.get(ARTIFACTS_ENV) or "artifacts")
+    """The state root the page reads: ``cycle.state_uri``, else ``artifacts_dir``."""
+    cfg = settings()
+    return state_path(cfg.cycle.state_uri or str(cfg.artifacts_dir))
 
 
 def live_namespace() -> str:
-    """The namespace of the live cycle (``$SOLARIS_NAMESPACE``, default ``live``)."""
-    return os.environ.get(NAMESPACE_ENV) or DEFAULT_LIVE_NAMESPACE
+    """The namespace of the live cycle: the settings' ``namespace`` (default ``live``)."""
+    return settings().namespace
 
 
 def load_runs(root: StatePath) -> dict[str, list[dict[str, Any]]]:

@@ -666,3 +666,19 @@ def test_the_near_line_figures_of_the_candidates_runs_are_plotted(plugin: Module
         "lag p95 (s)": ((T0, 1.1),),
         "backlog (entries)": ((T0, 0.0),),
     }
+
+
+def test_the_page_takes_its_settings_from_solaris_config_as_the_tasks_do(
+    plugin: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$SOLARIS_CONFIG`` names the live namespace and the state root for the page too (it
+    read a few variables by hand and ignored the file); a variable still overrides it."""
+    for name in ("SOLARIS_NAMESPACE", "SOLARIS_ARTIFACTS_DIR", "SOLARIS_CYCLE__STATE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "solaris.yaml"
+    config.write_text(f"namespace: prod\nartifacts_dir: {tmp_path / 'state'}\n")
+    monkeypatch.setenv("SOLARIS_CONFIG", str(config))
+    assert plugin.live_namespace() == "prod"
+    assert str(plugin.artifacts_dir()) == str(tmp_path / "state")
+    monkeypatch.setenv("SOLARIS_NAMESPACE", "other")
+    assert plugin.live_namespace() == "other"

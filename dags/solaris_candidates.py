@@ -26,7 +26,7 @@ interval, or the ``interval_start``/``interval_end`` of its conf, on the cadence
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import AssetAlias, DeltaDataIntervalTimetable, dag, task
 
@@ -39,7 +39,7 @@ SELECTION_EVENTS = AssetAlias("solaris_selection_events")
 
 @dag(
     schedule=DeltaDataIntervalTimetable(timedelta(minutes=SETTINGS.selection.cadence_minutes)),
-    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    start_date=SETTINGS.cycle.start,
     catchup=False,
     max_active_runs=1,  # each interval's selection skips the pairs earlier ones cached
     tags=["solaris"],

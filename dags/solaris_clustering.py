@@ -8,8 +8,6 @@ it wait for it, so a backfill builds the same tables as an in-order run.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import Asset, dag, task
 
 from solaris.orchestration import clustering, runs
@@ -20,7 +18,7 @@ USER_NEIGHBOURS = Asset(runs.USER_NEIGHBOURS)
 
 @dag(
     schedule=SETTINGS.cycle.clustering_cron,
-    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    start_date=SETTINGS.cycle.start,
     catchup=False,
     tags=["solaris"],
     doc_md=__doc__,

@@ -8,7 +8,7 @@ Failed shards retry with exponential back-off; a retry rewrites the same files.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import Asset, dag, task
 
@@ -21,7 +21,7 @@ PAIR_EMBEDDINGS = Asset(runs.PAIR_EMBEDDINGS)
 
 @dag(
     schedule=[CANDIDATES],
-    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    start_date=SETTINGS.cycle.start,
     catchup=False,
     max_active_runs=1,  # intervals in order: a later write must not land before an earlier
     tags=["solaris"],

@@ -21,8 +21,6 @@ its event.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import Asset, AssetAlias, dag, task
 
 from solaris.orchestration import enrichment, runs
@@ -35,7 +33,7 @@ VIEW_EVENTS = AssetAlias("solaris_enrichment_events")
 
 @dag(
     schedule=[PAIR_EMBEDDINGS],
-    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    start_date=SETTINGS.cycle.start,
     catchup=False,
     max_active_runs=1,  # intervals in order: a later write must not land before an earlier
     tags=["solaris"],

@@ -8,8 +8,6 @@ than the current verifier's on the same rows.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import Asset, dag, task
 
 from solaris.orchestration import runs, training
@@ -20,7 +18,7 @@ VERIFIER = Asset(runs.VERIFIER)
 
 @dag(
     schedule=SETTINGS.cycle.training_cron,
-    start_date=datetime.fromisoformat(SETTINGS.cycle.start),
+    start_date=SETTINGS.cycle.start,
     catchup=False,
     tags=["solaris"],
     doc_md=__doc__,

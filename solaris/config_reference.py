@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import types
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -105,7 +106,8 @@ def _kind(name: str, field: FieldInfo) -> str:
         text = "list of str"
     else:
         text = getattr(annotation, "__name__", str(annotation))
-        text = {"Path": "path"}.get(text, text)
+        aware = "ISO 8601 time with a UTC offset"
+        text = {"Path": "path", "datetime": aware, "AwareDatetime": aware}.get(text, text)
     bounds = []
     for meta in metadata:
         for kind, attribute, sign in (
@@ -140,6 +142,8 @@ def _default(field: FieldInfo) -> str:
         return "`" + ", ".join(map(str, value)) + "`"
     if isinstance(value, float):
         return f"`{_number(value)}`"
+    if isinstance(value, datetime):
+        return f"`{value.isoformat()}`"
     return f"`{value}`"
 
 

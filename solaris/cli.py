@@ -8,7 +8,6 @@ anything is read or written.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +16,7 @@ from typer.core import TyperGroup
 
 from solaris.config import SolarisConfig
 from solaris.errors import SolarisError
-from solaris.namespace import NAME_PATTERN
+from solaris.namespace import NamespaceError, check_name
 
 __all__ = [
     "ConfigOption",
@@ -55,6 +54,13 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Obtain and generate data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+
+
+@data_app.callback()
+def _data_group() -> None:
+    """Obtain and generate data."""  # a group even with one command (`data synth` alone)
+
+
 namespace_app = typer.Typer(help="The namespaces the cycle runs in.", no_args_is_help=True)
 app.add_typer(namespace_app, name="namespace")
 
@@ -90,13 +96,10 @@ def redis_option(redis: str | None, cfg: SolarisConfig) -> str:
 
 def namespace_arg(value: str, hint: str) -> str:
     """``value`` when it is a namespace name; a usage error naming ``hint`` otherwise."""
-    if not re.match(NAME_PATTERN, value):
-        raise typer.BadParameter(
-            f"{value!r} is not a namespace name: lower-case letters, digits and '_', "
-            "starting with a letter, at most 40",
-            param_hint=hint,
-        )
-    return value
+    try:
+        return check_name(value)
+    except NamespaceError as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
 @data_app.command("synth")

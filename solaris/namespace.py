@@ -39,7 +39,14 @@ if TYPE_CHECKING:
     from solaris.config import SolarisConfig
     from solaris.store.partitions import Partitioning
 
-__all__ = ["LIVE", "NAME_PATTERN", "OFFLINE_FOLDER", "Namespace", "NamespaceError"]
+__all__ = [
+    "LIVE",
+    "NAME_PATTERN",
+    "OFFLINE_FOLDER",
+    "Namespace",
+    "NamespaceError",
+    "check_name",
+]
 
 # A Feast project name, and a prefix that cannot run into another namespace's keys.
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
@@ -54,6 +61,18 @@ class NamespaceError(SolarisError, ValueError):
     """A namespace name that breaks the naming rule (NAME_PATTERN)."""
 
 
+def check_name(name: object) -> str:
+    """``name`` if it is a namespace name (:data:`NAME_PATTERN`); a :class:`NamespaceError`
+    saying the rule otherwise. The one check: the settings, the DAG conf's ``Param`` and the
+    CLI's options use the pattern or this function."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise NamespaceError(
+            f"{name!r} is not a namespace name: lower-case letters, digits and '_', starting "
+            f"with a letter, at most 40 ({NAME_PATTERN})"
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class Namespace:
     """The names and folders of one namespace (see the module docstring)."""
@@ -65,11 +84,7 @@ class Namespace:
     offline_uri: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise NamespaceError(
-                f"namespace {self.name!r} must match {NAME_PATTERN} "
-                "(lower-case letters, digits and '_', starting with a letter)"
-            )
+        check_name(self.name)
 
     @classmethod
     def of(cls, cfg: SolarisConfig) -> Namespace:

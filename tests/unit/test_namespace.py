@@ -54,5 +54,5 @@ def test_a_relative_offline_uri_is_taken_from_the_repo_as_feast_does(tmp_path: P
 @pytest.mark.parametrize("name", ["demo\n", "Demo", "1demo", "", "d-emo", "d" * 41])
 def test_a_name_that_is_not_a_whole_namespace_name_is_refused(name: str, tmp_path: Path) -> None:
     """``demo\\n`` passed a ``^...$`` match (``$`` matches before a final newline)."""
-    with pytest.raises(ValueError, match="must match"):
+    with pytest.raises(ValueError, match="is not a namespace name"):
         Namespace(name, tmp_path, tmp_path)

@@ -30,11 +30,13 @@ report: data
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/typecheck.py
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/typecheck.py
 
 format: $(STAMP)
 	$(BIN)/ruff format .

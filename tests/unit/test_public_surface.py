@@ -63,6 +63,7 @@ SURFACE = {
         "StoreConfig",
         "TrainConfig",
         "describe_errors",
+        "whole_seconds",
     ],
 }
 GUIDES = ["README.md", "docs/adopting.md", "docs/serving.md", "docs/serving_http.md"]

@@ -19,7 +19,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     │   └── LiveNamespaceError                  a reset or replay aimed at live state
     ├── LayoutError            (ValueError)    solaris.orchestration.layout: interval, marker
     ├── CodesError             (RuntimeError)  solaris.manifest: autoencoder artifacts
-    ├── ModelInputError        (ValueError)    solaris.models.fm: a model's argument or input
+    ├── ModelInputError        (ValueError)    solaris.models: a model's argument or input
     ├── DeviceError            (RuntimeError)  solaris.models.training: no such torch device
     ├── CheckpointError        (ValueError)    solaris.models.training: a checkpoint refused
     ├── EvaluationError        (ValueError)    solaris.evaluation.metrics: metric, replay input

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from solaris.models.fm import ModelInputError
+from solaris.models import ModelInputError
 
 __all__ = ["Autoencoder"]
 

@@ -17,16 +17,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from solaris.errors import SolarisError
+from solaris.models import ModelInputError
 from solaris.models.batch import FeatureBatch, FeatureSpec
 
 __all__ = ["MLP", "CrossNet", "FoundationModel", "ModelInputError", "SequenceEncoder"]
 
 N_RATINGS = 6  # ratings 1..5, 0 = padding
-
-
-class ModelInputError(SolarisError, ValueError):
-    """A model given an argument or input it cannot use: a size, shape, task or setting."""
 
 
 def _check_positive(name: str, value: int) -> None:

@@ -28,8 +28,8 @@ from solaris.files import (
     state_path,
     tensor_bytes,
 )
+from solaris.models import ModelInputError
 from solaris.models.batch import FeatureBatch, FeatureSpec
-from solaris.models.fm import ModelInputError
 
 __all__ = [
     "CHECKPOINT_FORMAT",

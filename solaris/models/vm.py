@@ -13,8 +13,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from solaris.models import ModelInputError
 from solaris.models.batch import FeatureBatch, FeatureSpec
-from solaris.models.fm import MLP, ModelInputError, _check_positive, _check_spec
+from solaris.models.fm import MLP, _check_positive, _check_spec
 
 __all__ = ["VerticalModel", "tier_dropout"]
 

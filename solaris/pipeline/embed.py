@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 
 from solaris.adapters import FoundationModel
 from solaris.data.schemas import pair_embeddings_schema, read_table, write_table
+from solaris.models import ModelInputError
 from solaris.models.autoencoder import Autoencoder
-from solaris.models.fm import ModelInputError
 
 __all__ = ["embed_pairs", "embed_shard", "encode_pairs", "prefetch_batches"]
 

@@ -203,13 +203,14 @@ def record_time(record: Mapping[str, Any]) -> int | None:
     return int(match[1]) if match else None
 
 
-def _is_replay(namespace: str, records: Iterable[Mapping[str, Any]]) -> bool:
+def _is_replay(namespace: str, records: Iterable[Mapping[str, Any]], live: str) -> bool:
     """A namespace is a replay when its records say so (``"replay": true``); when none says
-    either way, when it is not the live cycle's namespace (replays run in their own)."""
+    either way, when it is not the live cycle's namespace ``live`` (replays run in their
+    own)."""
     flags = {r["replay"] for r in records if isinstance(r.get("replay"), bool)}
     if flags:
         return True in flags
-    return namespace != live_namespace()
+    return namespace != live
 
 
 @dataclass(frozen=True)
@@ -233,12 +234,12 @@ def namespaces_of(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Names
         for record in records:
             if isinstance(record.get("namespace"), str):
                 by_name.setdefault(record["namespace"], []).append(record)
+    live = live_namespace()  # the settings, built once for every namespace below
     infos = []
     for name, records in by_name.items():
         times = [t for t in map(record_time, records) if t is not None]
-        infos.append(
-            NamespaceInfo(name, _is_replay(name, records), len(records), max(times, default=None))
-        )
+        replay = _is_replay(name, records, live)
+        infos.append(NamespaceInfo(name, replay, len(records), max(times, default=None)))
     return sorted(infos, key=lambda i: (i.replay, -(i.latest or 0), i.name))
 
 
@@ -329,7 +330,7 @@ def select_runs(
         name = (live or infos)[0].name if infos else None
     info = next((i for i in infos if i.name == name), None)
     if info is None and name is not None and filters.namespace is not None:
-        info = NamespaceInfo(name, _is_replay(name, []), 0, None)
+        info = NamespaceInfo(name, _is_replay(name, [], live_namespace()), 0, None)
 
     def in_namespace(record: Mapping[str, Any]) -> bool:
         return record.get("namespace") in (name, None)

@@ -201,10 +201,9 @@ def serve_command(
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
     connection = redis_option(redis, cfg)
     if fm_version is None:
-        from solaris.namespace import Namespace
-        from solaris.pipeline.codes import read_manifest
+        from solaris.manifest import current_fm_version
 
-        fm_version = read_manifest(Namespace.of(cfg).models_dir).fm_version
+        fm_version = current_fm_version(cfg)
     from solaris.serving.http import run
 
     typer.echo(

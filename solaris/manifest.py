@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from solaris.errors import SolarisError
 
-__all__ = ["CODES_MANIFEST", "CodesError", "CodesManifest", "read_manifest"]
+if TYPE_CHECKING:
+    from solaris.config import SolarisConfig
+
+__all__ = ["CODES_MANIFEST", "CodesError", "CodesManifest", "current_fm_version", "read_manifest"]
 
 CODES_MANIFEST = "codes.json"
 
@@ -51,3 +55,12 @@ def read_manifest(models_dir: Path) -> CodesManifest:
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CodesError(f"{path} is not a codes manifest: {exc}") from exc
+
+
+def current_fm_version(cfg: SolarisConfig) -> str:
+    """The ``fm_version`` the cycle writes now: what a VM trained on today's codes asks for
+    (``SolarisFeatures(cfg, fm_version=...)``), from the models folder's manifest. A
+    :class:`CodesError` when no autoencoder was trained."""
+    from solaris.namespace import Namespace
+
+    return read_manifest(Namespace.of(cfg).models_dir).fm_version

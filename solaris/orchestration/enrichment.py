@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
+from solaris.manifest import current_fm_version
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, write_run_record
 from solaris.orchestration.resources import (
@@ -216,12 +217,6 @@ def partition_groups(cfg: SolarisConfig, as_of: int) -> list[list[int]]:
     return groups
 
 
-def _fm_version(cfg: SolarisConfig) -> str:
-    from solaris.pipeline.codes import read_manifest
-
-    return read_manifest(Namespace.of(cfg).models_dir).fm_version
-
-
 def recent_requests(
     cfg: SolarisConfig, as_of: int, window_s: int, partition: int | None = None
 ) -> pd.DataFrame:
@@ -336,7 +331,7 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
     window = max(cfg.store.uagg_window_seconds, ttl)
     if cfg.cycle.neighbours_every_interval:
         window = max(window, _neighbour_window(cfg))
-    version = _fm_version(cfg)
+    version = current_fm_version(cfg)
     done: list[int] = []
     uagg_rows = codes_read = 0
     for partition in partitions:
@@ -383,7 +378,7 @@ def reduce_aggregates(
         )
     partials = (ItemPartials.from_table(_read_table(path)) for path in paths)
     total = reduce_item_partials(partials, z_dim=cfg.model.z_dim)
-    rows = item_rows(total, as_of=as_of, fm_version=_fm_version(cfg))
+    rows = item_rows(total, as_of=as_of, fm_version=current_fm_version(cfg))
     _materialize(cfg, "iagg", rows, f"cycle-{as_of}")
     _remove_older(layout, "iagg_partials", as_of)
     codes = sum(int(r["codes_read"]) for r in results)
@@ -470,7 +465,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     layout = CycleLayout(Namespace.of(cfg))
     parts = Partitioning(cfg.cycle.partitions)
     ttl = _fill_window(cfg)
-    version = _fm_version(cfg)
+    version = current_fm_version(cfg)
     index = table = None
     if cfg.cycle.neighbours_every_interval:
         index = UserIndex.from_bytes(layout.neighbour_index(as_of).read_bytes())
@@ -625,7 +620,7 @@ def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
     parts = Partitioning(cfg.cycle.partitions)
-    version = _fm_version(cfg)
+    version = current_fm_version(cfg)
     tables, codes = [], 0
     for partition in range(parts.count):
         history = pair_history(cfg, as_of, _neighbour_window(cfg), partition)

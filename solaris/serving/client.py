@@ -62,6 +62,7 @@ import numpy as np
 
 from solaris.config import SolarisConfig
 from solaris.errors import SolarisError
+from solaris.manifest import current_fm_version
 from solaris.namespace import Namespace
 from solaris.serving.metrics import PUBLISH_EVERY_S, ClientState, ServingMetrics
 from solaris.serving.misses import append_misses
@@ -95,15 +96,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def current_fm_version(cfg: SolarisConfig) -> str:
-    """The ``fm_version`` the cycle writes now: what a VM trained on today's codes asks for
-    (``SolarisFeatures(cfg, fm_version=...)``), read from the models folder's ``codes.json``
-    without torch. A :class:`~solaris.manifest.CodesError` when no autoencoder was trained."""
-    from solaris.manifest import read_manifest
-
-    return read_manifest(Namespace.of(cfg).models_dir).fm_version
 
 
 # Queued stream writes (misses and request-log entries together): beyond this (Redis slow

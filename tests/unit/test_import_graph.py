@@ -69,47 +69,12 @@ GRAPH = {name: _imports(path) - _ancestors(name) for name, path in MODULES.items
 
 
 def _circles() -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for root in GRAPH:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(GRAPH[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in GRAPH:
-                    continue
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(GRAPH[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
+    """Strongly connected components of more than one module (networkx, in the lock
+    through torch)."""
+    import networkx as nx
+
+    graph = nx.DiGraph([(m, t) for m, targets in GRAPH.items() for t in targets if t in GRAPH])
+    return sorted(sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1)
 
 
 def _layer(module: str) -> str:

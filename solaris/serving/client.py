@@ -68,8 +68,14 @@ from solaris.serving.metrics import PUBLISH_EVERY_S, ClientState, ServingMetrics
 from solaris.serving.misses import append_misses
 from solaris.serving.nearline import NearlineSelector
 from solaris.serving.request_log import append_request
-from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers, empty_tiers, tier_settings
-from solaris.store.codec import widen
+from solaris.serving.tiers import (
+    TIERS,
+    TierFeatures,
+    assemble_tiers,
+    empty_tiers,
+    load_assembly,
+    tier_settings,
+)
 from solaris.store.contract import (
     FEATURE_SERVICE,
     ITEM_ID,
@@ -497,13 +503,15 @@ class SolarisFeatures:
 
     def warm_up(self) -> None:
         """Do the one-off work of a first fetch now, off any request: build the Feast store
-        and the miss client, import what the tier assembly uses (torch widens float16), and
-        make one one-row read on the request path, which opens its connection; the result
-        is discarded (the read may fail while Redis is down, harmlessly; it is not counted
-        in :attr:`stats`). Configuration or registry errors raise."""
+        and the miss client, load the compiled tier assembly for this client's record layout
+        (:func:`~solaris.serving.tiers.load_assembly`: seconds on a machine's first run,
+        then cached on disk), and make one one-row read on the request path, which opens its
+        connection; the result is discarded (the read may fail while Redis is down,
+        harmlessly; it is not counted in :attr:`stats`). Configuration or registry errors
+        raise."""
         store, service = self._ensure_store()
         self._misses_client()
-        widen(np.zeros((1, self.z_dim), np.float16))
+        load_assembly(self.z_dim, self.fm_version, self.cfg.store.nbr_strategy)
         try:
             self._read(store, service, 0, np.zeros(1, np.int64), int(time.time()))
         except Exception as exc:  # Redis down at start-up is not an error here

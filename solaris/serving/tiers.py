@@ -29,6 +29,7 @@ Rules, per row ``n`` and tier (all vectorised):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from solaris.errors import SolarisError
-from solaris.store.codec import ViewRows, widen
+from solaris.store.codec import RecordRows, ViewRows
 from solaris.store.contract import (
     COMPUTED_AT,
     COUNT,
@@ -50,6 +51,7 @@ from solaris.store.contract import (
     Z_MEAN,
     Z_SUM,
     Z_TOP1,
+    ViewParams,
     Z,
 )
 
@@ -63,6 +65,7 @@ __all__ = [
     "TierInputError",
     "assemble_tiers",
     "empty_tiers",
+    "load_assembly",
     "mean_excluding",
     "tier_settings",
 ]
@@ -70,6 +73,63 @@ __all__ = [
 TIERS: tuple[str, ...] = tuple(spec.name for spec in SERVING_VIEWS)
 NONE = "none"
 _TIER_LABELS = np.array([*TIERS, NONE], dtype=object)
+_SLOTS = np.array([TIERS.index(spec.name) for spec in (PAIR, NBR, UAGG, IAGG)], np.int64)
+_US = 1_000_000
+
+
+def _codes(pair_z: np.ndarray, nbr_z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pair and nbr codes as the compiled assembly takes them: float16 (as stored) as
+    their uint16 bits, since numba has no float16 on the CPU; otherwise both as float32."""
+    if pair_z.dtype == np.float16 and nbr_z.dtype == np.float16:
+        return pair_z.view(np.uint16), nbr_z.view(np.uint16)
+    return np.asarray(pair_z, np.float32), np.asarray(nbr_z, np.float32)
+
+
+def _bytes(strings: np.ndarray) -> np.ndarray:
+    """``[N]`` byte strings (numpy ``S<w>``, any strides) as their ``[N, w]`` uint8 bytes,
+    a view."""
+    if strings.dtype.kind != "S":  # rows built by hand: bytes or str objects
+        strings = np.asarray(strings, "S")
+    return strings.view(_bytes_of(strings.dtype.itemsize))
+
+
+@functools.cache
+def _bytes_of(width: int) -> np.dtype:
+    return np.dtype((np.uint8, (width,)))
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_constants(
+    fm_version: str, pair_ttl_s: float, nbr_ttl_s: float, uagg_ttl_s: float, iagg_ttl_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The expected version's bytes and the read TTLs in microseconds (pair, nbr, uagg,
+    iagg), as the compiled loop takes them: the same for every request of a client."""
+    version = np.frombuffer(fm_version.encode(), np.uint8)
+    ttls = np.array([pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s], np.float64) * _US
+    ttls.flags.writeable = False
+    return version, ttls
+
+
+def _records(rows: ViewRows, tail: int) -> RecordRows | None:
+    return rows if isinstance(rows, RecordRows) and rows.tail == tail else None
+
+
+def _records_of(
+    pair: ViewRows, nbr: ViewRows, uagg: ViewRows, iagg: ViewRows, tail: int
+) -> tuple[RecordRows, RecordRows, RecordRows, RecordRows] | None:
+    """The four views as :class:`RecordRows` whose string tail is ``tail`` bytes (the
+    expected ``fm_version``'s), or ``None``."""
+    p, n, u, i = (_records(v, tail) for v in (pair, nbr, uagg, iagg))
+    return None if p is None or n is None or u is None or i is None else (p, n, u, i)
+
+
+def _ints(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, np.int64)
+
+
+def _flags(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, np.bool_)
+
 
 NbrStrategy = Literal["top1", "weighted"]
 _NBR_FIELD = {"top1": Z_TOP1, "weighted": Z_MEAN}
@@ -120,6 +180,27 @@ def empty_tiers(n: int, z_dim: int) -> TierFeatures:
         features=np.zeros((n, len(TIERS) * z_dim), dtype=np.float32),
         mask=np.zeros((n, len(TIERS)), dtype=bool),
         tier=np.full(n, NONE, dtype=object),
+    )
+
+
+def load_assembly(z_dim: int, fm_version: str, nbr_strategy: NbrStrategy = "top1") -> None:
+    """Load the compiled loops of :func:`assemble_tiers` now, so that no request waits for
+    them: numba compiles each on a machine's first use (seconds) and caches it on disk. The
+    request path's loop is compiled per record layout, which ``z_dim``, the length of
+    ``fm_version`` and ``nbr_strategy`` fix; it is made here on one blank row of each view."""
+    params = ViewParams(z_dim, 1, 1)
+    tail = len(fm_version.encode())
+    rows = {spec.name: RecordRows.blank(spec, params, 1, tail) for spec in SERVING_VIEWS}
+    assemble_tiers(
+        rows,
+        0,
+        z_dim=z_dim,
+        fm_version=fm_version,
+        pair_ttl_s=1,
+        nbr_ttl_s=1,
+        uagg_ttl_s=1,
+        iagg_ttl_s=1,
+        nbr_strategy=nbr_strategy,
     )
 
 
@@ -188,32 +269,12 @@ def mean_excluding(
         raise TierInputError(f"pair_in_window must be bool, got dtype {w.dtype}")
     if (c < 0).any():
         raise TierInputError("count must be >= 0")
-    return _mean_excluding(s, c.astype(np.int64), p, w)
-
-
-def _mean_excluding(
-    s: np.ndarray, c: np.ndarray, p: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`mean_excluding` without the argument checks (the request path): ``s`` may be
-    one row ``[1, d]`` standing for every row; the mean goes into ``out`` when given."""
-    eff = c - w
+    eff = c.astype(np.int64) - w
     valid = eff > 0
-    num = s.astype(np.float64)  # [N, d], or [1, d]: one user's row for every candidate
-    if w.all():  # the request path: every candidate's pair is in the user's window
-        num = num - p
-    elif w.any():
-        num = num - np.where(w[:, None], p, 0)
-    elif num.shape != p.shape:
-        num = np.array(np.broadcast_to(num, p.shape))
-    # One division for all rows where they share a count (the request path), computed in
-    # float64 and rounded to float32 once, as below.
-    divisor = eff[0] if eff.size and (eff == eff[0]).all() else np.maximum(eff, 1)[:, None]
-    divisor = max(divisor, 1) if np.ndim(divisor) == 0 else divisor
-    mean = np.divide(num, divisor, out=out, casting="same_kind", dtype=np.float64)
-    if out is None:
-        mean = mean.astype(np.float32)
-    if not valid.all():
-        mean[~valid] = 0.0
+    num = s.astype(np.float64) - np.where(w[:, None], p, 0)
+    # float64, rounded to float32 once: the compiled assembly computes the same
+    mean = (num / np.maximum(eff, 1)[:, None]).astype(np.float32)
+    mean[~valid] = 0.0
     return mean, valid
 
 
@@ -283,58 +344,53 @@ def assemble_tiers(
         raise TierInputError(f"assemble_tiers: views have different lengths {lengths}")
     if n == 0:
         return empty_tiers(0, z_dim)
-    t = _now_array(now, n)
-    version = fm_version.encode()
+    from solaris.serving import tier_kernel  # numba: imported on the first assembly
+
+    t = np.asarray(_now_array(now, n), np.float64).reshape(-1)
     pair, nbr, uagg, iagg = (views[name] for name in TIERS)
-
-    pair_known = pair.found & (pair.values[FM_VERSION] == version)
-    pair_ok = pair_known & pair.fresh(t, pair_ttl_s)
-    nbr_ok = (nbr.values[FM_VERSION] == version) & nbr.fresh(t, nbr_ttl_s)
-
-    count = uagg.values[COUNT]
-    # A window that starts after its end cannot say which codes it holds: excluding the
-    # pair's own code would be guessed, so the row is not used (the store refuses to write
-    # one; this guards rows written around it).
-    uagg_row = (
-        (count >= 0)
-        & (uagg.values[WINDOW_START] <= uagg.values[COMPUTED_AT])
-        & (uagg.values[FM_VERSION] == version)
-        & uagg.fresh(t, uagg_ttl_s)
+    version, ttls_us = _kernel_constants(fm_version, pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s)
+    records = _records_of(pair, nbr, uagg, iagg, len(version))
+    if records is not None:
+        # The request path: every record present, one fm_version length, the expected
+        # one's (other lengths are misses, assembled below without compiling anything).
+        pair_rec, nbr_rec, uagg_rec, iagg_rec = records
+        features, mask, first = tier_kernel.assemble_records(
+            t,
+            ttls_us,
+            _SLOTS,
+            pair_rec.fields(code=Z, version=FM_VERSION),
+            nbr_rec.fields(code=_NBR_FIELD[nbr_strategy], version=FM_VERSION),
+            uagg_rec.fields(count=COUNT, window_start=WINDOW_START, sum=Z_SUM, version=FM_VERSION),
+            iagg_rec.fields(count=COUNT, mean=Z_MEAN, version=FM_VERSION),
+            version,
+        )
+        return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
+    pair_z, nbr_z = _codes(pair.values[Z], nbr.values[_NBR_FIELD[nbr_strategy]])
+    features, mask, first = tier_kernel.assemble_rows(
+        t,
+        ttls_us,
+        _SLOTS,
+        _flags(pair.found),
+        _ints(pair.event_us),
+        _bytes(pair.values[FM_VERSION]),
+        _ints(pair.values[COMPUTED_AT]),
+        pair_z,
+        _flags(nbr.found),
+        _ints(nbr.event_us),
+        _bytes(nbr.values[FM_VERSION]),
+        nbr_z,
+        _flags(uagg.found),
+        _ints(uagg.event_us),
+        _bytes(uagg.values[FM_VERSION]),
+        _ints(uagg.values[COUNT]),
+        _ints(uagg.values[WINDOW_START]),
+        _ints(uagg.values[COMPUTED_AT]),
+        np.asarray(uagg.values[Z_SUM], np.float32),
+        _flags(iagg.found),
+        _ints(iagg.event_us),
+        _bytes(iagg.values[FM_VERSION]),
+        _ints(iagg.values[COUNT]),
+        np.asarray(iagg.values[Z_MEAN], np.float32),
+        version,
     )
-    pair_z = widen(pair.values[Z])  # [N, d] float32: the pair block and the exclusion
-    pair_ca = pair.values[COMPUTED_AT]
-    in_window = (
-        uagg_row
-        & pair_known
-        & (pair_ca > uagg.values[WINDOW_START])
-        & (pair_ca <= uagg.values[COMPUTED_AT])
-    )
-    features = np.zeros((n, len(TIERS) * z_dim), dtype=np.float32)
-    tz = features.reshape(n, len(TIERS), z_dim)  # [N, 4, d] view
-    k_uagg = TIERS.index(UAGG.name)
-    # The mean is zero exactly where the tier is missing (count 0 where the row is not used).
-    _z_user, uagg_ok = _mean_excluding(
-        uagg.values[Z_SUM], np.where(uagg_row, count, 0), pair_z, in_window, out=tz[:, k_uagg]
-    )
-
-    iagg_ok = (
-        (iagg.values[COUNT] > 0) & (iagg.values[FM_VERSION] == version) & iagg.fresh(t, iagg_ttl_s)
-    )
-
-    present = {PAIR.name: pair_ok, NBR.name: nbr_ok, UAGG.name: uagg_ok, IAGG.name: iagg_ok}
-    blocks = {
-        PAIR.name: pair_z,
-        NBR.name: widen(nbr.values[_NBR_FIELD[nbr_strategy]]),
-        IAGG.name: iagg.values[Z_MEAN],
-    }
-    mask = np.empty((n, len(TIERS)), dtype=bool)
-    first = np.full(n, len(TIERS))
-    for k in reversed(range(len(TIERS))):
-        ok = mask[:, k] = present[TIERS[k]]
-        z = blocks.get(TIERS[k])  # the user's mean is in place already
-        if z is not None and ok.all():
-            tz[:, k] = z
-        elif z is not None and ok.any():
-            np.copyto(tz[:, k], z, where=ok[:, None])
-        first[ok] = k
     return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])

@@ -30,6 +30,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,7 @@ import pyarrow.compute as pc
 from solaris.store.contract import (
     EVENT_TS,
     MAX_EPOCH_S,
+    ContractError,
     FieldSpec,
     InvalidWriteError,
     Kind,
@@ -47,6 +49,7 @@ from solaris.store.contract import (
 )
 
 __all__ = [
+    "RecordRows",
     "ViewRows",
     "decode_records",
     "decode_uniform",
@@ -459,9 +462,10 @@ def rows_from_table(spec: ViewSpec, params: ViewParams, table: pa.Table) -> View
 
 
 @functools.cache
-def _stored(spec: ViewSpec) -> tuple[list[FieldSpec], list[FieldSpec]]:
-    fixed = [f for f in spec.fields if f.kind.is_fixed and f.kind is not Kind.EVENT_S]
-    variable = [f for f in spec.fields if not f.kind.is_fixed]
+@functools.cache
+def _stored(spec: ViewSpec) -> tuple[tuple[FieldSpec, ...], tuple[FieldSpec, ...]]:
+    fixed = tuple(f for f in spec.fields if f.kind.is_fixed and f.kind is not Kind.EVENT_S)
+    variable = tuple(f for f in spec.fields if not f.kind.is_fixed)
     return fixed, variable
 
 
@@ -631,14 +635,106 @@ def _rows_from_records(
 def decode_uniform(spec: ViewSpec, params: ViewParams, records: np.ndarray) -> ViewRows:
     """:class:`ViewRows` of ``N`` records of one length, every one present: a ``V<L>``
     numpy array (the request path's uniform ``HMGET`` replies,
-    :class:`solaris.store.resp.UniformReplies`), decoded by one dtype view."""
+    :class:`solaris.store.resp.UniformReplies`, or one ``GET`` reply). Records of a
+    simple-tail view come back as :class:`RecordRows`, decoded on first use."""
     d = params.z_dim
     size = records.dtype.itemsize
     head = _fixed_dtype(spec, d).itemsize
     if size < head or (_stored(spec)[1] and not _simple_tail(spec)):
         return decode_records(spec, params, [r.tobytes() for r in records])
-    rec = records.view(_fixed_dtype(spec, d, size - head))
-    return _rows_from_records(spec, params, rec, np.ones(len(rec), bool), size - head)
+    return RecordRows(spec, params, records)
+
+
+def _decode_records_array(spec: ViewSpec, params: ViewParams, records: np.ndarray) -> ViewRows:
+    """The eager decoding of :class:`RecordRows`: one dtype view."""
+    head = _fixed_dtype(spec, params.z_dim).itemsize
+    tail = records.dtype.itemsize - head
+    rec = records.view(_fixed_dtype(spec, params.z_dim, tail))
+    return _rows_from_records(spec, params, rec, np.ones(len(rec), bool), tail)
+
+
+class RecordRows(ViewRows):
+    """:class:`ViewRows` of ``N`` present records of one length, kept as the records (a
+    ``V<L>`` array, e.g. a view of the receive buffer) and decoded on the first read of
+    ``found``, ``event_us`` or ``values``. The request path's tier assembly reads
+    :meth:`fields` instead, which decodes nothing: most of a request's cost beyond the wire
+    was building these arrays one numpy call at a time (docs/feature_store.md)."""
+
+    spec: ViewSpec
+    params: ViewParams
+    records: np.ndarray
+
+    def __init__(self, spec: ViewSpec, params: ViewParams, records: np.ndarray) -> None:
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "records", records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @classmethod
+    def blank(cls, spec: ViewSpec, params: ViewParams, n: int, tail: int) -> RecordRows:
+        """``n`` all-zero records with a string tail of ``tail`` bytes (a warm-up's input)."""
+        size = _fixed_dtype(spec, params.z_dim).itemsize + tail
+        return cls(spec, params, np.zeros(n, f"V{size}"))
+
+    @functools.cached_property
+    def _decoded(self) -> ViewRows:
+        return _decode_records_array(self.spec, self.params, self.records)
+
+    found = property(lambda self: self._decoded.found)  # type: ignore[assignment]
+    event_us = property(lambda self: self._decoded.event_us)  # type: ignore[assignment]
+    values = property(lambda self: self._decoded.values)  # type: ignore[assignment]
+
+    @property
+    def tail(self) -> int:
+        """Bytes of the string tail (``fm_version``) in every record."""
+        return int(
+            self.records.dtype.itemsize - _fixed_dtype(self.spec, self.params.z_dim).itemsize
+        )
+
+    def fields(self, **names: str) -> np.ndarray:
+        """The records as a structured array of ``event_us`` (int64, the event time in
+        microseconds) and the given fields under new names (``code="z"``), a view: int64
+        fields as ``<i8``, float16 vectors as their ``<u2`` bits ``(d,)``, float32 vectors as
+        ``<f4 (d,)``, the string tail as its ``u1`` bytes and, as ``<alias>_words``, the
+        same bytes' whole 8-byte words (``<u8``, comparisons a word at a time)."""
+        dtype = _fields_dtype(self.spec, self.params.z_dim, self.tail, tuple(names.items()))
+        view: np.ndarray = self.records.view(dtype)
+        return view
+
+
+@functools.cache
+def _fields_dtype(
+    spec: ViewSpec, d: int, tail: int, names: tuple[tuple[str, str], ...]
+) -> np.dtype:
+    record = _fixed_dtype(spec, d, tail)
+    offsets = {name: field[1] for name, field in (record.fields or {}).items()}
+    kinds = {f.name: f.kind for f in spec.fields}
+    out: dict[str, list[Any]] = {"names": ["event_us"], "formats": ["<i8"]}
+    out["offsets"] = [offsets[_EVENT]]
+    for alias, name in names:
+        kind = kinds[name]
+        fmt: object
+        if kind is Kind.VECTOR_F16:
+            fmt = ("<u2", (d,))
+        elif kind is Kind.VECTOR_F32:
+            fmt = ("<f4", (d,))
+        elif kind is Kind.STRING:  # its bytes, and the same bytes as uint64 words
+            out["names"].append(f"{alias}_words")
+            out["formats"].append(("<u8", (tail // 8,)))
+            out["offsets"].append(offsets[name])
+            fmt = ("u1", (tail,))
+        elif kind is Kind.INT64:
+            fmt = "<i8"
+        else:
+            raise ContractError(f"view {spec.name}: field {name!r} ({kind}) has no record view")
+        out["names"].append(alias)
+        out["formats"].append(fmt)
+        out["offsets"].append(offsets[name])
+    layout: Any = {**out, "itemsize": record.itemsize}
+    dtype: np.dtype = np.dtype(layout)
+    return dtype
 
 
 def decode_records(spec: ViewSpec, params: ViewParams, replies: Sequence[bytes | None]) -> ViewRows:

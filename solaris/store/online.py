@@ -629,6 +629,9 @@ class SolarisOnlineStore(OnlineStore):
         for v, reply in zip(plan.views, replies, strict=True):
             if isinstance(reply, np.ndarray):
                 out[v.prefix] = decode_uniform(v.spec, v.params, reply)
+            elif isinstance(reply, bytes) and reply and v.spec.member is None:
+                one = np.frombuffer(reply, f"V{len(reply)}")  # the one record of a GET
+                out[v.prefix] = decode_uniform(v.spec, v.params, one)
             else:
                 out[v.prefix] = decode_records(
                     v.spec, v.params, reply if v.spec.member is not None else [reply]

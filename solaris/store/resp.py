@@ -22,7 +22,7 @@ __all__ = ["INCOMPLETE", "UniformReplies", "bulk", "command", "frames", "pairs"]
 _CRLF = b"\r\n"
 
 
-def _frame_dtype(width: int) -> list[tuple[str, str]]:
+def _frame_parts(width: int) -> list[tuple[str, str]]:
     head = b"$%d\r\n" % width
     return (
         [("h", f"S{len(head)}"), ("v", f"V{width}"), ("t", "S2")]
@@ -32,6 +32,11 @@ def _frame_dtype(width: int) -> list[tuple[str, str]]:
             ("t", "S2"),
         ]
     )
+
+
+@functools.cache
+def _frame_dtype(width: int) -> np.dtype:
+    return np.dtype(_frame_parts(width))
 
 
 def frames(values: np.ndarray) -> np.ndarray:
@@ -50,8 +55,8 @@ def pairs(fields: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``N`` framed (field, value) argument pairs, both fixed-width void arrays, interleaved
     as ``HSET`` wants them."""
     fw, vw = fields.dtype.itemsize, values.dtype.itemsize
-    dtype = [(f"f{k}", t) for k, t in _frame_dtype(fw)] + [
-        (f"v{k}", t) for k, t in _frame_dtype(vw)
+    dtype = [(f"f{k}", t) for k, t in _frame_parts(fw)] + [
+        (f"v{k}", t) for k, t in _frame_parts(vw)
     ]
     out = np.empty(len(fields), dtype)
     out["fh"], out["fv"], out["ft"] = b"$%d\r\n" % fw, fields, _CRLF
@@ -62,10 +67,17 @@ def pairs(fields: np.ndarray, values: np.ndarray) -> np.ndarray:
 def command(name: bytes, head: Sequence[bytes | str | int], body: bytes, n_body: int) -> bytes:
     """One command: ``name``, the ``head`` arguments (packed by hiredis), then ``n_body``
     arguments already framed in ``body``."""
-    packed = hiredis.pack_command((name, *head))  # *<k>\r\n<frames of name and head>
+    return _command_head(name, tuple(head), n_body) + body
+
+
+@functools.lru_cache(maxsize=4096)
+def _command_head(name: bytes, head: tuple[bytes | str | int, ...], n_body: int) -> bytes:
+    """The bytes of a command before its ``n_body`` framed arguments. Cached: a request's
+    commands repeat their keys and sizes (one user's keys, one candidate count)."""
+    packed: bytes = hiredis.pack_command((name, *head))  # type: ignore[arg-type]
     first = packed.index(b"\r\n")
     count = int(packed[1:first]) + n_body
-    return b"*%d\r\n" % count + packed[first + 2 :] + body
+    return b"*%d\r\n" % count + packed[first + 2 :]
 
 
 def bulk(name: bytes, head: Sequence[bytes | str | int], values: np.ndarray) -> bytes:

@@ -1,5 +1,9 @@
 """assemble_tiers and mean_excluding: presence, version, freshness (inclusive TTLs), exclusion
-of the current item and precedence, on view rows that went through the store's record codec."""
+of the current item and precedence, on view rows that went through the store's record codec.
+
+Every test runs twice: on decoded rows (:class:`ViewRows`, training's and the general path)
+and, where every row of a view is present with records of one length, on the records
+themselves (:class:`RecordRows`, the request path's compiled loop)."""
 
 from __future__ import annotations
 
@@ -60,6 +64,14 @@ USER, ITEM = 1, 2
 
 Row = dict[str, object]
 """One view's row: its join keys, features and ``event_ts``, as a DataFrame row."""
+
+_AS_RECORDS = {"on": False}
+
+
+@pytest.fixture(autouse=True, params=["decoded rows", "records"])
+def _rows_kind(request: pytest.FixtureRequest) -> None:
+    """Run each test on decoded rows and, where they apply, on records as received."""
+    _AS_RECORDS["on"] = request.param == "records"
 
 
 def _vec(values: object) -> np.ndarray:
@@ -136,7 +148,13 @@ def _view_rows(name: str, rows: Sequence[Row | None]) -> ViewRows:
         table = table.set_column(
             table.schema.get_field_index(name_), name_, pa.array(values, pa.int64())
         )
-    records = iter(codec.encode_records(spec, params, table))
+    encoded = codec.encode_records(spec, params, table)
+    if _AS_RECORDS["on"] and len(present) == len(rows) and len(set(map(len, encoded))) == 1:
+        uniform = np.frombuffer(b"".join(encoded), f"V{len(encoded[0])}")
+        out = codec.decode_uniform(spec, params, uniform)
+        assert isinstance(out, codec.RecordRows)
+        return out
+    records = iter(encoded)
     replies = [next(records) if r is not None else None for r in rows]
     return codec.decode_records(spec, params, replies)
 

@@ -153,7 +153,7 @@ def _assemble(  # type: ignore[no-untyped-def]
     """
     n, d = pair_z.shape
     tiers = len(slots)
-    features = np.zeros((n, tiers * d), np.float32)
+    features = np.empty((n, tiers * d), np.float32)  # every block written below
     mask = np.zeros((n, tiers), np.bool_)
     first = np.full(n, tiers, np.int64)
     k_pair, k_nbr, k_uagg, k_iagg = slots[0], slots[1], slots[2], slots[3]
@@ -221,6 +221,10 @@ def _assemble(  # type: ignore[no-untyped-def]
         mask[i, k_nbr] = nbr_ok
         mask[i, k_uagg] = uagg_ok
         mask[i, k_iagg] = iagg_ok
+        for k in range(tiers):  # a missing tier's block is zeros
+            if not mask[i, k]:
+                for j in range(d):
+                    features[i, k * d + j] = 0.0
         for k in range(tiers):
             if mask[i, k]:
                 first[i] = k

@@ -80,6 +80,7 @@ class AirflowServices:
         self.db_url = db_url
         self.dsn = db_url.replace("postgresql+psycopg2://", "postgresql://", 1)
         self.process: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
 
     def __enter__(self) -> AirflowServices:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,23 +94,47 @@ class AirflowServices:
             start_new_session=True,  # its own process group: stopped as a whole
         )
         log.close()
+        self._started = time.time()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def stop(self, grace_s: float = 20.0) -> None:
-        if self.process is None or self.process.poll() is not None:
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM to the launcher, which stops its components' process group itself (20 s,
+        then SIGKILL: ``scripts/airflow_stop.sh``); then SIGKILL to both groups for anything
+        left. The components run in a group of their own (``airflow_group``: the group id in
+        ``$AIRFLOW_HOME/standalone.pgid``), so killing the launcher's group alone could leave
+        a busy Celery worker, which waits on its task at SIGTERM, running."""
+        if self.process is None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        components = self._components_group()
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
         # Components started by the script may outlive it (their own sessions).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        for group in (self.process.pid, components):
+            if group is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+
+    def _components_group(self) -> int | None:
+        """The group id this launcher wrote (a file older than its start is another's)."""
+        home = self.env.get("AIRFLOW_HOME")
+        if not home:
+            return None
+        path = Path(home) / "standalone.pgid"
+        try:
+            if path.stat().st_mtime < self._started - 1:
+                return None
+            text = path.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
 
     def log_tail(self, chars: int = 6000) -> str:
         try:

@@ -41,18 +41,23 @@ def _wait_for(condition, timeout_s: float) -> bool:  # type: ignore[no-untyped-d
     return bool(condition())
 
 
-def test_stop_kills_the_components_group_a_killed_launcher_leaves(tmp_path: Path) -> None:
-    home = tmp_path / "airflow"
-    home.mkdir()
-    launcher = tmp_path / "launcher.sh"
-    launcher.write_text(LAUNCHER.format(stop=REPO / "scripts" / "airflow_stop.sh"))
-    services = AirflowServices(
+def _services(launcher: Path, home: Path, tmp_path: Path) -> AirflowServices:
+    """``launcher`` under AIRFLOW_HOME ``home``; no database or api-server is ever asked."""
+    return AirflowServices(
         launcher,
         {**os.environ, "AIRFLOW_HOME": str(home)},
         "postgresql://127.0.0.1/unused",
         tmp_path / "services.log",
         "http://127.0.0.1:9",
     )
+
+
+def test_stop_kills_the_components_group_a_killed_launcher_leaves(tmp_path: Path) -> None:
+    home = tmp_path / "airflow"
+    home.mkdir()
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text(LAUNCHER.format(stop=REPO / "scripts" / "airflow_stop.sh"))
+    services = _services(launcher, home, tmp_path)
     pgid = home / "standalone.pgid"
     group = None
     try:
@@ -81,13 +86,7 @@ def test_stop_leaves_alone_a_group_file_older_than_the_launcher(tmp_path: Path) 
         os.utime(stale, (time.time() - 3600, time.time() - 3600))
         launcher = tmp_path / "launcher.sh"
         launcher.write_text("sleep 30\n")
-        services = AirflowServices(
-            launcher,
-            {**os.environ, "AIRFLOW_HOME": str(home)},
-            "postgresql://127.0.0.1/unused",
-            tmp_path / "services.log",
-            "http://127.0.0.1:9",
-        )
+        services = _services(launcher, home, tmp_path)
         with services:
             time.sleep(0.2)
         assert services.process is not None and services.process.poll() is not None

@@ -86,48 +86,11 @@ def bulk(name: bytes, head: Sequence[bytes | str | int], values: np.ndarray) -> 
 
 
 # --------------------------------------------------------------------------------------------
-# Reading: the request path's replies, parsed by numpy when they are uniform
+# Reading: the request path's replies, scanned where they lie when they are uniform
 # --------------------------------------------------------------------------------------------
 
 INCOMPLETE = "incomplete"
 """:meth:`UniformReplies.advance` read every byte so far as uniform replies; more are due."""
-
-_DIGITS = frozenset(b"0123456789")
-
-
-def _prefix_of(buf: np.ndarray, pos: int, have: int, expected: bytes) -> bool:
-    """The received bytes ``buf[pos:have]`` start ``expected`` (or equal it)."""
-    k = min(have - pos, len(expected))
-    return k <= 0 or buf[pos : pos + k].tobytes() == expected[:k]
-
-
-def _bulk_header(buf: np.ndarray, pos: int, have: int) -> tuple[int, int] | str | None:
-    """The bulk string header at ``pos``: ``(length, header size)``; ``-1`` for a nil;
-    :data:`INCOMPLETE`; ``None`` when it is not a bulk string header."""
-    window = buf[pos : min(have, pos + 24)].tobytes()
-    end = window.find(b"\r\n")
-    if end < 0:
-        digits = window[1:-1] if window.endswith(b"\r") else window[1:]
-        ok = window[:1] in (b"", b"$") and all(
-            c in _DIGITS or (k == 0 and c == ord("-")) for k, c in enumerate(digits)
-        )
-        return INCOMPLETE if ok and len(window) < 24 else None
-    digits = window[1:end]
-    if window[:1] != b"$" or not digits or not (digits == b"-1" or set(digits) <= _DIGITS):
-        return None
-    return int(digits), end + 2
-
-
-@functools.cache
-def _joints_of(size: int, length: int) -> np.dtype:
-    """Frames of ``$<length>\r\n<bytes>\r\n`` bulk strings (headers of ``size`` bytes)
-    read from the first one's payload on: the payload, then the joint of one frame's
-    trailer and the next one's header, checked in one comparison."""
-    return (
-        np.dtype([("v", f"V{length}"), ("j", f"S{size + 2}")])
-        if length
-        else np.dtype([("j", f"S{size + 2}")])
-    )
 
 
 class UniformReplies:
@@ -139,93 +102,39 @@ class UniformReplies:
     :meth:`advance` returns the replies (an array reply as ``V<L>`` numpy records, a view of
     the buffer; a bulk string as bytes, a nil as ``None``), :data:`INCOMPLETE` when every
     byte so far is uniform and more are due, or ``None`` when a reply is not uniform (an
-    array holding a nil or strings of several lengths, an error): then parse the bytes
-    with hiredis.
+    array holding a nil, empty strings or strings of several lengths, an error): then parse
+    the bytes with hiredis.
 
     An array is uniform when its first string's length ``L`` frames every one of its
-    strings: each ``$L\r\n<L bytes>\r\n`` header and trailer is checked by numpy
-    comparisons, each frame once however the bytes arrive. :data:`INCOMPLETE` is returned
-    only when every header and trailer byte received is the uniform one; since RESP
-    replies are self-delimiting, a complete reply stream shorter than the uniform one would
-    differ from it in a byte already received, so a caller that waits on
-    :data:`INCOMPLETE` never waits on bytes that will not come.
+    strings: each ``$L\r\n<L bytes>\r\n`` header and trailer is checked, by the compiled
+    :func:`solaris.store.reply_scan.scan`. :data:`INCOMPLETE` is returned only when every
+    header and trailer byte received is the uniform one; since RESP replies are
+    self-delimiting, a complete reply stream shorter than the uniform one would differ from
+    it in a byte already received, so a caller that waits on :data:`INCOMPLETE` never waits
+    on bytes that will not come.
     """
 
     def __init__(self, shapes: Sequence[int | None]) -> None:
+        from solaris.store import reply_scan  # numba: loaded on the first request
+
+        self._scan = reply_scan.scan
+        self._complete, self._incomplete = reply_scan.COMPLETE, reply_scan.INCOMPLETE
         self._shapes = shapes
-        self._out: list[np.ndarray | bytes | None] = []
-        self._pos = 0  # where the current reply's unparsed part starts
-        # The current array reply once its first header is read: (first frame's offset,
-        # header bytes, frame dtype, frames checked).
-        self._array: tuple[int, bytes, np.dtype, int] | None = None
+        self._sizes = np.array([-1 if n is None else n for n in shapes], np.int64)
+        self._found = np.empty((3, len(shapes)), np.int64)
 
     def advance(self, buf: np.ndarray, have: int) -> list | str | None:
-        """Parse on with the first ``have`` bytes of ``buf`` (uint8; the same bytes as
-        before, maybe moved to a larger buffer, and more)."""
-        while len(self._out) < len(self._shapes):
-            n = self._shapes[len(self._out)]
-            if self._array is None:
-                pos = self._pos
-                if n is not None:
-                    head = b"*%d\r\n" % n
-                    if not _prefix_of(buf, pos, have, head):
-                        return None
-                    if have < pos + len(head):
-                        return INCOMPLETE
-                    pos += len(head)
-                    if n == 0:
-                        self._out.append(np.zeros(0, "V1"))
-                        self._pos = pos
-                        continue
-                parsed = _bulk_header(buf, pos, have)
-                if parsed is None or parsed == INCOMPLETE:
-                    return parsed
-                length, size = parsed
-                if n is None:  # one bulk string
-                    if length < 0:
-                        self._out.append(None)
-                        self._pos = pos + size
-                        continue
-                    end = pos + size + length + 2
-                    if not _prefix_of(buf, pos + size + length, have, _CRLF):
-                        return None
-                    if have < end:
-                        return INCOMPLETE
-                    self._out.append(buf[pos + size : pos + size + length].tobytes())
-                    self._pos = end
-                    continue
-                if length < 0:
-                    return None
-                header = buf[pos : pos + size].tobytes()
-                self._array = (pos + size, _CRLF + header, _joints_of(size, length), 0)
-            assert n is not None
-            # Frame k is read as (payload k, trailer k + header k+1) from the first payload
-            # on; the last frame's "header" is the next reply's first bytes, not checked.
-            start, joint, frame, checked = self._array
-            step = frame.itemsize
-            whole = min(n, (have - start) // step)  # frames whose joint has arrived
-            last = min(n - 1, whole)  # joints to check: the last frame's is only a trailer
-            if last > checked:
-                view = np.frombuffer(
-                    buf, frame, count=last - checked, offset=start + checked * step
-                )
-                if not (view["j"] == joint).all():
-                    return None
-                self._array = (start, joint, frame, last)
-            end = start + n * step - len(joint) + 2  # after the last trailer
-            if have < end:
-                part = start + last * step + step - len(joint)  # the first joint unchecked
-                if not _prefix_of(buf, part, have, joint if last < n - 1 else _CRLF):
-                    return None
-                return INCOMPLETE
-            if not _prefix_of(buf, end - 2, have, _CRLF):
-                return None
-            length = step - len(joint)
-            self._out.append(
-                np.ndarray((n,), f"V{length}", buf, start, (step,))  # the payloads, a view
-                if length
-                else np.zeros(n, "V1")
-            )
-            self._pos = end
-            self._array = None
-        return self._out if self._pos == have else None
+        """Parse on with the first ``have`` bytes of ``buf`` (uint8, C-contiguous; the same
+        bytes as before, maybe moved to a larger buffer, and more)."""
+        status = self._scan(buf, have, self._sizes, self._found)
+        if status != self._complete:
+            return INCOMPLETE if status == self._incomplete else None
+        out: list[np.ndarray | bytes | None] = []
+        for n, start, length, step in zip(self._shapes, *self._found.tolist(), strict=True):
+            if n is None:
+                out.append(None if length < 0 else buf[start : start + length].tobytes())
+            elif n:
+                out.append(np.ndarray((n,), f"V{length}", buf, start, (step,)))  # a view
+            else:
+                out.append(np.zeros(0, "V1"))
+        return out

@@ -119,3 +119,58 @@ def test_an_error_reply_and_a_nil_get_are_told_apart() -> None:
 
 def test_bytes_beyond_the_replies_are_not_uniform() -> None:
     assert _advance_in_chunks(_array_reply([b"ab"]) + b"+OK\r\n", [1], []) is None
+
+
+def _random_reply(rng: np.random.Generator) -> tuple[int | None, bytes, bool]:
+    """(shape, bytes, uniform) of one random reply: an array (uniform or not) or a bulk
+    string, a nil or an error."""
+    kind = rng.integers(6)
+    width = int(rng.choice([0, 1, 9, 10, 87, 171]))
+
+    def payload(w: int) -> bytes:
+        return bytes(rng.choice(np.frombuffer(b"$*\r\n-19a", np.uint8), w))
+
+    if kind == 0:  # a bulk string, maybe a nil
+        value = None if rng.random() < 0.3 else payload(width)
+        return None, _bulk_reply(value), True
+    if kind == 1:  # an error where a reply was due
+        return int(rng.integers(1, 4)), b"-ERR wrong\r\n", False
+    n = int(rng.integers(0, 6))
+    values: list[bytes | None] = [payload(width) for _ in range(n)]
+    uniform = width > 0 or n == 0  # an array of empty strings is not records
+    if n and kind == 2:  # one nil
+        values[int(rng.integers(n))] = None
+        uniform = False
+    elif n > 1 and kind == 3:  # one other length
+        values[int(rng.integers(n))] = payload(width + int(rng.choice([-1, 1, 10])) if width else 1)
+        uniform = False
+    return n, _array_reply(values), uniform
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_reply_streams_are_parsed_as_hiredis_does_or_refused(seed: int) -> None:
+    """Random streams of arrays, bulk strings, nils and errors, cut anywhere: a uniform
+    stream gives hiredis's replies once complete; any other is refused (None) once it is all
+    there; a cut that ends a uniform stream early is that stream's replies."""
+    rng = np.random.default_rng(seed)
+    parts = [_random_reply(rng) for _ in range(int(rng.integers(1, 4)))]
+    shapes = [shape for shape, _, _ in parts]
+    stream = b"".join(raw for _, raw, _ in parts)
+    uniform = all(ok for _, _, ok in parts)
+    extra = not uniform or rng.random() < 0.2
+    cuts = sorted(int(c) for c in rng.integers(0, len(stream), 3))  # before the end
+    if uniform and extra:  # bytes after the last reply, in the same delivery
+        stream += b"+OK\r\n"
+    answer = _advance_in_chunks(stream, shapes, cuts)
+    if uniform and not extra:
+        expected = _hiredis_all(stream, len(shapes))
+        assert [_as_python(r) for r in answer] == expected
+    else:
+        assert answer is None
+    for cut in range(len(stream)):  # a prefix is replies only where hiredis reads them
+        prefix = _advance_in_chunks(stream[:cut], shapes, [])
+        if isinstance(prefix, list):
+            reader = hiredis.Reader()
+            reader.feed(stream[:cut])
+            assert [_as_python(r) for r in prefix] == [reader.gets() for _ in shapes], cut
+            assert not reader.has_data(), cut

@@ -305,7 +305,9 @@ def conf_params() -> dict[str, Any]:
     conf against them when the run is created (the UI's trigger form, the REST API,
     ``airflow dags trigger``, a backfill), so a conf of the wrong shape is refused at trigger
     time instead of failing when its first task runs. What a schema cannot say (intervals on
-    the cadence grid, overlaps, the span, live namespaces) is checked by :func:`task_run`."""
+    the cadence grid, overlaps, the span, live namespaces: JSON Schema compares no two values,
+    and Airflow checks each Param alone) is checked by :func:`task_run`, in the run's first
+    task, before anything is written."""
     from airflow.sdk import Param
 
     from solaris.namespace import NAME_PATTERN
@@ -345,6 +347,7 @@ def conf_params() -> dict[str, Any]:
             type=["null", "array"],
             minItems=1,
             maxItems=MAX_RUN_INTERVALS,
+            uniqueItems=True,  # a repeat; an overlap needs comparisons a schema cannot make
             items=interval,
             description="several intervals, oldest first, none overlapping",
         ),

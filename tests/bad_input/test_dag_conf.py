@@ -209,6 +209,7 @@ SHAPE_CASES = [
     pytest.param({"intervals": [{"interval_start": T}]}, "intervals", id="interval-end-missing"),
     pytest.param({"intervals": [{**_interval(), "x": 1}]}, "intervals", id="interval-extra-key"),
     pytest.param({"intervals": [_interval()] * 10_001}, "intervals", id="too-many-intervals"),
+    pytest.param({"intervals": [_interval(), _interval()]}, "intervals", id="interval-repeated"),
 ]
 
 

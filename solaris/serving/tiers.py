@@ -30,6 +30,7 @@ Rules, per row ``n`` and tier (all vectorised):
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -53,6 +54,7 @@ from solaris.store.contract import (
     Z_TOP1,
     ViewParams,
     Z,
+    epoch_seconds_array,
 )
 
 if TYPE_CHECKING:
@@ -278,24 +280,14 @@ def mean_excluding(
     return mean, valid
 
 
-def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray | float:
-    """``now`` as a scalar (it broadcasts) or a ``[n]`` array."""
-    if isinstance(now, bool | np.bool_):
-        raise TierInputError(f"now must be epoch seconds, got {now!r}")
-    if isinstance(now, int | float | np.integer | np.floating):
-        if not np.isfinite(now):
-            raise TierInputError("now is NaN or inf")
-        return now
-    arr = np.asarray(now)
-    if arr.ndim == 0:
-        return _now_array(arr.item(), n)
-    if arr.shape != (n,):
-        raise TierInputError(f"now must be a scalar or have shape ({n},), got {arr.shape}")
-    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise TierInputError(f"now must be epoch seconds (numbers), got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
-        raise TierInputError("now contains NaN or inf")
-    return arr
+def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray:
+    """``now`` as ``[1]`` float64 (one time: every row) or ``[n]`` (one per row), by the one
+    rule of a request time (:func:`~solaris.store.contract.epoch_seconds_array`)."""
+    one = isinstance(now, numbers.Real) and not isinstance(now, bool | np.bool_)
+    try:
+        return epoch_seconds_array(now, 1 if one else n, "now")  # type: ignore[no-any-return]
+    except ValueError as exc:
+        raise TierInputError(str(exc)) from None
 
 
 def assemble_tiers(
@@ -346,7 +338,7 @@ def assemble_tiers(
         return empty_tiers(0, z_dim)
     from solaris.serving import tier_kernel  # numba: imported on the first assembly
 
-    t = np.asarray(_now_array(now, n), np.float64).reshape(-1)
+    t = _now_array(now, n)
     pair, nbr, uagg, iagg = (views[name] for name in TIERS)
     version, ttls_us = _kernel_constants(fm_version, pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s)
     records = _records_of(pair, nbr, uagg, iagg, len(version))

@@ -27,7 +27,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from solaris.errors import SolarisError
 
@@ -73,6 +73,7 @@ __all__ = [
     "ViewSpec",
     "Z",
     "epoch_seconds",
+    "epoch_seconds_array",
     "view",
 ]
 
@@ -417,6 +418,40 @@ def epoch_seconds(value: object, name: str) -> int | float:
             f"got {value!r}"
         )
     return value
+
+
+def epoch_seconds_array(values: object, n: int, name: str, *, rows: str = "row") -> Any:
+    """``values`` as ``[n]`` float64 epoch seconds: one time (every row) or one per row,
+    each by :func:`epoch_seconds`' rule; ``ContractError`` naming ``name`` (and the first bad
+    row) otherwise; ``rows`` is what a row is called in the message. The one rule of a
+    request time for every layer: the client's ``now``, Feast's ``request_ts``, the tier
+    assembly's ``now``."""
+    import numpy as np
+
+    if isinstance(values, numbers.Real) and not isinstance(values, bool | np.bool_):
+        return np.full(n, float(epoch_seconds(values, name)))
+    arr = np.asarray(values)
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        shown = repr(values)
+        shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
+        raise ContractError(f"{name} must be epoch seconds (numbers), got {shown}")
+    if arr.ndim == 0:
+        return epoch_seconds_array(arr.item(), n, name, rows=rows)
+    if arr.shape != (n,):
+        raise ContractError(
+            f"{name} must be one time or one per {rows} ({n}), got shape {arr.shape}"
+        )
+    out = arr.astype(np.float64)
+    bad = ~(np.isfinite(out) & (out >= 0) & (out < MAX_EPOCH_S))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ContractError(
+            f"{name} must be epoch seconds in [0, {MAX_EPOCH_S:.0e}) (not milliseconds), "
+            f"got {float(out[k])!r} at row {k}"
+        )
+    return out
 
 
 def view(name: object) -> ViewSpec:

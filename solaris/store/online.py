@@ -78,13 +78,12 @@ from solaris.store.connection import redacted, redis_client, unlink_matching
 from solaris.store.contract import (
     EVENT_TS,
     ITEM_ID,
-    MAX_EPOCH_S,
     REQUEST_TS,
     USER_ID,
     InvalidWriteError,
     ViewParams,
     ViewSpec,
-    epoch_seconds,
+    epoch_seconds_array,
     view,
 )
 from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, row_status
@@ -298,33 +297,13 @@ def _int64_ids(name: str, values: Any) -> np.ndarray:
 
 
 def _request_time(values: Any, n: int) -> np.ndarray:
+    """The request's ``[n]`` times in epoch seconds (the wall clock when none is given)."""
     if values is None:
         return np.full(n, float(int(time.time())))
-    if isinstance(values, int | float) and not isinstance(values, bool):
-        try:
-            return np.full(n, float(epoch_seconds(values, REQUEST_TS)))
-        except ValueError as exc:
-            raise FeatureRequestError(str(exc)) from None
     try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise FeatureRequestError(
-            f"{REQUEST_TS!r} must be epoch seconds (numbers), got {values!r}"
-        ) from None
-    if arr.ndim == 0:
-        arr = np.full(n, float(arr))
-    if arr.shape != (n,):
-        raise FeatureRequestError(
-            f"{REQUEST_TS!r} must be one time or one per entity row ({n}), got shape {arr.shape}"
-        )
-    bad = ~(np.isfinite(arr) & (arr >= 0) & (arr < MAX_EPOCH_S))
-    if bad.any():
-        row = int(np.argmax(bad))
-        raise FeatureRequestError(
-            f"{REQUEST_TS!r} must be epoch seconds in [0, {MAX_EPOCH_S:.0e}) (not "
-            f"milliseconds), got {float(arr[row])!r} at row {row}"
-        )
-    return arr
+        return epoch_seconds_array(values, n, repr(REQUEST_TS), rows="entity row")  # type: ignore[no-any-return]
+    except ValueError as exc:
+        raise FeatureRequestError(str(exc)) from None
 
 
 class SolarisOnlineStore(OnlineStore):

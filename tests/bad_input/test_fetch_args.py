@@ -204,7 +204,7 @@ READ_CASES: list[tuple[str, Callable[[FeastWorld], object], str]] = [
      r"entity column 'user_id' must be one-dimensional, got shape \(1, 1\)"),
     ("request-time-nan",
      lambda w: _service_read(w, {"user_id": [1], "item_id": [10], "request_ts": float("nan")}),
-     r"request_ts must be epoch seconds in \[0, 1e\+10\)"),
+     r"'request_ts' must be epoch seconds in \[0, 1e\+10\)"),
     ("request-time-in-milliseconds",
      lambda w: _service_read(w, {"user_id": [1, 1], "item_id": [10, 11],
                                  "request_ts": [NOW, NOW * 1000]}),

@@ -487,6 +487,13 @@ def test_bad_inputs_raise() -> None:
         assemble_tiers(views, np.array([NOW, np.inf]), **KW)
     with pytest.raises(ValueError, match="now"):
         assemble_tiers(views, np.array(["a", "b"]), **KW)
+    # The one rule of a request time: milliseconds and booleans are refused here too.
+    with pytest.raises(ValueError, match=r"now must be epoch seconds in .* at row 1"):
+        assemble_tiers(views, np.array([NOW, 1_700_000_000_000]), **KW)
+    with pytest.raises(ValueError, match=r"now must be epoch seconds in"):
+        assemble_tiers(views, 1_700_000_000_000, **KW)
+    with pytest.raises(ValueError, match=r"now must be epoch seconds \(numbers\), got True"):
+        assemble_tiers(views, True, **KW)
     for ttl in ("pair_ttl_s", "nbr_ttl_s", "uagg_ttl_s", "iagg_ttl_s"):
         for bad in (0, -1, float("nan")):
             with pytest.raises(ValueError, match=ttl):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from solaris.config import SolarisConfig
@@ -254,3 +255,39 @@ def test_from_tags_with_a_wrong_or_missing_layout_tag_raises_naming_the_view(
         tags["solaris.layout"] = layout
     with pytest.raises(InvalidWriteError, match=r"view 'uagg'.*layout"):
         ViewParams.from_tags(tags, 120, "uagg")
+
+
+# -- request times: one rule for every layer --------------------------------------------------
+
+
+def test_one_request_time_stands_for_every_row() -> None:
+    from solaris.store.contract import epoch_seconds_array
+
+    out = epoch_seconds_array(1_700_000_000, 3, "now")
+    assert out.dtype == np.float64
+    assert out.tolist() == [1_700_000_000.0] * 3
+    assert epoch_seconds_array(np.int64(5), 2, "now").tolist() == [5.0, 5.0]
+    assert epoch_seconds_array(np.array(7.5), 2, "now").tolist() == [7.5, 7.5]
+    assert epoch_seconds_array([1, 2], 2, "now").tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (True, r"now must be epoch seconds \(numbers\), got True"),
+        (np.array([True, False]), r"now must be epoch seconds \(numbers\), got array"),
+        (["a", "b"], r"now must be epoch seconds \(numbers\), got \['a', 'b'\]"),
+        ([1, 2, 3], r"now must be one time or one per row \(2\), got shape \(3,\)"),
+        ([1, 1_700_000_000_000], r"not milliseconds\), got 1700000000000\.0 at row 1"),
+        ([np.nan, 1], r"got nan at row 0"),
+        ([1, -1], r"got -1\.0 at row 1"),
+        (float("inf"), r"now must be epoch seconds in \[0, 1e\+10\)"),
+    ],
+)
+def test_a_request_time_that_is_not_epoch_seconds_is_refused_naming_it(
+    values: object, message: str
+) -> None:
+    from solaris.store.contract import ContractError, epoch_seconds_array
+
+    with pytest.raises(ContractError, match=message):
+        epoch_seconds_array(values, 2, "now")

@@ -88,6 +88,8 @@ FORBIDDEN = {
     "serving": {"pipeline", "orchestration", "evaluation", "local", "dashboard", "cli"},
     "pipeline": {"orchestration", "evaluation", "local", "dashboard", "cli"},
     "models": {"orchestration", "evaluation", "local", "dashboard", "cli", "serving"},
+    # The DAGs' task bodies: a deployment runs them without the one-machine runner.
+    "orchestration": {"local", "cli"},
 }
 # The product imports no example (the CLI gets the example's commands by an entry point).
 EXAMPLE_IMPORTS_ALLOWED: set[str] = set()

@@ -1040,7 +1040,7 @@ WARM_IMPORTS: dict[str, list[str]] = {
         "solaris.pipeline.embed",
         "solaris.pipeline.codes",
         "solaris.pipeline.materialize",
-        "solaris.models.training",
+        "solaris.models.checkpoints",
         *_FEAST,
         *_CYCLE,
     ],

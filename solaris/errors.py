@@ -20,8 +20,8 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── LayoutError            (ValueError)    solaris.orchestration.layout: interval, marker
     ├── CodesError             (RuntimeError)  solaris.manifest: autoencoder artifacts
     ├── ModelInputError        (ValueError)    solaris.models: a model's argument or input
-    ├── DeviceError            (RuntimeError)  solaris.models.training: no such torch device
-    ├── CheckpointError        (ValueError)    solaris.models.training: a checkpoint refused
+    ├── DeviceError            (RuntimeError)  solaris.models.device: no such torch device
+    ├── CheckpointError        (ValueError)    solaris.models.checkpoints: a checkpoint refused
     ├── EvaluationError        (ValueError)    solaris.evaluation.metrics: metric, replay input
     ├── ArtifactPathError      (ValueError)    solaris.files: a path leaving the artifacts root
     ├── ArgumentTypeError      (TypeError)     solaris.files: an argument of the wrong type

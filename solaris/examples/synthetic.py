@@ -24,7 +24,7 @@ module implements all of them for a small seeded world, to show what a user writ
 :func:`prepare` writes both artefacts under ``<artifacts_dir>/synthetic``: the log
 (``log.parquet``) and the trained FM (``fm.pt``, its weights only, loaded with
 ``weights_only=True``, and ``fm.pt.json``, its constructor arguments and version: a SOLARIS
-checkpoint, :func:`solaris.models.training.save_checkpoint`). It takes a few seconds on a
+checkpoint, :func:`solaris.models.checkpoints.save_checkpoint`). It takes a few seconds on a
 CPU, is seeded, and rewrites byte-identical files for the same :class:`SyntheticWorld`.
 Then configure::
 
@@ -69,7 +69,7 @@ from torch import nn
 from solaris.data.schemas import request_log_frame
 from solaris.data.synthetic import SyntheticSpec, generate_candidates
 from solaris.files import atomic_write_parquet
-from solaris.models.training import checkpoint_meta_path, load_checkpoint, save_checkpoint
+from solaris.models.checkpoints import checkpoint_meta_path, load_checkpoint, save_checkpoint
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
@@ -564,7 +564,7 @@ def load_foundation_model(folder: str | os.PathLike[str]) -> SyntheticFoundation
             :func:`prepare`).
         ValueError: the files do not belong together (one was rewritten without the other),
             or ``fm.pt`` is not a tensors-only checkpoint of this FM
-            (:class:`~solaris.models.training.CheckpointError`).
+            (:class:`~solaris.models.checkpoints.CheckpointError`).
     """
     folder = Path(folder)
     fm_path, log_path = folder / FM_FILE, folder / LOG_FILE

@@ -1,8 +1,9 @@
-"""The models: the autoencoder every FM's codes go through, the training loop, and the
-MovieLens example's FM and VM (:mod:`.fm`, :mod:`.vm`).
+"""What every FM's codes go through: the autoencoder (:mod:`.autoencoder`), versioned
+checkpoints (:mod:`.checkpoints`) and the torch device and seeds (:mod:`.device`).
 
-:class:`ModelInputError` lives here, not beside one model, so that the autoencoder and the
-embedding path raise it without importing the example's FM.
+An FM and a VM are the adopter's (``solaris.adapters``); the MovieLens example's live in
+``solaris.examples.movielens.models``. :class:`ModelInputError` lives here, not beside one
+model, so that the autoencoder and the embedding path raise it without importing a model.
 """
 
 from solaris.errors import SolarisError

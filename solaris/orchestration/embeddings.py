@@ -341,7 +341,7 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
     view (online, then the offline rows published)."""
     from solaris import adapters
     from solaris.data.schemas import read_table
-    from solaris.models.training import resolve_device
+    from solaris.models.device import resolve_device
     from solaris.pipeline.codes import load_autoencoder
     from solaris.pipeline.embed import embed_shard
     from solaris.pipeline.materialize import materialize, pair_rows

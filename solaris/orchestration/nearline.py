@@ -133,7 +133,7 @@ class NearlineEmbedder:
         log_every_s: float = 10.0,
     ) -> None:
         from solaris import adapters
-        from solaris.models.training import resolve_device
+        from solaris.models.device import resolve_device
         from solaris.orchestration.layout import CycleLayout
         from solaris.orchestration.resources import feature_store
         from solaris.pipeline.codes import load_autoencoder

@@ -90,7 +90,7 @@ def fit_autoencoder_on(h: torch.Tensor, cfg: SolarisConfig) -> tuple[Autoencoder
     from tqdm.auto import tqdm
 
     from solaris.models.autoencoder import Autoencoder
-    from solaris.models.training import seed_everything
+    from solaris.models.device import seed_everything
 
     gen = seed_everything(cfg.train.seed)
     shared_dim = int(h.shape[1])
@@ -118,7 +118,7 @@ def fit_autoencoder(
     Returns ``(autoencoder, fm_version, reconstruction MSE)``; ``fm_version`` hashes the
     FM's version, the autoencoder's weights and ``z_dim``.
     """
-    from solaris.models.training import weights_digest
+    from solaris.models.checkpoints import weights_digest
 
     if len(pairs) == 0:
         raise CodesError("no pairs to train the autoencoder on")
@@ -138,7 +138,7 @@ def save_autoencoder(
 ) -> CodesManifest:
     """Write the autoencoder checkpoint, then its manifest (the manifest last: a reader
     that sees the manifest finds the checkpoint it names)."""
-    from solaris.models.training import save_checkpoint
+    from solaris.models.checkpoints import save_checkpoint
 
     models_dir = Path(models_dir)
     init = {"in_dim": ae.in_dim, "z_dim": ae.z_dim, "hidden": ae.hidden}
@@ -174,7 +174,7 @@ def fit_autoencoder_from_traffic(
 def load_autoencoder(models_dir: Path, fm: FoundationModel) -> tuple[Autoencoder, str]:
     """The autoencoder of ``models_dir`` and its ``fm_version``, checked against ``fm``."""
     from solaris.models.autoencoder import Autoencoder
-    from solaris.models.training import load_checkpoint
+    from solaris.models.checkpoints import load_checkpoint
 
     manifest = read_manifest(models_dir)
     if manifest.fm != fm.version:

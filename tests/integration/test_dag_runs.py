@@ -345,9 +345,9 @@ def test_live_clock_interval_and_replay_never_touch_each_others_state(
     selects from the scores serving logged, with no VM forward pass."""
     from datetime import UTC, datetime
 
+    from solaris.examples.movielens.models.vm import VerticalModel
     from solaris.local.airflow import LocalAirflow
     from solaris.local.cycle import downstream_conf
-    from solaris.models.vm import VerticalModel
     from solaris.orchestration.resources import read_parquet
     from solaris.serving.client import SolarisFeatures
 

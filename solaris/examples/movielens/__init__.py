@@ -8,8 +8,9 @@ imports it. The adapters (:mod:`.adapters`) are re-exported here.
 
 What ``make demo`` runs on, and the template for bringing your own:
 
-- :func:`foundation_model`: the multi-task :class:`~solaris.models.fm.FoundationModel`
-  with its MovieLens features (:class:`~solaris.examples.movielens.features.FeatureContext`);
+- :func:`foundation_model`: the multi-task
+  :class:`~solaris.examples.movielens.models.fm.FoundationModel` with its MovieLens
+  features (:class:`~solaris.examples.movielens.features.FeatureContext`);
 - :func:`traffic`: the request log the demo builds from the ratings (1-minute requests,
   causal retrieval candidates), with the score the VM gave each candidate, as a production
   serving stack would have logged it;

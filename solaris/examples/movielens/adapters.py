@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     import torch
 
     from solaris.examples.movielens.features import FeatureContext
-    from solaris.models.batch import FeatureBatch
-    from solaris.models.fm import FoundationModel as FMModule
-    from solaris.models.vm import VerticalModel
+    from solaris.examples.movielens.models.batch import FeatureBatch
+    from solaris.examples.movielens.models.fm import FoundationModel as FMModule
+    from solaris.examples.movielens.models.vm import VerticalModel
 
 __all__ = [
     "MovieLensFoundationModel",
@@ -108,8 +108,8 @@ class MovieLensFoundationModel:
 
 def foundation_model(cfg: SolarisConfig) -> MovieLensFoundationModel:
     """The FM of ``<artifacts_dir>/models/fm.pt`` (written by ``make demo``)."""
-    from solaris.models.fm import FoundationModel
-    from solaris.models.training import load_checkpoint
+    from solaris.examples.movielens.models.fm import FoundationModel
+    from solaris.models.checkpoints import load_checkpoint
 
     path = _require(Namespace.of(cfg).models_dir / "fm.pt", "the MovieLens FM")
     module, version = load_checkpoint(path, FoundationModel, kind="fm")
@@ -151,8 +151,8 @@ class Verifier:
 def current_verifier(cfg: SolarisConfig, *, as_of: int) -> Verifier:
     """The VM in force at ``as_of``: the newest the training DAG published at or before it
     in this namespace, else the one trained with the FM."""
-    from solaris.models.training import load_checkpoint
-    from solaris.models.vm import VerticalModel
+    from solaris.examples.movielens.models.vm import VerticalModel
+    from solaris.models.checkpoints import load_checkpoint
     from solaris.orchestration.layout import CycleLayout
 
     layout = CycleLayout(Namespace.of(cfg))
@@ -250,7 +250,7 @@ class VMTrainer:
         import torch
 
         from solaris.examples.movielens.train import TierInputs, train_vm
-        from solaris.models.training import save_checkpoint, weights_digest
+        from solaris.models.checkpoints import save_checkpoint, weights_digest
         from solaris.orchestration.layout import CycleLayout
         from solaris.orchestration.resources import cycle_redis, feature_store
         from solaris.pipeline.codes import read_manifest
@@ -314,8 +314,8 @@ class VMTrainer:
 
 def _val_logloss(vm, ctx, rows: pd.DataFrame, tiers, task: str) -> float:
     from solaris.evaluation.metrics import log_loss
+    from solaris.examples.movielens.models.training import predict_proba, predict_vm
     from solaris.examples.movielens.train import vm_examples
-    from solaris.models.training import predict_proba, predict_vm
 
     ex = vm_examples(ctx, rows, task)
     if vm.n_tiers:

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from solaris.data.tasks import LIKE_THRESHOLD, LOVE_RATING  # re-exported
 from solaris.errors import SolarisError
+from solaris.examples.movielens.tasks import LIKE_THRESHOLD, LOVE_RATING  # re-exported
 
 __all__ = [
     "LIKE_THRESHOLD",

@@ -29,7 +29,7 @@ from solaris.examples.movielens.fetch import fetch_movielens
 from solaris.examples.movielens.requests import build_request_log, request_log_stats
 from solaris.examples.movielens.train import save_models, train_models, vm_window_start
 from solaris.files import atomic_write_json
-from solaris.models.training import resolve_device
+from solaris.models.device import resolve_device
 from solaris.store.connection import redacted_settings
 
 __all__ = ["NEARLINE_SECONDS", "run_demo", "run_offline_cycle"]

@@ -17,7 +17,7 @@ import torch
 
 from solaris.config import ModelConfig
 from solaris.examples.movielens.data import LIKE_THRESHOLD, MovieLens
-from solaris.models.batch import FeatureBatch, FeatureSpec
+from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
 
 __all__ = ["FM_DENSE", "VM_DENSE", "FeatureContext"]
 

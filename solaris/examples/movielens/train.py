@@ -20,23 +20,21 @@ from tqdm.auto import tqdm
 from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import auc, log_loss
 from solaris.examples.movielens.features import FeatureContext
-from solaris.files import atomic_write_json
-from solaris.models.autoencoder import Autoencoder
-from solaris.models.fm import FoundationModel
-from solaris.models.training import (
+from solaris.examples.movielens.models.fm import FoundationModel
+from solaris.examples.movielens.models.training import (
     Examples,
     TimeSplit,
     fit,
-    load_checkpoint,
     predict_fm,
     predict_proba,
     predict_vm,
-    save_checkpoint,
-    seed_everything,
     task_targets,
-    weights_digest,
 )
-from solaris.models.vm import VerticalModel, tier_dropout
+from solaris.examples.movielens.models.vm import VerticalModel, tier_dropout
+from solaris.files import atomic_write_json
+from solaris.models.autoencoder import Autoencoder
+from solaris.models.checkpoints import load_checkpoint, save_checkpoint, weights_digest
+from solaris.models.device import seed_everything
 from solaris.pipeline.codes import CODES_MANIFEST, CodesManifest, fit_autoencoder_on
 
 __all__ = [

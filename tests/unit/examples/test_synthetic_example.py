@@ -222,7 +222,7 @@ def test_import_has_no_movielens() -> None:
     code = (
         "import sys, solaris.examples.synthetic\n"
         "bad = sorted(m for m in sys.modules if 'movielens' in m or m in "
-        "('solaris.examples.movielens.features', 'solaris.models.fm'))\n"
+        "('solaris.examples.movielens.features', 'solaris.examples.movielens.models.fm'))\n"
         "print(bad)\n"
         "sys.exit(1 if bad else 0)\n"
     )

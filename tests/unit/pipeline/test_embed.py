@@ -19,8 +19,8 @@ from solaris.data.schemas import SchemaError, pair_embeddings_schema, read_table
 from solaris.examples.movielens.adapters import MovieLensFoundationModel
 from solaris.examples.movielens.data import MovieLens
 from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.models.fm import FoundationModel
 from solaris.models.autoencoder import Autoencoder
-from solaris.models.fm import FoundationModel
 from solaris.pipeline import embed
 from solaris.pipeline.embed import embed_pairs, embed_shard, encode_pairs, prefetch_batches
 

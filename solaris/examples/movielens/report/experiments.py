@@ -24,6 +24,15 @@ from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import auc, log_loss, normalized_entropy
 from solaris.examples.movielens.adapters import MovieLensFoundationModel
 from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.models.fm import FoundationModel
+from solaris.examples.movielens.models.training import (
+    TimeSplit,
+    fit,
+    predict_fm,
+    predict_proba,
+    predict_vm,
+    task_targets,
+)
 from solaris.examples.movielens.report.stats import row_log_loss
 from solaris.examples.movielens.report.tiers import Tier
 from solaris.examples.movielens.train import (
@@ -35,16 +44,7 @@ from solaris.examples.movielens.train import (
     vm_examples,
     vm_window_start,
 )
-from solaris.models.fm import FoundationModel
-from solaris.models.training import (
-    TimeSplit,
-    fit,
-    predict_fm,
-    predict_proba,
-    predict_vm,
-    seed_everything,
-    task_targets,
-)
+from solaris.models.device import seed_everything
 from solaris.pipeline.embed import encode_pairs
 
 __all__ = [

@@ -155,7 +155,7 @@ def bounds(log, cfg: SolarisConfig, st: ReportSettings) -> dict[str, float]:
 
 
 def _eval_from(log, cfg: SolarisConfig) -> int:
-    from solaris.models.training import TimeSplit
+    from solaris.examples.movielens.models.training import TimeSplit
 
     split = TimeSplit.from_shares(
         log.impressions["ts"].to_numpy(), cfg.train.train_share, cfg.train.val_share

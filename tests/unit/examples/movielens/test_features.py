@@ -11,7 +11,7 @@ import torch
 
 from solaris.examples.movielens.data import LIKE_THRESHOLD, MovieLens
 from solaris.examples.movielens.features import FM_DENSE, VM_DENSE, FeatureContext
-from solaris.models.batch import FeatureBatch
+from solaris.examples.movielens.models.batch import FeatureBatch
 
 HISTORY = 6
 

@@ -22,16 +22,16 @@ from solaris.examples.movielens.adapters import (
     publish_verifier,
     vm_verifier,
 )
+from solaris.examples.movielens.models.batch import FeatureSpec
+from solaris.examples.movielens.models.vm import VerticalModel
 from solaris.files import ArtifactPathError
-from solaris.models.batch import FeatureSpec
-from solaris.models.training import (
+from solaris.models.checkpoints import (
     CHECKPOINT_FORMAT,
     CheckpointError,
     checkpoint_meta_path,
     save_checkpoint,
     weights_digest,
 )
-from solaris.models.vm import VerticalModel
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout
 

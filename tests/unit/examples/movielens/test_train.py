@@ -12,6 +12,7 @@ from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import log_loss
 from solaris.examples.movielens.data import MovieLens
 from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.models.training import Examples, predict_proba, predict_vm
 from solaris.examples.movielens.train import (
     TierInputs,
     load_models,
@@ -19,7 +20,6 @@ from solaris.examples.movielens.train import (
     train_models,
     train_vm,
 )
-from solaris.models.training import Examples, predict_proba, predict_vm
 
 Z_DIM = 4
 

@@ -3,10 +3,10 @@ import pytest
 
 from solaris.config import SolarisConfig
 from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.models.training import TimeSplit, predict_proba, predict_vm
 from solaris.examples.movielens.report.aggregate import kd_choices, pool_distillation
 from solaris.examples.movielens.requests import build_request_log
 from solaris.examples.movielens.train import Distillation, train_vm, vm_examples
-from solaris.models.training import TimeSplit, predict_proba, predict_vm
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
+from solaris.examples.movielens.models.fm import MLP, _check_positive, _check_spec
 from solaris.models import ModelInputError
-from solaris.models.batch import FeatureBatch, FeatureSpec
-from solaris.models.fm import MLP, _check_positive, _check_spec
 
 __all__ = ["VerticalModel", "tier_dropout"]
 
@@ -118,7 +118,7 @@ class VerticalModel(nn.Module):
 
     Example::
 
-        >>> from solaris.models.batch import FeatureBatch, FeatureSpec
+        >>> from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
         >>> spec = FeatureSpec(n_dense=2, user_cat_cardinalities=(3,), n_items=10,
         ...     item_cat_cardinalities=(4,), n_genres=6, kg_buckets=16, history_len=3,
         ...     genres_per_item=2, kg_per_item=2)
@@ -232,4 +232,5 @@ class VerticalModel(nn.Module):
             parts.append(proj(tier_z[:, t]) * tier_mask[:, t : t + 1])  # (B, E)
         parts.append(tier_mask)  # (B, n_tiers)
         x = torch.cat(parts, dim=1)  # (B, input_dim)
-        return self.head(self.mlp(x))  # (B, n_tasks)
+        logits: torch.Tensor = self.head(self.mlp(x))  # (B, n_tasks)
+        return logits

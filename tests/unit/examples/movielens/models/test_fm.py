@@ -1,4 +1,4 @@
-"""Tests for ``solaris.models.fm``."""
+"""Tests for ``solaris.examples.movielens.models.fm``."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 from torch import nn
 
+from solaris.examples.movielens.models import fm as fm_module
+from solaris.examples.movielens.models import vm as vm_module
+from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
+from solaris.examples.movielens.models.fm import MLP, CrossNet, FoundationModel, SequenceEncoder
 from solaris.models import autoencoder as autoencoder_module
-from solaris.models import fm as fm_module
-from solaris.models import vm as vm_module
-from solaris.models.batch import FeatureBatch, FeatureSpec
-from solaris.models.fm import MLP, CrossNet, FoundationModel, SequenceEncoder
 
 MakeBatch = Callable[..., FeatureBatch]
 MODULES = (fm_module, autoencoder_module, vm_module)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from solaris.models.batch import FeatureBatch, FeatureSpec
+from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
 
 MakeBatch = Callable[..., FeatureBatch]
 

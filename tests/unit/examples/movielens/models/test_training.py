@@ -15,23 +15,25 @@ import torch
 from solaris.config import SolarisConfig, TrainConfig
 from solaris.errors import ConfigError
 from solaris.examples.movielens.features import FeatureContext
-from solaris.models.training import (
-    CHECKPOINT_FORMAT,
-    CheckpointError,
+from solaris.examples.movielens.models.training import (
     Examples,
     TimeSplit,
     _mean_loss,
-    checkpoint_meta_path,
     fit,
-    load_checkpoint,
     predict_vm,
+    task_targets,
+)
+from solaris.examples.movielens.models.vm import VerticalModel
+from solaris.models.checkpoints import (
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    checkpoint_meta_path,
+    load_checkpoint,
     read_checkpoint,
     save_checkpoint,
-    seed_everything,
-    task_targets,
     weights_digest,
 )
-from solaris.models.vm import VerticalModel
+from solaris.models.device import seed_everything
 
 TASKS = ("like", "love")
 VM_SIZES = {"n_tiers": 0, "embed_dim": 4, "hidden": 8, "n_tasks": len(TASKS)}

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
 from solaris.models import ModelInputError
-from solaris.models.batch import FeatureBatch, FeatureSpec
 
 __all__ = ["MLP", "CrossNet", "FoundationModel", "ModelInputError", "SequenceEncoder"]
 
@@ -158,7 +158,8 @@ class MLP(nn.Module):
         Returns:
             torch.Tensor: ``[B, out_size]``.
         """
-        return self.layers(input)
+        out: torch.Tensor = self.layers(input)
+        return out
 
 
 class SequenceEncoder(nn.Module):
@@ -278,7 +279,7 @@ class FoundationModel(nn.Module):
 
     Example::
 
-        >>> from solaris.models.batch import FeatureBatch, FeatureSpec
+        >>> from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
         >>> spec = FeatureSpec(n_dense=2, user_cat_cardinalities=(3, 8), n_items=10,
         ...     item_cat_cardinalities=(4,), n_genres=6, kg_buckets=16, history_len=3,
         ...     genres_per_item=2, kg_per_item=2)
@@ -377,7 +378,8 @@ class FoundationModel(nn.Module):
         """
         x0 = self._interaction_input(batch)  # (B, interaction_dim)
         crossed = self.cross_net(x0)  # (B, interaction_dim)
-        return self.over_arch(crossed)  # (B, shared_dim)
+        shared: torch.Tensor = self.over_arch(crossed)  # (B, shared_dim)
+        return shared
 
     def heads(self, h: torch.Tensor) -> torch.Tensor:
         """Task logits from the last shared layer.

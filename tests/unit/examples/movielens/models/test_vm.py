@@ -1,4 +1,4 @@
-"""Tests for ``solaris.models.vm``."""
+"""Tests for ``solaris.examples.movielens.models.vm``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from solaris.models.batch import FeatureBatch, FeatureSpec
-from solaris.models.vm import VerticalModel, tier_dropout
+from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
+from solaris.examples.movielens.models.vm import VerticalModel, tier_dropout
 
 MakeBatch = Callable[..., FeatureBatch]
 N_TIERS, Z_DIM = 4, 6

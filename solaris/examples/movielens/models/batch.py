@@ -11,9 +11,12 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from solaris.models.checkpoints import register_init_dataclass
+
 __all__ = ["FeatureBatch", "FeatureSpec"]
 
 
+@register_init_dataclass  # checkpoints store a model's FeatureSpec with its weights
 @dataclass(frozen=True)
 class FeatureSpec:
     """Vocabulary sizes and widths; stored in checkpoints so a model can be rebuilt.

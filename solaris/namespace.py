@@ -11,6 +11,7 @@ miss stream            ``<name>:misses``
 request-log stream     ``<name>:requests``
 embed stream           ``<name>:embed`` (the near-line path, ``solaris nearline``)
 serving metrics        ``<name>:serving_metrics``
+live traffic marker    ``<name>:live`` (serving logged a request on live traffic)
 cycle state            ``<state root>/namespaces/<name>/`` (ledgers, codes, run records)
 offline feature rows   ``<offline root>/<name>/<view>/``
 =====================  ==================================================================
@@ -137,6 +138,14 @@ class Namespace:
     def nearline_status(self) -> str:
         """A hash of each near-line embedder's last status (JSON per consumer), for the page."""
         return f"{self.name}:nearline_status"
+
+    @property
+    def live_key(self) -> str:
+        """Set (no expiry) by the first request a serving process logs on live traffic
+        (``replay: false``): Redis holds live state of this namespace even before a cycle
+        run records one (:func:`solaris.orchestration.resources.live_state`). A reset of
+        the namespace deletes it with the rest."""
+        return f"{self.name}:live"
 
     @property
     def serving_metrics_stream(self) -> str:

@@ -51,9 +51,15 @@ def live_state(deployment: SolarisConfig, name: str) -> str | None:
     One rule for every way state is deleted or history written (``solaris namespace reset``,
     ``solaris demo``, ``solaris cycle``, a DAG run whose conf says ``"replay": true``): the
     ``live`` namespace, the namespace ``deployment`` (the settings as loaded, before a
-    command or a conf names another) runs on live traffic, and any namespace whose cycle
-    recorded a run on live traffic hold live state. A replay never writes into one, and a
-    reset needs ``--force``."""
+    command or a conf names another) runs on live traffic, any namespace whose cycle
+    recorded a run on live traffic, and any namespace whose Redis (``deployment``'s
+    ``store.redis``) holds the marker serving sets on logging a live request
+    (:attr:`~solaris.namespace.Namespace.live_key`) hold live state. A replay never writes
+    into one, and a reset needs ``--force``.
+
+    Raises:
+        CycleInputError: that Redis cannot be asked (nothing can be judged, so nothing may
+            be changed)."""
     from solaris.namespace import LIVE, Namespace
     from solaris.orchestration.layout import CycleLayout
 
@@ -68,7 +74,36 @@ def live_state(deployment: SolarisConfig, name: str) -> str | None:
     record = CycleLayout(own).live_run_record()
     if record is not None:
         return f"{name!r} holds a cycle run on live traffic (run record {record}, replay: false)"
+    marker = _live_marker_on_redis(deployment, own.live_key)
+    if marker is not None:
+        return f"{name!r} served live traffic (Redis key {own.live_key}: {marker})"
     return None
+
+
+def _live_marker_on_redis(deployment: SolarisConfig, key: str) -> str | None:
+    """The value of serving's live-traffic marker ``key`` on ``deployment``'s Redis, or None
+    (no marker, or no Redis configured: an embedded one serves no traffic)."""
+    if not deployment.store.redis:
+        return None
+    from solaris.store.connection import redacted, redis_client
+
+    try:
+        client = redis_client(
+            deployment.store.redis, redis_type=deployment.store.redis_type, timeout_s=10.0
+        )
+        try:
+            value = client.get(key)
+        finally:
+            client.close()
+    except Exception as exc:  # unreachable, refused the login: judge nothing
+        raise CycleInputError(
+            f"cannot tell whether the namespace holds live state: Redis at "
+            f"{redacted(deployment.store.redis)} did not answer GET {key} "
+            f"({type(exc).__name__}: {exc}). Nothing was changed"
+        ) from None
+    if value is None:
+        return None
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def refuse_live(

@@ -46,6 +46,7 @@ run record (``docs/metrics.md``).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import numbers
@@ -456,6 +457,7 @@ class SolarisFeatures:
             "requests_dropped": set(),
         }
         self._last_warning = -math.inf
+        self._live_marked = cfg.replay  # only the writer thread reads and sets it
         self._nearline = (
             NearlineSelector(
                 self.namespace,
@@ -752,7 +754,10 @@ class SolarisFeatures:
         ``store.request_log_maxlen`` entries. The
         arguments are checked here, on the calling thread; the ``XADD`` runs on the writer
         thread of the miss stream (:meth:`flush` waits for it), so a slow or dead Redis never
-        delays the caller: the entry is dropped and counted (``stats.requests_dropped``).
+        delays the caller: the entry is dropped and counted (``stats.requests_dropped``). On
+        live traffic (``replay: false``) the first entry also marks the namespace as holding
+        live state (:attr:`~solaris.namespace.Namespace.live_key`), which a reset or a replay
+        into it must then be forced past.
 
         Args:
             request_id: the request's id (integer in ``[0, 2**63)``), unique per request: the
@@ -802,6 +807,10 @@ class SolarisFeatures:
             else:
                 self._bump(nearline_logged=int(len(nearline) > 0))
         try:
+            if not self._live_marked:  # live traffic: the namespace holds live state
+                marker = json.dumps({"first_request_ts": ts, "request_id": rid})
+                client.set(self.namespace.live_key, marker, nx=True)
+                self._live_marked = True
             stream, maxlen = self._request_log(user), self.cfg.store.request_log_maxlen
             append_request(client, stream, maxlen, rid, user, items, scores, ts, nearline=nearline)
         except Exception as exc:  # the log is best effort; serving goes on

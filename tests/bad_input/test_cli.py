@@ -26,7 +26,8 @@ from .conftest import REDIS
 
 pytestmark = pytest.mark.integration
 
-NAMESPACES = ("live", "demo", "r1998", "prod")
+NAMESPACES = ("live", "demo", "r1998", "prod", "served")
+SERVED_MARKER = '{"first_request_ts": 1700000000, "request_id": 7}'  # serving logged live
 LIVE_RECORD = "runs/solaris_candidates/01700000000-01700000900.json"  # prod ran live
 _BOX = re.compile(r"[│╭╮╰╯─]")
 
@@ -45,6 +46,8 @@ def world(tmp_path: Path, redis_client: redis_py.Redis, snapshot_files, snapshot
         state = tmp_path / "artifacts" / "namespaces" / name
         state.mkdir(parents=True)
         (state / "ledger.parquet").write_bytes(b"state")
+        if name == "served":  # no name, no record: only serving's marker on Redis
+            redis_client.set("served:live", SERVED_MARKER)
         if name == "prod":  # no reserved name: only its run record says it holds live state
             (state / LIVE_RECORD).parent.mkdir(parents=True)
             (state / LIVE_RECORD).write_text('{"namespace": "prod", "replay": false}')
@@ -78,8 +81,8 @@ def _run(world: dict, args: list[str], env: dict[str, str] | None = None) -> tup
         SOLARIS_DATA__CACHE_DIR=str(folder / "cache"),
         COLUMNS="200",
         NO_COLOR="1",
-        **(env or {}),
     )
+    base.update(env or {})
     done = subprocess.run(
         [*_solaris(), *args],
         cwd=folder,
@@ -111,6 +114,16 @@ CASES = [
     pytest.param(["namespace", "reset", "r1998"], {"SOLARIS_NAMESPACE": "r1998"}, 1,
                  r"^Error: will not reset namespace 'r1998': 'r1998' is the namespace these "
                  r"settings run on live traffic", id="reset-the-settings-own-namespace"),
+    pytest.param(["namespace", "reset", "served"], {}, 1,
+                 r"^Error: will not reset namespace 'served': 'served' served live traffic "
+                 r"\(Redis key served:live: \{\"first_request_ts\": 1700000000",
+                 id="reset-served-live"),
+    pytest.param(["demo", "--namespace", "served"], {}, 1,
+                 r"^Error: will not replay into namespace 'served': 'served' served live",
+                 id="demo-into-a-namespace-that-served-live"),
+    pytest.param(["namespace", "reset", "demo"], {"SOLARIS_STORE__REDIS": "127.0.0.1:9,db=0"}, 1,
+                 r"^Error: Redis at 127\.0\.0\.1:9,db=0 does not answer a PING",
+                 id="reset-with-redis-down"),
     pytest.param(["demo", "--namespace", "live"], {}, 1,
                  r"^Error: will not replay into namespace 'live'.*--force", id="demo-into-live"),
     pytest.param(["demo", "--namespace", "prod"], {}, 1,
@@ -224,5 +237,9 @@ def test_force_resets_a_namespace_that_holds_live_state_and_only_that_one(world:
     after = world["state"]()
     assert after[1][NAMESPACES.index("prod")] == {}
     assert not (world["dir"] / "artifacts" / "namespaces" / "prod").exists()
-    for name in ("live", "demo", "r1998"):
+    for name in ("live", "demo", "r1998", "served"):
         assert after[1][NAMESPACES.index(name)] == before[1][NAMESPACES.index(name)]
+    # The marker goes with the rest of a forced reset.
+    code, stderr = _run(world, ["namespace", "reset", "served", "--force"])
+    assert code == 0, stderr
+    assert world["state"]()[1][NAMESPACES.index("served")] == {}

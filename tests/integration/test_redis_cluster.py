@@ -252,7 +252,9 @@ def served(cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     store.teardown()
     ns = Namespace.of(cfg)
     client = redis_client(cluster, redis_type="redis_cluster")
-    client.delete(ns.miss_stream, ns.request_stream, ns.serving_metrics_stream)
+    # Serving logged requests on live traffic: the namespace's live marker is on the cluster.
+    assert client.exists(ns.live_key) == 1
+    client.delete(ns.miss_stream, ns.request_stream, ns.serving_metrics_stream, ns.live_key)
     assert list(client.scan_iter(match="tcs:*")) == []
     client.close()
 

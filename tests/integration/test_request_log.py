@@ -7,6 +7,7 @@ config's namespace), deleted afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -193,6 +194,46 @@ def test_log_request_writes_an_entry_readable_by_the_drain(client, prefix) -> No
         batch.rows,
         _expected([(2**62, 42, i, 1_700_000_000, s) for i, s in ((5, 0.9), (6, 0.1), (7, 0.5))]),
     )
+
+
+def test_a_request_logged_on_live_traffic_marks_the_namespace_and_a_replays_does_not(
+    client, prefix
+) -> None:
+    """Serving on live traffic (``replay: false``) leaves ``<ns>:live`` (no expiry), which
+    ``live_state`` reads: a reset or a replay into the namespace is then refused without
+    ``--force``. A replay's serving leaves none."""
+    from solaris.orchestration.resources import LiveNamespaceError, live_state, refuse_live
+
+    settings = SolarisConfig(namespace="live", store=StoreConfig(redis=REDIS))
+    replay = SolarisConfig(namespace=prefix, replay=True)
+    with SolarisFeatures(replay, redis=REDIS, fm_version="v") as features:
+        features.log_request(1, 42, [5], [0.5], now=1_700_000_000)
+        assert features.flush()
+    assert client.exists(f"{prefix}:live") == 0
+    assert live_state(settings, prefix) is None
+
+    live = SolarisConfig(namespace=prefix)
+    with SolarisFeatures(live, redis=REDIS, fm_version="v") as features:
+        features.log_request(7, 42, [5], [0.5], now=1_700_000_000)
+        features.log_request(8, 42, [6], [0.5], now=1_700_000_100)
+        assert features.flush()
+    assert json.loads(client.get(f"{prefix}:live")) == {
+        "first_request_ts": 1_700_000_000,
+        "request_id": 7,
+    }
+    assert client.ttl(f"{prefix}:live") == -1  # never expires
+    assert f"Redis key {prefix}:live" in str(live_state(settings, prefix))
+    with pytest.raises(LiveNamespaceError, match=f"will not reset namespace '{prefix}'"):
+        refuse_live(settings, prefix, "reset")
+    refuse_live(settings, prefix, "reset", force=True)  # forced: allowed
+
+
+def test_live_state_refuses_to_judge_when_redis_cannot_be_asked(prefix) -> None:
+    from solaris.orchestration.resources import CycleInputError, live_state
+
+    settings = SolarisConfig(namespace="live", store=StoreConfig(redis=DEAD_REDIS))
+    with pytest.raises(CycleInputError, match=rf"did not answer GET {prefix}:live .*Nothing"):
+        live_state(settings, prefix)
 
 
 def test_log_request_against_a_dead_redis_never_raises_and_counts_the_drop(prefix) -> None:

@@ -150,7 +150,12 @@ def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
     return tree
 
 
-def test_standalone_listens_on_the_loopback_only_at_the_printed_address(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["make airflow-stop", "ctrl-c"])
+def test_standalone_listens_on_the_loopback_only_and_stops_whole(tmp_path: Path, stop: str) -> None:
+    """The api-server binds the printed loopback address and nothing else listens beyond
+    it; ``make airflow-stop`` from another shell, or Ctrl-C in the terminal (SIGINT to the
+    script's process group only: the components run in a group of their own), stops every
+    process of the tree."""
     home = tmp_path / "airflow-home"
     port = _free_port()
     env = _env(
@@ -192,21 +197,26 @@ def test_standalone_listens_on_the_loopback_only_at_the_printed_address(tmp_path
             time.sleep(0.5)
         time.sleep(3)
         listening = _listening(root)
-        # `make airflow-stop` stops every process of the tree (a LocalExecutor worker ignores
+        # Either way stops every process of the tree (a LocalExecutor worker ignores
         # SIGTERM; stopped by its PID alone, `airflow standalone` left its components).
         tree_before = [root, *root.children(recursive=True)]
         assert (home / "standalone.pgid").is_file()
-        stopped = subprocess.run(
-            ["make", "-s", "airflow-stop"], cwd=REPO, env=env, capture_output=True, text=True,
-            timeout=60,
-        )  # fmt: skip
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert "Airflow stopped" in stopped.stdout
+        if stop == "make airflow-stop":
+            stopped = subprocess.run(
+                ["make", "-s", "airflow-stop"], cwd=REPO, env=env, capture_output=True,
+                text=True, timeout=60,
+            )  # fmt: skip
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            assert "Airflow stopped" in stopped.stdout
+        else:  # the terminal's Ctrl-C reaches the script's group, not the components'
+            assert _pgid(root.children()[0]) != proc.pid
+            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=60) == 130
         psutil.wait_procs(tree_before, timeout=10)
         survivors = [
             p for p in tree_before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
         ]
-        assert not survivors, f"left running by make airflow-stop: {survivors}"
+        assert not survivors, f"left running by {stop}: {survivors}"
         assert not (home / "standalone.pgid").exists()
     finally:
         tree = _stop(proc)

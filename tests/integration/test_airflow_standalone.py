@@ -130,10 +130,15 @@ def _listening(root: psutil.Process) -> set[tuple[str, int, int]]:
     }
 
 
-def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
+def _stop(proc: subprocess.Popen, home: Path | None = None) -> list[psutil.Process]:
     """Ctrl-C to the whole session (as a terminal would), then SIGKILL what is left; returns
     the processes of the tree (psutil matches them by pid and start time, so a reused pid is
-    never killed)."""
+    never killed). With ``home``, the components' own group in its ``standalone.pgid`` is
+    killed too: a failed stop must not leave them to the rest of the suite."""
+    pgid_file = home / "standalone.pgid" if home is not None else None
+    if pgid_file is not None and pgid_file.is_file():
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            os.killpg(int(pgid_file.read_text()), signal.SIGKILL)
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:  # stopped already (make airflow-stop)
@@ -219,7 +224,7 @@ def test_standalone_listens_on_the_loopback_only_and_stops_whole(tmp_path: Path,
         assert not survivors, f"left running by {stop}: {survivors}"
         assert not (home / "standalone.pgid").exists()
     finally:
-        tree = _stop(proc)
+        tree = _stop(proc, home)
         log.seek(0)
         output = log.read()
         log.close()

@@ -562,6 +562,50 @@ class SolarisOnlineStore(OnlineStore):
             pos += count
         return out
 
+    def request_commands(
+        self,
+        config: RepoConfig,
+        registry: Any,
+        project: str,
+        features: FeatureService | list[str],
+        user_id: int,
+        items: np.ndarray,
+    ) -> list[bytes] | None:
+        """The RESP bytes :meth:`read_user` sends for one user × ``items`` (int64): one
+        command per view, in the request's order, or ``None`` where it takes the general
+        path. What the request path puts on the wire, for benchmarks (``bench.feature_store``
+        times these bytes on a raw socket) and for debugging."""
+        request = self._user_request(config, registry, project, features, user_id, items)
+        return None if request is None else _pack(request[2])
+
+    def _user_request(
+        self,
+        config: RepoConfig,
+        registry: Any,
+        project: str,
+        features: FeatureService | list[str],
+        user_id: int,
+        items: np.ndarray,
+    ) -> tuple[Any, Any, list[tuple[bytes, str, np.ndarray | None]]] | None:
+        """The request path's plan, client and ``(command, key, member ids)`` per view, or
+        ``None`` (a cluster, a projection, an on-demand view, no items)."""
+        plan = self._plan(registry, project, features, True)
+        client = self.client(config)
+        if plan is None or isinstance(client, RedisCluster) or not len(items):
+            return None
+        if not all(_user_request(v.spec) for v in plan.views):
+            return None
+        commands: list[tuple[bytes, str, np.ndarray | None]] = []
+        for v in plan.views:
+            key = keys.view_key(config.project, v.spec)
+            if v.spec.partition is not None:
+                key = keys.partition_key(key, v.spec, user_id)
+            if v.spec.member is None:
+                commands.append((b"GET", key, None))
+            else:
+                commands.append((b"HMGET", key, items))
+        return plan, client, commands
+
     def read_user(
         self,
         config: RepoConfig,
@@ -581,21 +625,10 @@ class SolarisOnlineStore(OnlineStore):
         (:func:`solaris.serving.tiers.assemble_tiers` takes it so). Rows are raw, stale
         ones included, as :meth:`SolarisOnlineResponse.rows` gives them.
         """
-        plan = self._plan(registry, project, features, True)
-        client = self.client(config)
-        if plan is None or isinstance(client, RedisCluster) or not len(items):
+        request = self._user_request(config, registry, project, features, user_id, items)
+        if request is None:
             return None
-        if not all(_user_request(v.spec) for v in plan.views):
-            return None
-        commands: list[tuple[bytes, str, np.ndarray | None]] = []
-        for v in plan.views:
-            key = keys.view_key(config.project, v.spec)
-            if v.spec.partition is not None:
-                key = keys.partition_key(key, v.spec, user_id)
-            if v.spec.member is None:
-                commands.append((b"GET", key, None))
-            else:
-                commands.append((b"HMGET", key, items))
+        plan, client, commands = request
         shapes = [None if members is None else len(members) for _, _, members in commands]
         conns = self._request_conns
         if conns is None or conns.client is not client or conns.pid != os.getpid():

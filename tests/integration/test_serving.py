@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import hiredis
 import numpy as np
 import pytest
 from feast.protos.feast.serving.ServingService_pb2 import FieldStatus
@@ -17,6 +18,7 @@ from solaris.serving.misses import append_misses, drain_misses
 from solaris.serving.tiers import TIERS
 from solaris.store import online as online_module
 from solaris.store.contract import SERVING_VIEWS
+from solaris.store.feast_store import online_store_of
 
 pytestmark = pytest.mark.integration
 
@@ -144,6 +146,43 @@ def test_all_tiers_in_one_round_trip_per_fetch(client, rows, monkeypatch) -> Non
     client.fetch(4, [40], now=NOW)
     assert len(calls) == 2
     assert client.stats.requests == 2 and client.stats.failures == 0
+
+
+def test_the_request_paths_commands_are_what_it_sends(client, rows, monkeypatch) -> None:
+    """``request_commands`` gives the bytes the request path puts on the wire: one GET or
+    HMGET per serving view, the user's keys, each candidate as its 8-byte field."""
+    from solaris.store import keys
+
+    rows.pair(4, 40, _z(1), NOW - 60)
+    sent = []
+    real = online_module._read_uniform
+
+    def spy(conns, packed, shapes, size_hint):
+        sent.append(b"".join(packed))
+        return real(conns, packed, shapes, size_hint)
+
+    monkeypatch.setattr(online_module, "_read_uniform", spy)
+    items = np.array([40, 41, 7], np.int64)
+    client.fetch(4, items, now=NOW)
+    store = client.store
+    service = store.get_feature_service(FEATURE_SERVICE)
+    online = online_store_of(store)
+    packed = online.request_commands(store.config, store.registry, store.project, service, 4, items)
+    assert packed is not None and len(packed) == len(SERVING_VIEWS)
+    assert sent == [b"".join(packed)]
+    fields = keys.member_fields(items).tolist()
+    expected = []
+    for spec in SERVING_VIEWS:
+        key = keys.view_key(store.project, spec)
+        key = keys.partition_key(key, spec, 4) if spec.partition is not None else key
+        args = (b"GET", key) if spec.member is None else (b"HMGET", key, *fields)
+        expected.append(hiredis.pack_command(args))
+    assert packed == expected
+    none = items[:0]
+    assert (
+        online.request_commands(store.config, store.registry, store.project, service, 4, none)
+        is None
+    )
 
 
 def test_miss_stream_is_bounded_and_drained(client, solaris_cfg, redis_client) -> None:

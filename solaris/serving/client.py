@@ -71,8 +71,8 @@ from solaris.serving.nearline import NearlineSelector
 from solaris.serving.request_log import append_request
 from solaris.serving.tiers import (
     TIERS,
+    TierAssembly,
     TierFeatures,
-    assemble_tiers,
     empty_tiers,
     load_assembly,
     tier_settings,
@@ -231,6 +231,8 @@ def serving_connection_string(connection: str, timeout_s: float) -> str:
 
 
 def _check_user(user_id: object) -> int:
+    if type(user_id) is int and 0 <= user_id <= _INT64_MAX:  # the usual case, at once
+        return user_id
     if isinstance(user_id, bool) or not isinstance(user_id, numbers.Real):
         raise FetchArgumentError(f"user_id must be an integer, got {user_id!r}")
     if not isinstance(user_id, numbers.Integral):
@@ -440,6 +442,8 @@ class SolarisFeatures:
         self.z_dim = cfg.model.z_dim
         self._tier_settings = tier_settings(cfg)
         self._read_ttls = {t: self._tier_settings[f"{t}_ttl_s"] for t in TIERS}
+        # assemble_tiers with this client's settings checked once, not per request.
+        self._assemble = TierAssembly(fm_version=fm_version, **self._tier_settings)
         self._online: SolarisOnlineStore | None = None  # the store's, on first read
         self._store = store
         self._service = None
@@ -663,7 +667,7 @@ class SolarisFeatures:
         finally:
             self._slots.release()
         self.breaker.record(True)
-        out = assemble_tiers(rows, now, fm_version=self.fm_version, **self._tier_settings)
+        out = self._assemble(rows, now)
         # The fetch's latency: read and assembly, not the queueing of its misses.
         self.metrics.observe_fetch(time.monotonic() - start, out.mask)
         if not out.mask[:, 0].all():

@@ -28,7 +28,7 @@ import numpy as np
 from numba import from_dtype, njit, types
 from numba.extending import overload
 
-__all__ = ["assemble_records", "assemble_rows"]
+__all__ = ["assemble_records", "assemble_rows", "records_kernel"]
 
 
 _F16_TO_F32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
@@ -37,16 +37,43 @@ shifted, not quieted). numba has no float16 on the CPU, and a lookup measured fa
 arithmetic on the bits (0.8 against 1.2 ns a code); the compiled loop holds it as a constant."""
 
 
-def _widened(z: np.ndarray, i: int, j: int) -> np.float64:
-    """``z[i, j]`` as float64 (exact): a float16 code passed as its uint16 bits, or a float."""
+def _row(z: np.ndarray, i: int) -> np.ndarray:
+    """Row ``i``'s ``d`` values: of a ``[N, d]`` array, or the ``code`` field of record
+    ``i`` (the request path). A record's field has its length and contiguity in its type,
+    so the compiled loops over it need no stride at run time (about a quarter faster)."""
+    raise NotImplementedError  # only its compiled overload below runs
+
+
+@overload(_row, jit_options={"nogil": True})
+def _row_overload(z, i):  # type: ignore[no-untyped-def]
+    if isinstance(z.dtype, types.Record):
+        return lambda z, i: z[i].code
+    return lambda z, i: z[i]
+
+
+def _width(z: np.ndarray) -> int:
+    """``d``: the values per row of :func:`_row`."""
+    raise NotImplementedError  # only its compiled overload below runs
+
+
+@overload(_width, jit_options={"nogil": True})
+def _width_overload(z):  # type: ignore[no-untyped-def]
+    if isinstance(z.dtype, types.Record):
+        width = z.dtype.typeof("code").shape[0]
+        return lambda z: width
+    return lambda z: z.shape[1]
+
+
+def _widened(row: np.ndarray, j: int) -> np.float64:
+    """``row[j]`` as float64 (exact): a float16 code passed as its uint16 bits, or a float."""
     raise NotImplementedError  # only its compiled overload below runs
 
 
 @overload(_widened, jit_options={"nogil": True})
-def _widened_overload(z, i, j):  # type: ignore[no-untyped-def]
-    if z.dtype == types.uint16:
-        return lambda z, i, j: np.float64(_F16_TO_F32[z[i, j]])
-    return lambda z, i, j: np.float64(z[i, j])
+def _widened_overload(row, j):  # type: ignore[no-untyped-def]
+    if row.dtype == types.uint16:
+        return lambda row, j: np.float64(_F16_TO_F32[row[j]])
+    return lambda row, j: np.float64(row[j])
 
 
 @njit(cache=True, nogil=True)
@@ -146,12 +173,14 @@ def _assemble(  # type: ignore[no-untyped-def]
             ``uagg_window_start``, ``iagg_count``: ``[N]`` int64.
         pair_z, nbr_z: ``[N, d]`` float16 codes as uint16 bits, or float32.
         uagg_z_sum: ``[N, d]`` or ``[1, d]`` float32; iagg_z_mean: ``[N, d]`` float32.
+        Each of these four may instead be the view's records, whose ``code`` field holds
+        the row's ``(d,)`` values (:func:`_row`).
 
     Returns:
         ``features [N, 4·d]`` float32 (zeros where a tier is missing), ``mask [N, 4]`` bool,
         ``first [N]`` int64 (the first present tier, 4 where none is).
     """
-    n, d = pair_z.shape
+    n, d = len(pair_z), _width(pair_z)
     tiers = len(slots)
     features = np.empty((n, tiers * d), np.float32)  # every block written below
     mask = np.zeros((n, tiers), np.bool_)
@@ -194,13 +223,15 @@ def _assemble(  # type: ignore[no-untyped-def]
         )
 
         if u != summed:  # the user's sum as float64, once per user row
+            user_row = _row(uagg_z_sum, u)
             for j in range(d):
-                user_sum[j] = uagg_z_sum[u, j]
+                user_sum[j] = user_row[j]
             summed = u
         exclude = uagg_ok and in_window
         if pair_ok or exclude:
+            pair_row = _row(pair_z, i)
             for j in range(d):
-                code[j] = _widened(pair_z, i, j)
+                code[j] = _widened(pair_row, j)
             if pair_ok:
                 for j in range(d):
                     features[i, k_pair * d + j] = code[j]
@@ -211,11 +242,13 @@ def _assemble(  # type: ignore[no-untyped-def]
             for j in range(d):
                 features[i, k_uagg * d + j] = user_sum[j] / effective
         if nbr_ok:
+            nbr_row = _row(nbr_z, i)
             for j in range(d):
-                features[i, k_nbr * d + j] = _widened(nbr_z, i, j)
+                features[i, k_nbr * d + j] = _widened(nbr_row, j)
         if iagg_ok:
+            item_row = _row(iagg_z_mean, i)
             for j in range(d):
-                features[i, k_iagg * d + j] = iagg_z_mean[i, j]
+                features[i, k_iagg * d + j] = item_row[j]
 
         mask[i, k_pair] = pair_ok
         mask[i, k_nbr] = nbr_ok
@@ -309,23 +342,23 @@ def _records(now, ttl_us, slots, pair, nbr, uagg, iagg, version):  # type: ignor
         pair["event_us"],
         _matches_words(pair, version, words),
         pair["event_us"] // 1_000_000,
-        pair["code"],
+        pair,
         present,
         nbr["event_us"],
         _matches_words(nbr, version, words),
-        nbr["code"],
+        nbr,
         np.ones(len(uagg), np.bool_),
         uagg["event_us"],
         _matches_words(uagg, version, words),
         uagg["count"],
         uagg["window_start"],
         uagg["event_us"] // 1_000_000,
-        uagg["sum"],
+        uagg,
         present,
         iagg["event_us"],
         _matches_words(iagg, version, words),
         iagg["count"],
-        iagg["mean"],
+        iagg,
     )
 
 
@@ -361,9 +394,11 @@ def _matches_words(records, version, words):  # type: ignore[no-untyped-def]
 
 
 @functools.lru_cache(maxsize=32)
-def _records_kernel(pair: np.dtype, nbr: np.dtype, uagg: np.dtype, iagg: np.dtype):  # type: ignore[no-untyped-def]
-    """:func:`_records` compiled for these record layouts (one per view layout, ``d`` and
-    version length: one per deployment), every array taken as it comes."""
+def records_kernel(pair: np.dtype, nbr: np.dtype, uagg: np.dtype, iagg: np.dtype):  # type: ignore[no-untyped-def]
+    """:func:`assemble_records`' loop compiled for these record layouts (one per view layout,
+    ``d`` and version length: one per deployment), every array taken as it comes; called as
+    ``assemble_records`` is. A caller that keeps it skips the layout lookup per request
+    (:class:`solaris.serving.tiers.TierAssembly`)."""
 
     def records(dtype: np.dtype) -> types.Array:
         return types.Array(from_dtype(dtype), 1, "A", readonly=True, aligned=False)
@@ -403,10 +438,11 @@ def assemble_records(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tiers of ``N`` rows given as their present records (the request path's uniform
     replies, :meth:`solaris.store.codec.RecordRows.fields`): structured arrays of
-    ``event_us`` and ``version`` (uint8 bytes) and, per view, ``code`` (pair, nbr: float16
-    bits or float32 ``(d,)``), ``count``, ``window_start``, ``sum`` (uagg, ``[N]`` or ``[1]``
-    rows), ``count``, ``mean`` (iagg). The first call for a record layout compiles (a few
-    seconds, then cached on disk); ``SolarisFeatures.warm_up`` makes it."""
-    kernel = _records_kernel(pair.dtype, nbr.dtype, uagg.dtype, iagg.dtype)
+    ``event_us``, ``version`` (uint8 bytes) and ``code``, the view's ``(d,)`` values (pair,
+    nbr: float16 bits or float32; uagg: the sum, float32, ``[N]`` or ``[1]`` rows; iagg:
+    the mean, float32), and ``count``, ``window_start`` (uagg), ``count`` (iagg). The
+    first call for a record layout compiles (a few seconds, then cached on disk);
+    ``SolarisFeatures.warm_up`` makes it."""
+    kernel = records_kernel(pair.dtype, nbr.dtype, uagg.dtype, iagg.dtype)
     features, mask, first = kernel(now, ttl_us, slots, pair, nbr, uagg, iagg, version)
     return features, mask, first

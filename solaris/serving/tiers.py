@@ -33,7 +33,7 @@ import functools
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NONE",
     "TIERS",
+    "TierAssembly",
     "TierFeatures",
     "TierInputError",
     "assemble_tiers",
@@ -283,11 +284,120 @@ def mean_excluding(
 def _now_array(now: int | float | np.ndarray, n: int) -> np.ndarray:
     """``now`` as ``[1]`` float64 (one time: every row) or ``[n]`` (one per row), by the one
     rule of a request time (:func:`~solaris.store.contract.epoch_seconds_array`)."""
-    one = isinstance(now, numbers.Real) and not isinstance(now, bool | np.bool_)
+    one = type(now) in (int, float) or (
+        isinstance(now, numbers.Real) and not isinstance(now, bool | np.bool_)
+    )
     try:
         return epoch_seconds_array(now, 1 if one else n, "now")  # type: ignore[no-any-return]
     except ValueError as exc:
         raise TierInputError(str(exc)) from None
+
+
+class TierAssembly:
+    """:func:`assemble_tiers` with its settings checked and prepared once: for a caller that
+    assembles many requests with the same settings (a serving client). Calling it is
+    ``assemble_tiers(views, now, **settings)``, the same rules on the same compiled loops.
+
+    Raises:
+        TierInputError: a bad setting (at construction) or bad views or times (per call).
+    """
+
+    def __init__(
+        self,
+        *,
+        z_dim: int,
+        fm_version: str,
+        pair_ttl_s: float,
+        nbr_ttl_s: float,
+        uagg_ttl_s: float,
+        iagg_ttl_s: float,
+        nbr_strategy: NbrStrategy = "top1",
+    ) -> None:
+        if not isinstance(fm_version, str) or not fm_version:
+            raise TierInputError(f"fm_version must be a non-empty string, got {fm_version!r}")
+        ttls = {"pair": pair_ttl_s, "nbr": nbr_ttl_s, "uagg": uagg_ttl_s, "iagg": iagg_ttl_s}
+        for name, ttl in ttls.items():
+            if not ttl > 0:
+                raise TierInputError(f"{name}_ttl_s must be > 0, got {ttl!r}")
+        if nbr_strategy not in _NBR_FIELD:
+            raise TierInputError(f"nbr_strategy must be 'top1' or 'weighted', got {nbr_strategy!r}")
+        self.z_dim = z_dim
+        self._nbr_field = _NBR_FIELD[nbr_strategy]
+        self._version, self._ttls_us = _kernel_constants(
+            fm_version, pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s
+        )
+        # The request path's compiled loop for the last record layouts seen (their field
+        # dtypes are cached objects, so an identity check finds the same layout again).
+        self._layouts: tuple[np.dtype, ...] = ()
+        self._kernel: Any = None
+
+    def __call__(
+        self, views: Mapping[str, ViewRows], now: int | float | np.ndarray
+    ) -> TierFeatures:
+        missing = [t for t in TIERS if t not in views]
+        if missing:
+            raise TierInputError(f"assemble_tiers: views {missing} are missing")
+        pair, nbr, uagg, iagg = (views[name] for name in TIERS)
+        n = len(pair)
+        if len(nbr) != n or len(iagg) != n or len(uagg) not in (n, 1):
+            lengths = {t: len(views[t]) for t in TIERS}
+            raise TierInputError(f"assemble_tiers: views have different lengths {lengths}")
+        if n == 0:
+            return empty_tiers(0, self.z_dim)
+        from solaris.serving import tier_kernel  # numba: imported on the first assembly
+
+        t = _now_array(now, n)
+        version = self._version
+        records = _records_of(pair, nbr, uagg, iagg, len(version))
+        if records is not None:
+            # The request path: every record present, one fm_version length, the expected
+            # one's (other lengths are misses, assembled below without compiling anything).
+            pair_rec, nbr_rec, uagg_rec, iagg_rec = records
+            fields = (
+                pair_rec.fields(code=Z, version=FM_VERSION),
+                nbr_rec.fields(code=self._nbr_field, version=FM_VERSION),
+                uagg_rec.fields(
+                    count=COUNT, window_start=WINDOW_START, code=Z_SUM, version=FM_VERSION
+                ),
+                iagg_rec.fields(count=COUNT, code=Z_MEAN, version=FM_VERSION),
+            )
+            layouts = tuple(f.dtype for f in fields)
+            if len(layouts) != len(self._layouts) or any(
+                a is not b for a, b in zip(layouts, self._layouts, strict=True)
+            ):
+                self._kernel = tier_kernel.records_kernel(*layouts)
+                self._layouts = layouts
+            features, mask, first = self._kernel(t, self._ttls_us, _SLOTS, *fields, version)
+            return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
+        pair_z, nbr_z = _codes(pair.values[Z], nbr.values[self._nbr_field])
+        features, mask, first = tier_kernel.assemble_rows(
+            t,
+            self._ttls_us,
+            _SLOTS,
+            _flags(pair.found),
+            _ints(pair.event_us),
+            _bytes(pair.values[FM_VERSION]),
+            _ints(pair.values[COMPUTED_AT]),
+            pair_z,
+            _flags(nbr.found),
+            _ints(nbr.event_us),
+            _bytes(nbr.values[FM_VERSION]),
+            nbr_z,
+            _flags(uagg.found),
+            _ints(uagg.event_us),
+            _bytes(uagg.values[FM_VERSION]),
+            _ints(uagg.values[COUNT]),
+            _ints(uagg.values[WINDOW_START]),
+            _ints(uagg.values[COMPUTED_AT]),
+            np.asarray(uagg.values[Z_SUM], np.float32),
+            _flags(iagg.found),
+            _ints(iagg.event_us),
+            _bytes(iagg.values[FM_VERSION]),
+            _ints(iagg.values[COUNT]),
+            np.asarray(iagg.values[Z_MEAN], np.float32),
+            version,
+        )
+        return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
 
 
 def assemble_tiers(
@@ -319,70 +429,12 @@ def assemble_tiers(
     Returns:
         :class:`TierFeatures` with ``N`` rows, in the input order.
     """
-    if not isinstance(fm_version, str) or not fm_version:
-        raise TierInputError(f"fm_version must be a non-empty string, got {fm_version!r}")
-    ttls = {"pair": pair_ttl_s, "nbr": nbr_ttl_s, "uagg": uagg_ttl_s, "iagg": iagg_ttl_s}
-    for name, ttl in ttls.items():
-        if not ttl > 0:
-            raise TierInputError(f"{name}_ttl_s must be > 0, got {ttl!r}")
-    if nbr_strategy not in _NBR_FIELD:
-        raise TierInputError(f"nbr_strategy must be 'top1' or 'weighted', got {nbr_strategy!r}")
-    missing = [t for t in TIERS if t not in views]
-    if missing:
-        raise TierInputError(f"assemble_tiers: views {missing} are missing")
-    lengths = {t: len(views[t]) for t in TIERS}
-    n = lengths["pair"]
-    if any(m != n and (m != 1 or t != UAGG.name) for t, m in lengths.items()):
-        raise TierInputError(f"assemble_tiers: views have different lengths {lengths}")
-    if n == 0:
-        return empty_tiers(0, z_dim)
-    from solaris.serving import tier_kernel  # numba: imported on the first assembly
-
-    t = _now_array(now, n)
-    pair, nbr, uagg, iagg = (views[name] for name in TIERS)
-    version, ttls_us = _kernel_constants(fm_version, pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s)
-    records = _records_of(pair, nbr, uagg, iagg, len(version))
-    if records is not None:
-        # The request path: every record present, one fm_version length, the expected
-        # one's (other lengths are misses, assembled below without compiling anything).
-        pair_rec, nbr_rec, uagg_rec, iagg_rec = records
-        features, mask, first = tier_kernel.assemble_records(
-            t,
-            ttls_us,
-            _SLOTS,
-            pair_rec.fields(code=Z, version=FM_VERSION),
-            nbr_rec.fields(code=_NBR_FIELD[nbr_strategy], version=FM_VERSION),
-            uagg_rec.fields(count=COUNT, window_start=WINDOW_START, sum=Z_SUM, version=FM_VERSION),
-            iagg_rec.fields(count=COUNT, mean=Z_MEAN, version=FM_VERSION),
-            version,
-        )
-        return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
-    pair_z, nbr_z = _codes(pair.values[Z], nbr.values[_NBR_FIELD[nbr_strategy]])
-    features, mask, first = tier_kernel.assemble_rows(
-        t,
-        ttls_us,
-        _SLOTS,
-        _flags(pair.found),
-        _ints(pair.event_us),
-        _bytes(pair.values[FM_VERSION]),
-        _ints(pair.values[COMPUTED_AT]),
-        pair_z,
-        _flags(nbr.found),
-        _ints(nbr.event_us),
-        _bytes(nbr.values[FM_VERSION]),
-        nbr_z,
-        _flags(uagg.found),
-        _ints(uagg.event_us),
-        _bytes(uagg.values[FM_VERSION]),
-        _ints(uagg.values[COUNT]),
-        _ints(uagg.values[WINDOW_START]),
-        _ints(uagg.values[COMPUTED_AT]),
-        np.asarray(uagg.values[Z_SUM], np.float32),
-        _flags(iagg.found),
-        _ints(iagg.event_us),
-        _bytes(iagg.values[FM_VERSION]),
-        _ints(iagg.values[COUNT]),
-        np.asarray(iagg.values[Z_MEAN], np.float32),
-        version,
-    )
-    return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
+    return TierAssembly(
+        z_dim=z_dim,
+        fm_version=fm_version,
+        pair_ttl_s=pair_ttl_s,
+        nbr_ttl_s=nbr_ttl_s,
+        uagg_ttl_s=uagg_ttl_s,
+        iagg_ttl_s=iagg_ttl_s,
+        nbr_strategy=nbr_strategy,
+    )(views, now)

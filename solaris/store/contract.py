@@ -428,6 +428,8 @@ def epoch_seconds_array(values: object, n: int, name: str, *, rows: str = "row")
     assembly's ``now``."""
     import numpy as np
 
+    if (type(values) is int or type(values) is float) and 0 <= values < MAX_EPOCH_S:
+        return np.full(n, values, np.float64)  # one Python number in range: the usual case
     if isinstance(values, numbers.Real) and not isinstance(values, bool | np.bool_):
         return np.full(n, float(epoch_seconds(values, name)))
     arr = np.asarray(values)

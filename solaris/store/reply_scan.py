@@ -96,7 +96,10 @@ def _same(buf, at, have, first, size):  # type: ignore[no-untyped-def]
 
 def _signature(buffer: types.Array) -> Any:
     return types.int64(  # type: ignore[no-any-return]
-        buffer, types.int64, types.Array(types.int64, 1, "C"), types.Array(types.int64, 2, "C")
+        buffer,
+        types.int64,
+        types.Array(types.int64, 1, "C", readonly=True),
+        types.Array(types.int64, 2, "C"),
     )
 
 

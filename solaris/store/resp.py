@@ -93,6 +93,15 @@ INCOMPLETE = "incomplete"
 """:meth:`UniformReplies.advance` read every byte so far as uniform replies; more are due."""
 
 
+@functools.lru_cache(maxsize=256)
+def _sizes(shapes: tuple[int | None, ...]) -> np.ndarray:
+    """The scan's ``shapes`` argument (``-1`` for a bulk string), read-only and shared: a
+    request's shapes repeat (one candidate count)."""
+    sizes = np.array([-1 if n is None else n for n in shapes], np.int64)
+    sizes.flags.writeable = False
+    return sizes
+
+
 class UniformReplies:
     """The replies of one request, parsed from its received bytes as they arrive, without a
     Python object per field where they are uniform. One reply per ``shapes`` entry: ``n``
@@ -115,20 +124,18 @@ class UniformReplies:
     """
 
     def __init__(self, shapes: Sequence[int | None]) -> None:
-        from solaris.store import reply_scan  # numba: loaded on the first request
-
-        self._scan = reply_scan.scan
-        self._complete, self._incomplete = reply_scan.COMPLETE, reply_scan.INCOMPLETE
         self._shapes = shapes
-        self._sizes = np.array([-1 if n is None else n for n in shapes], np.int64)
+        self._sizes = _sizes(tuple(shapes))
         self._found = np.empty((3, len(shapes)), np.int64)
 
     def advance(self, buf: np.ndarray, have: int) -> list | str | None:
         """Parse on with the first ``have`` bytes of ``buf`` (uint8, C-contiguous; the same
         bytes as before, maybe moved to a larger buffer, and more)."""
-        status = self._scan(buf, have, self._sizes, self._found)
-        if status != self._complete:
-            return INCOMPLETE if status == self._incomplete else None
+        from solaris.store import reply_scan  # numba: loaded on the first request
+
+        status = reply_scan.scan(buf, have, self._sizes, self._found)
+        if status != reply_scan.COMPLETE:
+            return INCOMPLETE if status == reply_scan.INCOMPLETE else None
         out: list[np.ndarray | bytes | None] = []
         for n, start, length, step in zip(self._shapes, *self._found.tolist(), strict=True):
             if n is None:

@@ -182,17 +182,22 @@ def test_request_path_records_give_the_numpy_rules_bit_for_bit(seed: int, strate
     records = {name: RecordRows(SPECS[name], PARAMS, r) for name, r in raw.items()}
     decoded = {name: _decoded(SPECS[name], r, np.ones(len(r), bool)) for name, r in raw.items()}
     calls = []
-    kernel = tier_kernel.assemble_records
+    compiled = tier_kernel.records_kernel
 
-    def counted(*args: object) -> tuple:
-        calls.append(1)
-        return kernel(*args)  # type: ignore[arg-type]
+    def counted_kernel(*layouts: object):  # type: ignore[no-untyped-def]
+        kernel = compiled(*layouts)  # type: ignore[arg-type]
 
-    tier_kernel.assemble_records = counted  # type: ignore[assignment]
+        def counted(*args: object) -> tuple:
+            calls.append(1)
+            return kernel(*args)  # type: ignore[no-any-return]
+
+        return counted
+
+    tier_kernel.records_kernel = counted_kernel  # type: ignore[assignment]
     try:
         got = _assemble(records, NOW, strategy)  # type: ignore[arg-type]
     finally:
-        tier_kernel.assemble_records = kernel  # type: ignore[assignment]
+        tier_kernel.records_kernel = compiled  # type: ignore[assignment]
     assert calls, "the request path's records were not assembled from the records"
     want = numpy_tiers(decoded, NOW, strategy)
     _same(got, want)
@@ -231,9 +236,9 @@ def test_a_version_of_another_length_takes_the_general_path() -> None:
     rng = np.random.default_rng(7)
     raw = {name: _records(rng, spec, 5, "v2") for name, spec in SPECS.items()}
     records = {name: RecordRows(SPECS[name], PARAMS, r) for name, r in raw.items()}
-    before = tier_kernel._records_kernel.cache_info().misses
+    before = tier_kernel.records_kernel.cache_info().misses
     features, mask, tier = _assemble(records, NOW, "top1")  # type: ignore[arg-type]
-    assert tier_kernel._records_kernel.cache_info().misses == before
+    assert tier_kernel.records_kernel.cache_info().misses == before
     assert not mask.any() and not features.any() and set(tier) == {"none"}
 
 
@@ -253,7 +258,7 @@ def test_record_rows_decode_on_first_use_as_the_general_decoder_does() -> None:
 
 def test_load_assembly_compiles_the_request_layout_before_any_request() -> None:
     load_assembly(D, VERSION, "weighted")
-    compiled = tier_kernel._records_kernel.cache_info()
+    compiled = tier_kernel.records_kernel.cache_info()
     rng = np.random.default_rng(11)
     records = {
         name: RecordRows(
@@ -262,6 +267,6 @@ def test_load_assembly_compiles_the_request_layout_before_any_request() -> None:
         for name, spec in SPECS.items()
     }
     _assemble(records, NOW, "weighted")  # type: ignore[arg-type]
-    after = tier_kernel._records_kernel.cache_info()
+    after = tier_kernel.records_kernel.cache_info()
     assert after.misses == compiled.misses and after.hits > compiled.hits
     assert tiers.load_assembly is load_assembly

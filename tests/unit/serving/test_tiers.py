@@ -18,6 +18,8 @@ from solaris.config import ModelConfig, SolarisConfig
 from solaris.pipeline.aggregate import user_aggregate
 from solaris.serving.tiers import (
     TIERS,
+    TierAssembly,
+    TierInputError,
     assemble_tiers,
     empty_tiers,
     mean_excluding,
@@ -613,3 +615,22 @@ def test_a_uagg_row_of_another_length_than_one_or_n_is_refused() -> None:
     views[UAGG.name] = _view_rows(UAGG.name, [None, None, None])
     with pytest.raises(ValueError, match="different lengths"):
         assemble_tiers(views, NOW, **KW)
+
+
+def test_a_prepared_assembly_gives_assemble_tiers_answer_request_after_request() -> None:
+    """``TierAssembly`` (what a serving client keeps) checks its settings once and answers
+    each request as ``assemble_tiers`` does, whichever path the rows take."""
+    assembly = TierAssembly(**KW)  # type: ignore[arg-type]
+    requests = [
+        _views(_row(pair=_pair([1] * 4)), _row()),
+        _views(_row(), _row(pair=_pair([2] * 4))),
+        _views(_row(pair=_pair([3] * 4))),
+    ]
+    for views in [*requests, *requests]:
+        got, want = assembly(views, NOW), assemble_tiers(views, NOW, **KW)
+        np.testing.assert_array_equal(got.features, want.features)
+        np.testing.assert_array_equal(got.mask, want.mask)
+        assert got.tier.tolist() == want.tier.tolist()
+    for bad in ({"fm_version": ""}, {"pair_ttl_s": 0}, {"nbr_strategy": "mean"}):
+        with pytest.raises(TierInputError, match=next(iter(bad))):
+            TierAssembly(**{**KW, **bad})  # type: ignore[arg-type]

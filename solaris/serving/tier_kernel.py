@@ -59,7 +59,7 @@ def _width(z: np.ndarray) -> int:
 @overload(_width, jit_options={"nogil": True})
 def _width_overload(z):  # type: ignore[no-untyped-def]
     if isinstance(z.dtype, types.Record):
-        width = z.dtype.typeof("code").shape[0]
+        width = z.dtype.typeof("code").shape[0]  # type: ignore[attr-defined]  # a NestedArray
         return lambda z: width
     return lambda z: z.shape[1]
 

@@ -326,10 +326,10 @@ class TierAssembly:
         self._version, self._ttls_us = _kernel_constants(
             fm_version, pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s
         )
-        # The request path's compiled loop for the last record layouts seen (their field
-        # dtypes are cached objects, so an identity check finds the same layout again).
-        self._layouts: tuple[np.dtype, ...] = ()
-        self._kernel: Any = None
+        # The request path's compiled loop and the record layouts it was compiled for, the
+        # last seen (their field dtypes are cached objects, so an identity check finds the
+        # same layout again); one attribute, so threads never pair a loop with other layouts.
+        self._compiled: tuple[tuple[np.dtype, ...], Any] = ((), None)
 
     def __call__(
         self, views: Mapping[str, ViewRows], now: int | float | np.ndarray
@@ -362,12 +362,13 @@ class TierAssembly:
                 iagg_rec.fields(count=COUNT, code=Z_MEAN, version=FM_VERSION),
             )
             layouts = tuple(f.dtype for f in fields)
-            if len(layouts) != len(self._layouts) or any(
-                a is not b for a, b in zip(layouts, self._layouts, strict=True)
+            known, kernel = self._compiled
+            if len(layouts) != len(known) or any(
+                a is not b for a, b in zip(layouts, known, strict=True)
             ):
-                self._kernel = tier_kernel.records_kernel(*layouts)
-                self._layouts = layouts
-            features, mask, first = self._kernel(t, self._ttls_us, _SLOTS, *fields, version)
+                kernel = tier_kernel.records_kernel(*layouts)
+                self._compiled = (layouts, kernel)
+            features, mask, first = kernel(t, self._ttls_us, _SLOTS, *fields, version)
             return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
         pair_z, nbr_z = _codes(pair.values[Z], nbr.values[self._nbr_field])
         features, mask, first = tier_kernel.assemble_rows(

@@ -114,6 +114,15 @@ def test_replay_script_shows_its_usage_and_refuses_sqlite_before_touching_anythi
 # -- a real start: what listens, and where -----------------------------------------------------
 
 
+def _as_in_a_terminal() -> None:
+    """In the child before ``exec``: SIGINT and SIGQUIT back to their defaults, as a
+    terminal's foreground job has them. A runner that started the suite in the background
+    passes them ignored, and a shell cannot trap a signal ignored at its start, so the
+    script's Ctrl-C handling would go untested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -180,6 +189,7 @@ def test_standalone_listens_on_the_loopback_only_and_stops_whole(tmp_path: Path,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: stopped as a whole
+        preexec_fn=_as_in_a_terminal,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -379,7 +379,8 @@ def test_live_clock_interval_and_replay_never_touch_each_others_state(
             assert serving.flush()
 
         # A wall-clock run: no interval in its conf, its data interval from the clock.
-        cand = airflow.run("solaris_candidates", {"namespace": live.name}, logical_date=now)
+        live_conf = {"namespace": live.name, "replay": False}  # the settings replay
+        cand = airflow.run("solaris_candidates", live_conf, logical_date=now)
         [logged] = cand.asset_extras[runs.REQUEST_LOG]
         [selected] = cand.asset_extras[runs.CANDIDATES]
         assert (logged["namespace"], logged["interval_end"], logged["requests"]) == (

@@ -6,11 +6,13 @@ pass, compiled by numba. Written with numpy, the same rules took about 60 array 
 1–3 µs each per request: most of a fetch's cost beyond the wire (docs/feature_store.md). One
 pass over the rows also needs no ``[N, d]`` temporaries.
 
-Exactness is the contract, not an approximation of it: float16 codes are widened by a table
-built by numpy's own conversion, the user's mean is computed in float64 and rounded to float32
-once (as numpy's ``np.divide(..., dtype=float64)`` into a float32 array does), freshness compares
-event microseconds with ``now · 10^6`` and ``now · 10^6 − ttl · 10^6`` in float64 (exact for
-every epoch time below year 2255, as numpy's comparisons), and fastmath is off.
+Exactness is the contract, not an approximation of it: float16 codes are widened exactly (by
+the CPU's conversion instruction where it has one, else by a table built by numpy's own
+conversion; the instruction quiets a signalling NaN, a NaN either way), the user's mean is
+computed in float64 and rounded to float32 once (as numpy's ``np.divide(..., dtype=float64)``
+into a float32 array does), freshness compares event microseconds with ``now · 10^6`` and
+``now · 10^6 − ttl · 10^6`` in float64 (exact for every epoch time below year 2255, as numpy's
+comparisons), and fastmath is off.
 ``tests/unit/serving/test_tier_kernel.py`` checks the rows against the numpy formulation.
 
 numba (a dependency, with llvmlite) compiles the loop on its first call in a process and caches
@@ -22,19 +24,50 @@ the GIL (``nogil=True``), so threads of one serving process assemble in parallel
 from __future__ import annotations
 
 import functools
+import platform
 from typing import Any
 
 import numpy as np
-from numba import from_dtype, njit, types
-from numba.extending import overload
+from llvmlite import ir
+from numba import config, from_dtype, njit, types
+from numba.extending import intrinsic, overload
 
 __all__ = ["assemble_records", "assemble_rows", "records_kernel"]
 
 
 _F16_TO_F32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 """``[65536]`` float32: every float16 bit pattern as numpy widens it (exact; NaN payloads
-shifted, not quieted). numba has no float16 on the CPU, and a lookup measured faster than
-arithmetic on the bits (0.8 against 1.2 ns a code); the compiled loop holds it as a constant."""
+shifted, not quieted): the widening where the CPU has no conversion instruction. A lookup
+measured faster than arithmetic on the bits (0.8 against 1.2 ns a code) with the table in
+cache, but on the request path it is not: a 256 KB table read at a thousand lines after each
+round trip cost about 40 µs a request (docs/feature_store.md)."""
+
+
+def _has_f16_instruction() -> bool:
+    """Whether numba compiles for a CPU that widens float16 in one instruction (x86's F16C,
+    every 64-bit ARM): then LLVM's ``fpext half`` is that instruction, not a call into a
+    runtime library the JIT does not link."""
+    # A portable build (NUMBA_CPU_NAME set): the table.
+    if config.CPU_NAME not in (None, "host"):  # type: ignore[attr-defined]
+        return False
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return True
+    import llvmlite.binding as llvm
+
+    return bool(llvm.get_host_cpu_features().get("f16c", False))
+
+
+_F16_INSTRUCTION = _has_f16_instruction()
+
+
+@intrinsic
+def _f16_bits_to_f32(typingctx, bits):  # type: ignore[no-untyped-def]
+    """float16 bits (uint16) widened to float32 by LLVM's ``fpext`` (exact)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.uint16), codegen
 
 
 def _row(z: np.ndarray, i: int) -> np.ndarray:
@@ -72,6 +105,8 @@ def _widened(row: np.ndarray, j: int) -> np.float64:
 @overload(_widened, jit_options={"nogil": True})
 def _widened_overload(row, j):  # type: ignore[no-untyped-def]
     if row.dtype == types.uint16:
+        if _F16_INSTRUCTION:
+            return lambda row, j: np.float64(_f16_bits_to_f32(row[j]))  # type: ignore[call-arg]
         return lambda row, j: np.float64(_F16_TO_F32[row[j]])
     return lambda row, j: np.float64(row[j])
 
@@ -200,6 +235,10 @@ def _assemble(  # type: ignore[no-untyped-def]
     code = np.empty(d, np.float64)  # the row's pair code, widened
     user_sum = np.empty(d, np.float64)  # the row's user sum
     summed = -1  # the user row in user_sum
+    # The whole window's mean, rounded to float32, of the user row and count it was last
+    # computed for: one division per code per user, not per row (rows share one user).
+    window_mean = np.empty(d, np.float32)
+    mean_of, mean_count = -1, 0
     for i in range(n):
         now_us = (now[0] if one_time else now[i]) * 1e6
         u = 0 if one_user else i
@@ -239,8 +278,12 @@ def _assemble(  # type: ignore[no-untyped-def]
                 for j in range(d):
                     features[i, k_uagg * d + j] = (user_sum[j] - code[j]) / effective
         if uagg_ok and not in_window:  # the whole window's mean
+            if u != mean_of or effective != mean_count:
+                for j in range(d):
+                    window_mean[j] = user_sum[j] / effective
+                mean_of, mean_count = u, effective
             for j in range(d):
-                features[i, k_uagg * d + j] = user_sum[j] / effective
+                features[i, k_uagg * d + j] = window_mean[j]
         if nbr_ok:
             nbr_row = _row(nbr_z, i)
             for j in range(d):

@@ -126,6 +126,27 @@ def _records_of(
     return None if p is None or n is None or u is None or i is None else (p, n, u, i)
 
 
+def _layout(
+    pair: RecordRows, nbr: RecordRows, uagg: RecordRows, iagg: RecordRows
+) -> tuple[Any, ...]:
+    """What fixes the field layout of the four views' records: their specs, settings and
+    record dtypes."""
+    return (
+        pair.spec,
+        nbr.spec,
+        uagg.spec,
+        iagg.spec,
+        pair.params,
+        nbr.params,
+        uagg.params,
+        iagg.params,
+        pair.records.dtype,
+        nbr.records.dtype,
+        uagg.records.dtype,
+        iagg.records.dtype,
+    )
+
+
 def _ints(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, np.int64)
 
@@ -326,10 +347,11 @@ class TierAssembly:
         self._version, self._ttls_us = _kernel_constants(
             fm_version, pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s
         )
-        # The request path's compiled loop and the record layouts it was compiled for, the
-        # last seen (their field dtypes are cached objects, so an identity check finds the
-        # same layout again); one attribute, so threads never pair a loop with other layouts.
-        self._compiled: tuple[tuple[np.dtype, ...], Any] = ((), None)
+        # The request path's last layout: the four views' specs and record dtypes (cached
+        # objects, so an identity check finds the same layout again), their field dtypes
+        # and the loop compiled for them. One attribute, so threads never pair a loop with
+        # another layout's fields.
+        self._compiled: tuple[tuple[Any, ...], tuple[np.dtype, ...], Any] = ((), (), None)
 
     def __call__(
         self, views: Mapping[str, ViewRows], now: int | float | np.ndarray
@@ -344,10 +366,30 @@ class TierAssembly:
             raise TierInputError(f"assemble_tiers: views have different lengths {lengths}")
         if n == 0:
             return empty_tiers(0, self.z_dim)
-        from solaris.serving import tier_kernel  # numba: imported on the first assembly
-
         t = _now_array(now, n)
         version = self._version
+        known, layouts, kernel = self._compiled
+        if (  # the request path, the layout of the last request: nothing to look up
+            known
+            and type(pair) is RecordRows
+            and type(nbr) is RecordRows
+            and type(uagg) is RecordRows
+            and type(iagg) is RecordRows
+            and _layout(pair, nbr, uagg, iagg) == known
+        ):
+            features, mask, first = kernel(
+                t,
+                self._ttls_us,
+                _SLOTS,
+                pair.records.view(layouts[0]),
+                nbr.records.view(layouts[1]),
+                uagg.records.view(layouts[2]),
+                iagg.records.view(layouts[3]),
+                version,
+            )
+            return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
+        from solaris.serving import tier_kernel  # numba: imported on the first assembly
+
         records = _records_of(pair, nbr, uagg, iagg, len(version))
         if records is not None:
             # The request path: every record present, one fm_version length, the expected
@@ -362,12 +404,8 @@ class TierAssembly:
                 iagg_rec.fields(count=COUNT, code=Z_MEAN, version=FM_VERSION),
             )
             layouts = tuple(f.dtype for f in fields)
-            known, kernel = self._compiled
-            if len(layouts) != len(known) or any(
-                a is not b for a, b in zip(layouts, known, strict=True)
-            ):
-                kernel = tier_kernel.records_kernel(*layouts)
-                self._compiled = (layouts, kernel)
+            kernel = tier_kernel.records_kernel(*layouts)
+            self._compiled = (_layout(*records), layouts, kernel)
             features, mask, first = kernel(t, self._ttls_us, _SLOTS, *fields, version)
             return TierFeatures(features=features, mask=mask, tier=_TIER_LABELS[first])
         pair_z, nbr_z = _codes(pair.values[Z], nbr.values[self._nbr_field])

@@ -102,6 +102,13 @@ def _sizes(shapes: tuple[int | None, ...]) -> np.ndarray:
     return sizes
 
 
+@functools.lru_cache(maxsize=256)
+def _void(length: int) -> np.dtype:
+    """``V<length>``, one object per length: a caller that keeps a layout (the tier
+    assembly) recognises the records of the next request by identity."""
+    return np.dtype(f"V{length}")
+
+
 class UniformReplies:
     """The replies of one request, parsed from its received bytes as they arrive, without a
     Python object per field where they are uniform. One reply per ``shapes`` entry: ``n``
@@ -141,7 +148,7 @@ class UniformReplies:
             if n is None:
                 out.append(None if length < 0 else buf[start : start + length].tobytes())
             elif n:
-                out.append(np.ndarray((n,), f"V{length}", buf, start, (step,)))  # a view
+                out.append(np.ndarray((n,), _void(length), buf, start, (step,)))  # a view
             else:
                 out.append(np.zeros(0, "V1"))
         return out

@@ -148,6 +148,41 @@ def test_all_tiers_in_one_round_trip_per_fetch(client, rows, monkeypatch) -> Non
     assert client.stats.requests == 2 and client.stats.failures == 0
 
 
+def test_rows_a_caller_holds_survive_its_next_request(client, rows) -> None:
+    """The request path reads into one receive buffer per thread and reuses it, but never
+    while rows of an earlier request (views of it) are still held: those keep their values."""
+    import gc
+
+    for user, seed in ((1, 1), (12, 9)):  # every view present: the replies are views
+        rows.pair(user, 23, _z(seed), NOW - 60)
+        rows.nbr(user, 23, _z(seed + 1), _z(seed + 2), NOW - 60)
+        rows.uagg(user, _z(seed + 3), 2, window_start=NOW - 24 * H, computed_at=NOW - 60)
+    rows.iagg(23, _z(5), 2, NOW - 60)
+    client.fetch(1, [23], now=NOW)  # the store, its plan and connections, built
+    store = client.store
+    service = store.get_feature_service(FEATURE_SERVICE)
+    online = online_store_of(store)
+    items = np.array([23], np.int64)
+
+    def read(user: int):
+        out = online.read_user(store.config, store.registry, store.project, service, user, items)
+        assert out is not None
+        return out
+
+    held = read(1)
+    first = id(online._request_conns._buffers.last)
+    other = read(12)
+    np.testing.assert_array_equal(held["pair"].values["z"][0].astype(np.float32), _z(1))
+    np.testing.assert_array_equal(other["pair"].values["z"][0].astype(np.float32), _z(9))
+    assert id(online._request_conns._buffers.last) != first  # rows held: a new buffer
+    del held, other
+    gc.collect()
+    reused = id(online._request_conns._buffers.last)  # an id: a reference would hold it
+    again = read(12)  # nothing points into the buffer any more: reused
+    assert id(online._request_conns._buffers.last) == reused
+    np.testing.assert_array_equal(again["pair"].values["z"][0].astype(np.float32), _z(9))
+
+
 def test_the_request_paths_commands_are_what_it_sends(client, rows, monkeypatch) -> None:
     """``request_commands`` gives the bytes the request path puts on the wire: one GET or
     HMGET per serving view, the user's keys, each candidate as its 8-byte field."""

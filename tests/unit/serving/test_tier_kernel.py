@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import njit
 
 from solaris.serving import tier_kernel, tiers
 from solaris.serving.tiers import TIERS, assemble_tiers, load_assembly
@@ -242,6 +243,31 @@ def test_a_version_of_another_length_takes_the_general_path() -> None:
     assert not mask.any() and not features.any() and set(tier) == {"none"}
 
 
+def test_one_assembly_follows_the_layout_of_each_request() -> None:
+    """A kept :class:`~solaris.serving.tiers.TierAssembly` (a serving client's) reuses the
+    last request's record layout only for records of that layout: requests whose views'
+    versions change length between calls (all views, or one) get the numpy rules each
+    time, as do equal settings in another object."""
+    rng = np.random.default_rng(21)
+    assembly = tiers.TierAssembly(z_dim=D, fm_version=VERSION, nbr_strategy="top1", **TTLS)
+    other = {name: VERSION for name in SPECS}
+    for versions, params in [
+        (other, PARAMS),
+        (other, PARAMS),
+        (dict.fromkeys(SPECS, "v2"), PARAMS),
+        (other, ViewParams(D, 1, 1)),
+        ({**other, "iagg": "v2"}, PARAMS),
+        ({**other, "pair": VERSION + "+"}, PARAMS),
+        (other, PARAMS),
+    ]:
+        n = int(rng.integers(1, 40))
+        raw = {name: _records(rng, spec, n, versions[name]) for name, spec in SPECS.items()}
+        records = {name: RecordRows(SPECS[name], params, r) for name, r in raw.items()}
+        decoded = {name: _decoded(SPECS[name], r, np.ones(n, bool)) for name, r in raw.items()}
+        out = assembly(records, NOW)  # type: ignore[arg-type]
+        _same((out.features, out.mask, out.tier), numpy_tiers(decoded, NOW, "top1"))
+
+
 def test_record_rows_decode_on_first_use_as_the_general_decoder_does() -> None:
     rng = np.random.default_rng(3)
     for name, spec in SPECS.items():
@@ -270,3 +296,23 @@ def test_load_assembly_compiles_the_request_layout_before_any_request() -> None:
     after = tier_kernel.records_kernel.cache_info()
     assert after.misses == compiled.misses and after.hits > compiled.hits
     assert tiers.load_assembly is load_assembly
+
+
+def test_float16_widening_is_numpys_for_every_bit_pattern() -> None:
+    """The request path widens float16 codes by the CPU's instruction where it has one
+    (x86 F16C, ARM) and by a table otherwise; either is numpy's conversion, bit for bit,
+    for all 65,536 patterns (a signalling NaN may come out quieted: still a NaN)."""
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    want = bits.view(np.float16).astype(np.float32)
+    got = _widen_all(bits)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(got[nan]).all()
+
+
+@njit
+def _widen_all(bits):  # type: ignore[no-untyped-def]
+    out = np.empty(len(bits), np.float32)
+    for k in range(len(bits)):
+        out[k] = tier_kernel._widened(bits, k)
+    return out

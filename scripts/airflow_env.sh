@@ -13,6 +13,14 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 # (default 300 s); min_file_process_interval: how often a known file is re-parsed (default 30).
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
+# No settings file and no FM named: the MovieLens example's adapters (what `make demo`
+# trained), as the SOLARIS_* variables that set them; name yours with SOLARIS_CONFIG.
+if [[ -z "${SOLARIS_CONFIG:-}" && -z "${SOLARIS_MODEL__FOUNDATION:-}" ]]; then
+    while IFS= read -r setting; do
+        export "${setting?}"
+    done < <(cd "$ROOT" && "$ROOT/.venv/bin/python" -m solaris.examples.movielens.settings)
+    echo "settings      the MovieLens example's adapters (SOLARIS_CONFIG unset)"
+fi
 # The settings' artifacts folder (and state URI), read once by SolarisConfig from
 # SOLARIS_CONFIG and the SOLARIS_* variables, and exported absolute: the tasks and the SOLARIS
 # page then read the same folder whatever their working directory. (A default exported here

@@ -9,8 +9,11 @@ configuration and loaded once at the task edge::
     requests:
       source: "mypkg.traffic:build"         # build(cfg) -> TrafficSource (replays only)
 
-Each factory is called with the :class:`~solaris.config.SolarisConfig` and returns an object
-with the protocol's methods. The MovieLens implementation (``solaris.examples.movielens``)
+``model.foundation`` and ``requests.source`` have no default: a task that needs one that is
+unset raises :class:`~solaris.errors.ConfigError` naming the setting and the examples'
+paths; ``model.trainer`` unset means the training DAG keeps the verifier. Each factory is
+called with the :class:`~solaris.config.SolarisConfig` and returns an object with the
+protocol's methods. The MovieLens implementation (``solaris.examples.movielens``)
 and a synthetic one with its own, differently shaped FM (``solaris.examples.synthetic``)
 are the worked examples. SOLARIS itself trains the autoencoder ``h -> z`` on the user's
 ``h`` and versions it with the FM (:mod:`solaris.pipeline.codes`).
@@ -29,7 +32,7 @@ import re
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from solaris.config import IMPORT_PATH
-from solaris.errors import SolarisError
+from solaris.errors import ConfigError, SolarisError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -212,9 +215,31 @@ def _cached(path: str, cfg: SolarisConfig, protocol: type, setting: str) -> Any:
     return load(path, cfg, protocol, setting)
 
 
+# What a missing adapter setting's error offers: the documented choices (docs/adopting.md).
+_CHOICES = {
+    "model.foundation": "your FoundationModel factory, or an example's: "
+    "'solaris.examples.movielens:foundation_model', 'solaris.examples.synthetic:foundation_model'",
+    "requests.source": "your TrafficSource factory, or an example's: "
+    "'solaris.examples.movielens:traffic', 'solaris.examples.synthetic:traffic'",
+}
+
+
+def _required(path: str | None, setting: str) -> str:
+    """``path``, the import path a setting names; :class:`ConfigError` when it is unset (the
+    product has no default: an adopter who forgets one must not run an example's)."""
+    if path is None:
+        section, name = setting.split(".")
+        raise ConfigError(
+            f"{setting} is not set: name {_CHOICES[setting]} (in the settings file "
+            f"'{section}: {{{name}: ...}}', or SOLARIS_{section.upper()}__{name.upper()})"
+        )
+    return path
+
+
 def foundation_model(cfg: SolarisConfig) -> FoundationModel:
     """The FM of ``model.foundation``."""
-    return _cached(cfg.model.foundation, cfg, FoundationModel, "model.foundation")
+    path = _required(cfg.model.foundation, "model.foundation")
+    return _cached(path, cfg, FoundationModel, "model.foundation")
 
 
 def verifier(cfg: SolarisConfig) -> Verifier:
@@ -224,7 +249,8 @@ def verifier(cfg: SolarisConfig) -> Verifier:
 
 def traffic_source(cfg: SolarisConfig) -> TrafficSource:
     """The traffic of ``requests.source``, which replays feed through serving."""
-    return _cached(cfg.requests.source, cfg, TrafficSource, "requests.source")
+    path = _required(cfg.requests.source, "requests.source")
+    return _cached(path, cfg, TrafficSource, "requests.source")
 
 
 def traffic_requests(cfg: SolarisConfig, start: int, end: int) -> pd.DataFrame:

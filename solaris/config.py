@@ -166,10 +166,10 @@ class RequestLogConfig(Section):
     recurrence_window_hours: Hours = Field(
         6.0, description="window of the demo's recurrence and retrieval-recall figures"
     )
-    source: str = Field(
-        "solaris.examples.movielens:traffic",
-        pattern=IMPORT_PATH,
-        description="the traffic source replays feed through serving",
+    source: ImportPath | None = Field(
+        None,
+        description="the traffic source replays feed through serving: 'package.module:factory', "
+        "factory(cfg) -> solaris.adapters.TrafficSource; required by replays and the cycle",
     )
 
 
@@ -192,11 +192,10 @@ class ModelConfig(Section):
         ("like", "love"),
         description="the example FM's task heads (like: rating >= 4, love: rating == 5)",
     )
-    foundation: str = Field(
-        "solaris.examples.movielens:foundation_model",
-        pattern=IMPORT_PATH,
+    foundation: ImportPath | None = Field(
+        None,
         description="the FM adapter: 'package.module:factory', "
-        "factory(cfg) -> solaris.adapters.FoundationModel",
+        "factory(cfg) -> solaris.adapters.FoundationModel; required by the cycle",
     )
     verifier: str = Field(
         "solaris.adapters:logged_scores",
@@ -205,7 +204,7 @@ class ModelConfig(Section):
         "factory(cfg) -> solaris.adapters.Verifier; the default ranks by the score serving logged",
     )
     trainer: ImportPath | None = Field(
-        "solaris.examples.movielens:vm_trainer",
+        None,
         description="what retrains the VM behind the verifier: 'package.module:factory', "
         "factory(cfg) -> solaris.adapters.VerifierTrainer; None: the training DAG skips it",
     )

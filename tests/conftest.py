@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from solaris.examples.movielens.data import MovieLens
+from solaris.examples.movielens.settings import ADAPTERS
 
 # Airflow reads its settings once, on first import, so the whole test session gets one
 # private AIRFLOW_HOME (SQLite metadata DB inside) before any test module imports airflow;
@@ -135,8 +136,9 @@ def tiny_solaris_config(tmp: Path, project: str, redis: str) -> dict:
         # fetch_movielens finds <cache_dir>/ml-100k complete and downloads nothing.
         "data": {"cache_dir": str(tmp)},
         "artifacts_dir": str(tmp / "artifacts"),
-        "requests": {"retrieval_k": 8},
+        "requests": {"retrieval_k": 8, **ADAPTERS["requests"]},
         "model": {
+            **ADAPTERS["model"],
             "history_len": 5,
             "embed_dim": 4,
             "shared_dim": 16,

@@ -15,10 +15,14 @@ from solaris.adapters import (
     FoundationModel,
     LoggedScores,
     TrafficSource,
+    foundation_model,
     load,
     logged_scores,
+    traffic_source,
+    verifier_trainer,
 )
 from solaris.config import SolarisConfig
+from solaris.errors import ConfigError
 
 CFG = SolarisConfig()
 
@@ -52,6 +56,26 @@ def test_logged_scores_without_a_score_column_say_what_to_do() -> None:
 def test_a_bad_adapter_is_an_error_naming_the_setting(path: str, message: str) -> None:
     with pytest.raises(AdapterError, match=f"model.foundation: .*{message}"):
         load(path, CFG, FoundationModel, "model.foundation")
+
+
+@pytest.mark.parametrize(
+    ("build", "setting", "choice"),
+    [
+        (foundation_model, "model.foundation", "solaris.examples.synthetic:foundation_model"),
+        (traffic_source, "requests.source", "solaris.examples.movielens:traffic"),
+    ],
+)
+def test_an_unset_adapter_is_a_config_error_naming_the_setting_and_the_choices(
+    build, setting: str, choice: str
+) -> None:
+    """The product runs no example by default: a missing FM or traffic source is refused
+    with the setting, the documented examples and how to set it."""
+    section, name = setting.split(".")
+    with pytest.raises(ConfigError, match=setting) as caught:
+        build(SolarisConfig())
+    assert choice in str(caught.value)
+    assert f"SOLARIS_{section.upper()}__{name.upper()}" in str(caught.value)
+    assert verifier_trainer(SolarisConfig()) is None  # no trainer: the training DAG skips
 
 
 def test_the_movielens_traffic_source_satisfies_the_protocol(tmp_path) -> None:

@@ -35,10 +35,11 @@ def test_valid_defaults_load() -> None:
     assert cfg == SolarisConfig.load()
     assert cfg.namespace == "live"
     assert cfg.replay is False
-    assert cfg.model.foundation == "solaris.examples.movielens:foundation_model"
+    # No example is a default: an adopter who forgets an adapter gets an error naming it.
+    assert cfg.model.foundation is None
     assert cfg.model.verifier == "solaris.adapters:logged_scores"
-    assert cfg.model.trainer == "solaris.examples.movielens:vm_trainer"
-    assert cfg.requests.source == "solaris.examples.movielens:traffic"
+    assert cfg.model.trainer is None
+    assert cfg.requests.source is None
     assert cfg.store.request_log_maxlen == 1_000_000
     assert cfg.cycle.wait_previous_minutes == 60.0
     assert cfg.cycle.start == datetime(1997, 9, 20, tzinfo=UTC)

@@ -19,7 +19,8 @@ What ``make demo`` runs on, and the template for bringing your own:
 - :func:`vm_trainer`: the training DAG's work, retraining the VM on point-in-time SOLARIS
   features and publishing it only when no worse.
 
-Configured as::
+Configured as (:data:`.settings.ADAPTERS`, which the example's commands and ``make airflow``
+fill in where the settings name no adapter; the product has no default)::
 
     model:
       foundation: "solaris.examples.movielens:foundation_model"

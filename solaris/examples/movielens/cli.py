@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from solaris.cli import ConfigOption, load_config, namespace_arg, writable_folder
+from solaris.examples.movielens.settings import with_adapters
 
 __all__ = ["data_fetch", "demo", "register", "replay_command", "report_command"]
 
@@ -54,7 +55,7 @@ def demo(
 
     if airflow:  # refused before the offline stage's minutes, not after them
         refuse_live(load_config(config), namespace, "replay into", force=force)
-    cfg = load_config(config, namespace=namespace)
+    cfg = with_adapters(load_config(config, namespace=namespace))
     run_demo(cfg, airflow=airflow, echo=typer.echo, force=force)
 
 
@@ -107,7 +108,7 @@ def replay_command(
         raise typer.BadParameter(
             "0 refreshes nothing; give a share in (0, 1]", param_hint="--refresh-share"
         )
-    cfg = load_config(config)
+    cfg = with_adapters(load_config(config))
     overrides = {"share": share, "ttl_hours": ttl_hours, "cadence_minutes": cadence_minutes}
     given = {k: v for k, v in overrides.items() if v is not None}
     # Validated like the config file would be, before any data is loaded.
@@ -191,4 +192,4 @@ def report_command(
     from solaris.examples.movielens.report.settings import ReportSettings
 
     settings = ReportSettings(seeds=parsed)
-    run_report(load_config(config), settings, out_dir=out, echo=typer.echo)
+    run_report(with_adapters(load_config(config)), settings, out_dir=out, echo=typer.echo)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from solaris.config import CycleConfig, SolarisConfig
+from solaris.examples.movielens.settings import environment as example_environment
 
 REPO = Path(__file__).resolve().parents[3]
 VALUES_FILE = REPO / "deploy" / "helm" / "values.yaml"
@@ -187,6 +188,7 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
         "SOLARIS_ARTIFACTS_DIR",
         "SOLARIS_CYCLE__STATE_URI",
         "SOLARIS_STORE__OFFLINE_URI",
+        *example_environment(),  # the adapters: the product has no default
     }
     with monkeypatch.context() as patch:
         for key in [k for k in os.environ if k.startswith("SOLARIS_")]:
@@ -198,6 +200,7 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
     assert host and port.isdigit()
     assert cfg.artifacts_dir == Path(env["SOLARIS_ARTIFACTS_DIR"])
     assert cfg.cycle.gpu_queue == CycleConfig().gpu_queue
+    assert cfg.model.foundation == example_environment()["SOLARIS_MODEL__FOUNDATION"]
     # What tasks hand each other goes through a bucket, not a volume.
     assert cfg.cycle.state_uri.startswith("s3://")
     assert cfg.store.offline_uri.startswith("s3://")

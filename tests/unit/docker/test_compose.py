@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from solaris.config import CycleConfig, SolarisConfig
+from solaris.examples.movielens.settings import environment as example_environment
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
@@ -374,18 +375,20 @@ def test_compose_holds_no_secret_literal_and_no_default_for_a_secret(compose):
     for match in used:
         if _SECRET_NAME.search(match["name"]):
             assert match["op"] == ":?", f"{match[0]} has a default or may be empty"
-    assert {m["name"] for m in used} == SECRET_VARIABLES | {QUEUE_VARIABLE}
+    assert {m["name"] for m in used} == SECRET_VARIABLES | {QUEUE_VARIABLE} | set(
+        example_environment()
+    )
     assert "change-me" not in text and "airflow:airflow@" not in text and "guest" not in text
 
 
-def test_the_only_variable_with_a_default_defaults_to_the_configured_queue(compose):
+def test_the_variables_with_a_default_are_the_queue_and_the_examples_adapters(compose):
     defaults = {
         m["name"]: m["arg"]
         for _, _, value in _strings(compose)
         for m in _variables(value)
         if m["op"] != ":?"
     }
-    assert defaults == {QUEUE_VARIABLE: CycleConfig().gpu_queue}
+    assert defaults == {QUEUE_VARIABLE: CycleConfig().gpu_queue, **example_environment()}
 
 
 def test_every_published_port_is_bound_to_the_loopback(services):

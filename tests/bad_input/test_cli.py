@@ -201,6 +201,10 @@ CASES = [
     pytest.param(["demo", "--namespace", "Bad-Name", "--no-airflow"], {}, 2,
                  r"Invalid value for --namespace: 'Bad-Name' is not a namespace name",
                  id="demo-bad-namespace-name"),
+    # The product names no example adapter: settings without an FM are refused by name.
+    pytest.param(["fit-autoencoder", "--start", "2023-11-14T00:00:00+00:00", "--end", ISO], {},
+                 1, r"^Error: model\.foundation is not set: .*solaris\.examples\.movielens:"
+                 r"foundation_model.*SOLARIS_MODEL__FOUNDATION", id="no-foundation-model"),
 ]  # fmt: skip
 
 

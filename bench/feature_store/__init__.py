@@ -64,10 +64,10 @@ checked to return the written values before anything is timed.
 
 The sections live in their own modules (``context``: stores, projects, rows and the shared
 helpers; ``fetch``: 1, 1b, 1c; ``concurrency``: 2; ``writes``: 3; ``memory``: 4;
-``profiling``: 5); ``__main__`` runs them in order and prints the report. The read path's
-bytes come from the store's public ``SolarisOnlineStore.request_commands``; the write check
-of section 3 still wraps the store's private ``_round_trip`` to see what ``write_table``
-sends.
+``profiling``: 5); ``__main__`` runs them in order and prints the report. The bytes the
+store puts on the wire come from its public methods: the read path's from
+``SolarisOnlineStore.request_commands``, the write path's from ``write_commands``; the bench
+reaches into no private function of the store.
 
 Keys of the bench's projects (``bsol``, ``braw``, ``btch``, ``bm0``-``bm2``, ``bstk`` + pid,
 the miss streams) are deleted at the start and the end; nothing else in the database is

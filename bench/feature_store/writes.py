@@ -5,11 +5,10 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import hiredis
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -28,7 +27,6 @@ from bench.feature_store.context import (
 )
 from bench.feature_store.fetch import FLOOR, Args, pipeline_bytes
 from solaris.store import keys
-from solaris.store import online as online_mod
 from solaris.store.codec import encode_records, normalize
 from solaris.store.contract import EVENT_TS, PAIR, ViewParams
 
@@ -206,40 +204,24 @@ def write_variants(b: Bench, w: WriteData) -> dict[str, Writer]:
 
 
 def check_write_commands(b: Bench, w: WriteData, event_s: int) -> int:
-    """Write the rows through ``write_table`` once, capturing what the store sends
-    (``online._round_trip`` wrapped), and check that ``raw + transaction`` packs to the same
-    bytes (so the floor's ``HSET``s are the store's too); returns the store's command
-    count."""
-    captured: list[tuple[bytes, int]] = []
-    original = online_mod._round_trip
-
-    def spy(client: Any, packed: Sequence[bytes], count: int, **kwargs: Any) -> list:
-        captured.append((b"".join(packed), count))
-        return original(client, packed, count, **kwargs)
-
+    """Check that ``raw + transaction`` packs to the bytes ``write_table`` sends for the rows
+    (``write_commands``: one transaction per key), so the floor's ``HSET``s are the store's
+    too; returns the store's command count."""
+    transactions = b.online.write_commands(
+        b.store.config,
+        b.store.get_feature_view("pair"),
+        pair_input(w.users, w.items, w.z, event_s),
+    )
+    if not transactions:
+        raise RuntimeError("write_commands gave no transaction for the rows")
+    sent = b"".join(command for transaction in transactions for command in transaction)
     params = b.pair_params
-    online_mod._round_trip = spy
-    try:
-        b.online.write_table(
-            b.store.config,
-            b.store.get_feature_view("pair"),
-            pair_input(w.users, w.items, w.z, event_s),
-        )
-    finally:
-        online_mod._round_trip = original
-    # The store's first round trips ask each key's TYPE (a key of another type is refused
-    # before anything is written); the transactions follow.
-    type_query = hiredis.pack_command((b"TYPE", b"k"))[:13]  # *2 $4 TYPE
-    writes = [(sent, n) for sent, n in captured if not sent.startswith(type_query)]
-    if not writes:
-        raise RuntimeError("write_table sent nothing through online._round_trip")
-    sent = b"".join(chunk for chunk, _ in writes)
     per_command = b.store.config.online_store.write_fields_per_command
     batches = raw_batches(w, event_s, b.project, params, per_command)
     args = [a for batch in batches for a in write_args(batch, params.retention_s * 1000, True)]
     if pipeline_bytes(b.redis, args) != sent:
         raise RuntimeError("raw + transaction: its commands differ from what write_table sends")
-    return sum(n for _, n in writes)
+    return sum(len(transaction) for transaction in transactions)
 
 
 def check_writes(b: Bench, w: WriteData) -> None:

@@ -364,6 +364,35 @@ class SolarisOnlineStore(OnlineStore):
         normalized = normalize(spec, params, rows)
         return self.write_normalized(config, spec, params, normalized, progress)
 
+    def write_commands(
+        self, config: RepoConfig, table: FeatureView, rows: pa.Table | pd.DataFrame
+    ) -> list[list[bytes]]:
+        """The RESP bytes :meth:`write_table` sends to write ``rows`` of the hash view
+        ``table`` on one Redis, without sending them: one transaction per key, in the order
+        sent, each as its packed commands (``MULTI``, the key's ``HSET``s, ``HSETNX`` of its
+        prune marker, ``PEXPIRE``, ``HGET`` of the marker, ``EXEC``). Not included: the
+        ``TYPE`` check of the keys before them and the prune scripts after them (those depend
+        on what Redis answers). What the write path puts on the wire, for benchmarks
+        (``bench.feature_store`` checks its raw floor against these bytes) and debugging.
+
+        Raises:
+            InvalidWriteError: bad rows, or a view that is not a hash view.
+        """
+        spec, params = view_params(table)
+        if spec.member is None:
+            raise InvalidWriteError(
+                f"view {spec.name!r} is one string per key, not a hash: it is written with SET"
+            )
+        normalized = normalize(spec, params, rows)
+        if normalized.num_rows == 0:
+            return []
+        order, bounds, key_names = _grouped(config.project, spec, normalized)
+        spans, hset = _hash_writes(spec, params, normalized, order, bounds, key_names, framed=True)
+        groups = _transactions(
+            spans, hset, config.online_store.write_fields_per_command, params.retention_s * 1000
+        )
+        return [[_MULTI, *group, _EXEC] for group in groups]
+
     def write_normalized(
         self,
         config: RepoConfig,
@@ -374,30 +403,19 @@ class SolarisOnlineStore(OnlineStore):
     ) -> int:
         """Write rows already :func:`~solaris.store.codec.normalize`-d for ``spec``.
 
-        Hash views, per key: ``HSET`` of the fields, then one small script that renews the
-        key's expiry to the retention and returns its prune marker (field ``""``, created
-        if absent); the hashes whose newest written row is ``prune_every × retention`` past
-        their marker are pruned by another script in a second round trip (a small share of
-        the writes). String views: ``SET`` with ``PX``.
+        Hash views, per key, one transaction (:meth:`write_commands`): its ``HSET``s, its
+        prune marker (field ``""``, created if absent), its expiry renewed to the retention
+        and the marker read back; the hashes whose newest written row is ``prune_every ×
+        retention`` past their marker are pruned by a script in a second round trip (a small
+        share of the writes). On a cluster each key's write is one script instead. String
+        views: ``SET`` with ``PX``.
         """
         n = rows.num_rows
         if n == 0:
             return 0
         client = self.client(config)
         retention_ms = params.retention_s * 1000
-        prefix = keys.view_key(config.project, spec)
-        if spec.partition is not None:
-            # Rows grouped by key (stable: within a key, the batch's order is kept).
-            parts = rows[spec.partition.join_key].combine_chunks().to_numpy()
-            order = np.argsort(parts, kind="stable")
-            sorted_parts = parts[order]
-            bounds = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
-            part_ids = sorted_parts[bounds[:-1]].tolist()
-            key_names = [keys.partition_key(prefix, spec, pid) for pid in part_ids]
-        else:
-            order = np.arange(n)
-            bounds = np.array([0, n])
-            key_names = [prefix]
+        order, bounds, key_names = _grouped(config.project, spec, rows)
         _refuse_foreign_keys(client, spec, key_names)
         if spec.member is None:
             # One string per partition: the last row of the batch for it wins.
@@ -418,34 +436,10 @@ class SolarisOnlineStore(OnlineStore):
         key, ``bounds`` delimiting the groups of ``key_names``."""
         cfg = config.online_store
         retention_ms = params.retention_s * 1000
-        fields = keys.member_fields(rows[spec.member.join_key].combine_chunks().to_numpy()[order])
-        event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()[order]
-        newest = np.maximum.reduceat(event_us, bounds[:-1]).tolist()
-        records = encode_record_array(spec, params, rows, order)
-        if records is not None and not isinstance(client, RedisCluster):
-            # The usual case: every (field, record) pair framed by numpy in one buffer.
-            framed = resp.pairs(fields, records)
-
-            def hset(key: str, lo: int, hi: int):
-                return resp.command(b"HSET", [key], framed[lo:hi].tobytes(), 2 * (hi - lo))
-
-        else:
-            values = (
-                records.tolist()
-                if records is not None
-                else encode_records(spec, params, rows, order)
-            )
-            field_bytes = fields.tolist()
-
-            def hset(key: str, lo: int, hi: int):
-                args: list[Any] = [None] * (2 * (hi - lo))
-                args[0::2] = field_bytes[lo:hi]
-                args[1::2] = values[lo:hi]
-                return (b"HSET", key, *args)
-
-        chunk = cfg.write_fields_per_command
-        spans = list(zip(key_names, itertools.pairwise(bounds.tolist()), newest, strict=True))
-        if isinstance(client, RedisCluster):
+        cluster = isinstance(client, RedisCluster)
+        spans, hset = _hash_writes(spec, params, rows, order, bounds, key_names, framed=not cluster)
+        newest = [top for _key, _span, top in spans]
+        if cluster:
             # redis-py's cluster pipeline routes each command to its node but cannot make a
             # transaction of many keys: each key's write is one script, atomic on its node.
             markers = _send_scripted(
@@ -460,19 +454,7 @@ class SolarisOnlineStore(OnlineStore):
             # together or not at all, so whatever fails (a refused write, a dropped
             # connection, a killed writer) no key is left without an expiry.
             markers = _send_transactions(
-                client,
-                [
-                    [
-                        *(
-                            _packed(hset(key, start, min(start + chunk, hi)))
-                            for start in range(lo, hi, chunk)
-                        ),
-                        hiredis.pack_command((b"HSETNX", key, b"", top)),
-                        hiredis.pack_command((b"PEXPIRE", key, int(retention_ms))),
-                        hiredis.pack_command((b"HGET", key, b"")),
-                    ]
-                    for key, (lo, hi), top in spans
-                ],
+                client, _transactions(spans, hset, cfg.write_fields_per_command, retention_ms)
             )
         interval = cfg.prune_every * params.retention_s * _US
         retention_us = params.retention_s * _US
@@ -1131,6 +1113,79 @@ def _packed(command: bytes | tuple) -> bytes:
 
 _MULTI = hiredis.pack_command((b"MULTI",))
 _EXEC = hiredis.pack_command((b"EXEC",))
+
+
+def _grouped(
+    project: str, spec: ViewSpec, rows: pa.Table
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The write's rows grouped by key: ``order`` (stable: within a key the batch's order is
+    kept), ``bounds`` delimiting each key's rows in that order, and the keys' names."""
+    n = rows.num_rows
+    prefix = keys.view_key(project, spec)
+    if spec.partition is None:
+        return np.arange(n), np.array([0, n]), [prefix]
+    parts = rows[spec.partition.join_key].combine_chunks().to_numpy()
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    bounds = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
+    part_ids = sorted_parts[bounds[:-1]].tolist()
+    return order, bounds, [keys.partition_key(prefix, spec, pid) for pid in part_ids]
+
+
+def _hash_writes(
+    spec: ViewSpec,
+    params: ViewParams,
+    rows: pa.Table,
+    order: np.ndarray,
+    bounds: np.ndarray,
+    key_names: list[str],
+    *,
+    framed: bool,
+) -> tuple[list[tuple[str, tuple[int, int], int]], Callable[[str, int, int], Any]]:
+    """Each key's ``(key, (lo, hi), newest event µs)`` and ``hset(key, lo, hi)``, the ``HSET``
+    of its rows ``lo:hi``: packed bytes when ``framed`` and the records have one length
+    (every (field, record) pair framed by numpy in one buffer), else a command tuple."""
+    fields = keys.member_fields(rows[spec.member.join_key].combine_chunks().to_numpy()[order])
+    event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()[order]
+    newest = np.maximum.reduceat(event_us, bounds[:-1]).tolist()
+    spans = list(zip(key_names, itertools.pairwise(bounds.tolist()), newest, strict=True))
+    records = encode_record_array(spec, params, rows, order)
+    if records is not None and framed:
+        framed_pairs = resp.pairs(fields, records)
+
+        def hset_bytes(key: str, lo: int, hi: int) -> bytes:
+            return resp.command(b"HSET", [key], framed_pairs[lo:hi].tobytes(), 2 * (hi - lo))
+
+        return spans, hset_bytes
+    values = records.tolist() if records is not None else encode_records(spec, params, rows, order)
+    field_bytes = fields.tolist()
+
+    def hset_tuple(key: str, lo: int, hi: int) -> tuple:
+        args: list[Any] = [None] * (2 * (hi - lo))
+        args[0::2] = field_bytes[lo:hi]
+        args[1::2] = values[lo:hi]
+        return (b"HSET", key, *args)
+
+    return spans, hset_tuple
+
+
+def _transactions(
+    spans: Sequence[tuple[str, tuple[int, int], int]],
+    hset: Callable[[str, int, int], Any],
+    chunk: int,
+    retention_ms: int,
+) -> list[list[bytes]]:
+    """Each key's transaction body, packed: its ``HSET``s of at most ``chunk`` fields, its
+    prune marker (``HSETNX`` of the newest row's time), its expiry and the marker read."""
+    return [
+        [
+            *(_packed(hset(key, start, min(start + chunk, hi))) for start in range(lo, hi, chunk)),
+            hiredis.pack_command((b"HSETNX", key, b"", top)),
+            hiredis.pack_command((b"PEXPIRE", key, int(retention_ms))),
+            hiredis.pack_command((b"HGET", key, b"")),
+        ]
+        for key, (lo, hi), top in spans
+    ]
 
 
 def _send_transactions(client: redis_py.Redis, groups: Sequence[Sequence[bytes]]) -> list:

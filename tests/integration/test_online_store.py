@@ -142,6 +142,57 @@ def test_feast_write_to_online_store_and_the_bulk_path_store_the_same_record(
     assert a[:8] == b[:8]  # the same event time, then the codes
 
 
+def test_write_commands_are_what_write_table_sends(feast_store, redis_client, solaris_cfg):
+    """``write_commands`` gives the write path's bytes without sending them: sent raw, they
+    leave the keys exactly as ``write_table`` does (records, prune marker, expiry); a view
+    written with SET and bad rows are refused, and nothing is written by asking."""
+    from solaris.store.contract import InvalidWriteError
+
+    users, items = np.repeat([21, 22, 23], 4), np.tile([5, 6, 7, 8], 3)
+    frame = pd.DataFrame(
+        {
+            "user_id": users,
+            "item_id": items,
+            "z": [_z(k) for k in range(12)],
+            "fm_version": [FM_VERSION] * 12,
+            "event_ts": pd.to_datetime(NOW - 60 - np.arange(12), unit="s", utc=True),
+        }
+    )
+    online = online_store_of(feast_store)
+    view = feast_store.get_feature_view("pair")
+    prefix = keys.view_key(solaris_cfg.namespace, PAIR)
+    names = [keys.partition_key(prefix, PAIR, u) for u in (21, 22, 23)]
+
+    def state() -> list:
+        return [
+            (redis_client.hgetall(k), redis_client.pttl(k) > 0, redis_client.exists(k))
+            for k in names
+        ]
+
+    redis_client.delete(*names)
+    transactions = online.write_commands(feast_store.config, view, frame)
+    assert state() == [({}, False, 0)] * 3  # asking wrote nothing
+    assert len(transactions) == 3 and all(
+        t[0].startswith(b"*1\r\n$5\r\nMULTI") for t in transactions
+    )
+    conn = redis_client.connection_pool.get_connection()
+    try:
+        conn.send_packed_command([c for t in transactions for c in t], check_health=False)
+        for _ in range(sum(map(len, transactions))):
+            conn.read_response()
+    finally:
+        redis_client.connection_pool.release(conn)
+    sent_raw = state()
+    redis_client.delete(*names)
+    online.write_table(feast_store.config, view, frame)
+    assert state() == sent_raw and all(exists and ttl for _h, ttl, exists in sent_raw)
+    with pytest.raises(InvalidWriteError, match=r"uagg.*SET"):
+        online.write_commands(feast_store.config, feast_store.get_feature_view("uagg"), frame)
+    with pytest.raises(InvalidWriteError, match="z"):
+        online.write_commands(feast_store.config, view, frame.assign(z=[_z(0)[:3]] * 12))
+    redis_client.delete(*names)
+
+
 def test_feast_generic_read_path_applies_the_same_freshness(feast_store, rows) -> None:
     now = int(time.time())
     rows.pair(9, 90, _z(1), now - 60)

@@ -31,7 +31,7 @@ import inspect
 import re
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from solaris.config import IMPORT_PATH
+from solaris.config import IMPORT_PATH, env_variable
 from solaris.errors import ConfigError, SolarisError
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def _required(path: str | None, setting: str) -> str:
         section, name = setting.split(".")
         raise ConfigError(
             f"{setting} is not set: name {_CHOICES[setting]} (in the settings file "
-            f"'{section}: {{{name}: ...}}', or SOLARIS_{section.upper()}__{name.upper()})"
+            f"'{section}: {{{name}: ...}}', or {env_variable(setting)})"
         )
     return path
 

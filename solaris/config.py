@@ -73,6 +73,13 @@ IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"  # an adapter's "package.module:
 ENV_PREFIX = "SOLARIS_"
 ENV_NESTED_DELIMITER = "__"
 
+
+def env_variable(setting: str) -> str:
+    """The environment variable of a dotted setting: ``selection.share`` →
+    ``SOLARIS_SELECTION__SHARE``."""
+    return ENV_PREFIX + setting.replace(".", ENV_NESTED_DELIMITER).upper()
+
+
 # ``SOLARIS_`` environment variables that are not settings: the YAML path, and the knobs of
 # the test harness, the Airflow scripts and the benchmarks. Any other ``SOLARIS_`` variable
 # must name a setting, or building the configuration fails.
@@ -831,7 +838,7 @@ def _unknown_env_settings(
         setting = ".".join(parts)
         close = difflib.get_close_matches(setting, _setting_names(model), n=1)
         if close:
-            env = ENV_PREFIX + close[0].replace(".", ENV_NESTED_DELIMITER).upper()
+            env = env_variable(close[0])
             hint = f"did you mean {env} ({close[0]})?"
         else:
             hint = (

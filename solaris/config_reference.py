@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from solaris.config import ENV_NESTED_DELIMITER, ENV_PREFIX, IMPORT_PATH, SolarisConfig
+from solaris.config import IMPORT_PATH, SolarisConfig, env_variable
 
 __all__ = ["REFERENCE_PATH", "reference", "undescribed"]
 
@@ -161,7 +161,7 @@ def reference() -> str:
             docs[name] = " ".join(doc.split()).replace("``", "`")
     for dotted, field in _leaves(SolarisConfig):
         section = dotted.split(".")[0] if "." in dotted else ""
-        variable = ENV_PREFIX + dotted.upper().replace(".", ENV_NESTED_DELIMITER)
+        variable = env_variable(dotted)
         row = (
             f"| `{dotted}` | `{variable}` | {_default(field)} | {_cell(_kind(dotted, field))} "
             f"| {_cell(field.description or '')} |"

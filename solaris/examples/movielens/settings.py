@@ -41,8 +41,10 @@ def with_adapters(cfg: SolarisConfig) -> SolarisConfig:
 
 def environment() -> dict[str, str]:
     """The example's adapters as the ``SOLARIS_<SECTION>__<NAME>`` variables that set them."""
+    from solaris.config import env_variable
+
     return {
-        f"SOLARIS_{section.upper()}__{name.upper()}": path
+        env_variable(f"{section}.{name}"): path
         for section, values in ADAPTERS.items()
         for name, path in values.items()
     }

@@ -347,10 +347,9 @@ class TierAssembly:
         self._version, self._ttls_us = _kernel_constants(
             fm_version, pair_ttl_s, nbr_ttl_s, uagg_ttl_s, iagg_ttl_s
         )
-        # The request path's last layout: the four views' specs and record dtypes (cached
-        # objects, so an identity check finds the same layout again), their field dtypes
-        # and the loop compiled for them. One attribute, so threads never pair a loop with
-        # another layout's fields.
+        # The request path's last layout (`_layout`: the views' specs, settings and record
+        # dtypes, compared as one tuple), its field dtypes and the loop compiled for them.
+        # One attribute, so threads never pair a loop with another layout's fields.
         self._compiled: tuple[tuple[Any, ...], tuple[np.dtype, ...], Any] = ((), (), None)
 
     def __call__(

@@ -104,8 +104,8 @@ def _sizes(shapes: tuple[int | None, ...]) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _void(length: int) -> np.dtype:
-    """``V<length>``, one object per length: a caller that keeps a layout (the tier
-    assembly) recognises the records of the next request by identity."""
+    """``V<length>``, one object per length: no dtype parsed per reply, and a caller that
+    compares layouts (the tier assembly) finds the same object again."""
     return np.dtype(f"V{length}")
 
 

@@ -42,10 +42,10 @@ import numpy as np
 
 from bench.feature_store import FM_VERSION, REPO, request_data, write_request
 from solaris.config import SolarisConfig
+from solaris.connection import redis_client
 from solaris.namespace import Namespace
 from solaris.serving.client import SolarisFeatures
 from solaris.store import keys
-from solaris.store.connection import redis_client
 from solaris.store.contract import PAIR
 from solaris.store.feast_store import apply_definitions, open_feature_store
 

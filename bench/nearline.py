@@ -158,11 +158,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"bench.nearline needs the demo's models under {args.artifacts}: run make demo")
 
     from solaris.config import SolarisConfig
+    from solaris.connection import redis_client
     from solaris.namespace import Namespace
     from solaris.orchestration.resources import feature_store
     from solaris.pipeline.codes import read_manifest
     from solaris.serving.client import SolarisFeatures
-    from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
     from solaris.store.partitions import Partitioning
 

@@ -701,9 +701,9 @@ def task_serve(job: Job, task: Task, meter: Meter) -> dict[str, Any]:
     """Serving's request logging: every request into its partition's request stream."""
     import pyarrow.parquet as pq
 
+    from solaris.connection import redis_client
     from solaris.namespace import Namespace
     from solaris.serving.request_log import append_request
-    from solaris.store.connection import redis_client
     from solaris.store.partitions import Partitioning
 
     cfg = job.config()
@@ -1029,7 +1029,7 @@ _ENRICH = [
 WARM_IMPORTS: dict[str, list[str]] = {
     "generate": ["solaris.data.synthetic", "solaris.store.partitions"],
     "history": ["solaris.examples.synthetic", "solaris.pipeline.codes", *_CYCLE],
-    "serve": ["solaris.serving.request_log", "solaris.store.connection", *_CYCLE],
+    "serve": ["solaris.serving.request_log", "solaris.connection", *_CYCLE],
     "select-prepare": _SELECT + _CYCLE,
     "select-group": _SELECT + _CYCLE,
     "select-publish": _SELECT + _CYCLE,
@@ -1253,8 +1253,8 @@ def run_stages(runner: Runner, workers: int) -> dict[str, StageRun]:
 def reset_interval(job: Job, *, history: bool) -> None:
     """Remove the interval's cycle state, the namespace's offline rows, Redis keys and
     request streams; the history (earlier ledgers and markers, models) too unless kept."""
+    from solaris.connection import redis_client
     from solaris.namespace import Namespace
-    from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
     from solaris.store.partitions import Partitioning
 
@@ -1566,7 +1566,7 @@ def environment(args: argparse.Namespace, cfg: SolarisConfig) -> dict[str, str]:
     import pandas as pd
     import pyarrow as pa
 
-    from solaris.store.connection import redis_client
+    from solaris.connection import redis_client
 
     client = redis_client(args.redis, timeout_s=10.0)
     try:
@@ -1662,7 +1662,7 @@ class Workspace:
 @contextlib.contextmanager
 def workspace(args: argparse.Namespace) -> Iterator[Workspace]:
     """A temporary repo copy with the definitions applied; Redis keys removed around it."""
-    from solaris.store.connection import redis_client
+    from solaris.connection import redis_client
     from solaris.store.feast_store import (
         apply_definitions,
         delete_project_keys,

@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from solaris.config import SolarisConfig
+from solaris.connection import ConnectionStringError, RedisTarget
 from solaris.errors import SolarisError
 from solaris.namespace import NamespaceError, check_name
 
@@ -76,22 +77,21 @@ def load_config(path: Path | None, **overrides: object):
     return SolarisConfig.load(path, **overrides)
 
 
-def redis_option(redis: str | None, cfg: SolarisConfig) -> str:
-    """``--redis``, else ``store.redis``, checked against ``store.redis_type``; a usage error
-    naming ``--redis`` when there is none or it cannot be used."""
-    connection = redis or cfg.store.redis
-    if not connection:
+def redis_option(redis: str | None, cfg: SolarisConfig) -> RedisTarget:
+    """``--redis`` parsed, else ``store.redis``, checked against ``store.redis_type``; a
+    usage error naming ``--redis`` when there is none or it cannot be used."""
+    if not redis and cfg.store.redis is None:
         raise typer.BadParameter(
             "no Redis to read: pass --redis host:port or set store.redis in the config",
             param_hint="--redis",
         )
-    from solaris.store.connection import ConnectionStringError, RedisTarget
-
     try:
-        RedisTarget.parse(connection).check(cfg.store.redis_type)
+        target = RedisTarget.parse(redis) if redis else cfg.store.redis
+        assert target is not None
+        target.check(cfg.store.redis_type)
     except ConnectionStringError as exc:
         raise typer.BadParameter(str(exc), param_hint="--redis") from None
-    return connection
+    return target
 
 
 def namespace_arg(value: str, hint: str) -> str:

@@ -8,7 +8,7 @@ below. The object is built once at the edge (CLI, DAG task) and passed down expl
 Bad settings fail when the object is built, naming the setting: unknown names at any level
 (a typo'd ``SOLARIS_SELECTION__SHAR``, a YAML key or a keyword override), non-finite floats,
 invalid cron expressions, a ``cycle.start`` without a UTC offset and a ``store.redis``
-connection string that cannot be used (:class:`~solaris.store.connection.RedisTarget`). A bad
+connection string that cannot be used (:class:`~solaris.connection.RedisTarget`). A bad
 value that came from a ``SOLARIS_`` variable names the variable; a file that is not a YAML
 mapping is a ``ConfigError`` naming the file (and the line of a parse error).
 Neither errors nor ``repr(cfg)`` show ``store.redis``, which may hold a password.
@@ -19,6 +19,7 @@ listed in :data:`NON_SETTING_ENV`.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -33,22 +34,26 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
+    PlainValidator,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
 from pydantic_settings.exceptions import SettingsError
 
+from solaris.connection import ConnectionStringError, RedisTarget, redacted
 from solaris.errors import ConfigError
 from solaris.namespace import LIVE, NAME_PATTERN
-from solaris.store.connection import RedisTarget
 
 __all__ = [
     "CRON_PRESETS",
@@ -66,6 +71,7 @@ __all__ = [
     "StoreConfig",
     "TrainConfig",
     "describe_errors",
+    "redacted_settings",
     "whole_seconds",
 ]
 
@@ -113,6 +119,28 @@ Hours = Annotated[float, Field(ge=1 / 3600, le=87_600)]  # one second .. ten yea
 Minutes = Annotated[float, Field(ge=1 / 60, le=10_080)]  # one second .. a week
 Days = Annotated[float, Field(ge=1 / 86_400, le=3_650)]  # one second .. ten years
 Milliseconds = Annotated[float, Field(gt=0, le=3_600_000)]  # .. an hour
+
+
+def _redis_target(value: object) -> RedisTarget:
+    if isinstance(value, RedisTarget):
+        return value
+    if not isinstance(value, str):
+        raise ConnectionStringError(
+            f"a connection string 'host:port[,option=value...]', got {type(value).__name__}"
+        )
+    return RedisTarget.parse(value)  # ConnectionStringError never shows the password
+
+
+# A Redis connection string, parsed into a RedisTarget when the settings are built; it is
+# dumped (and documented) as the string. NoDecode: an environment value is the string
+# itself, not JSON.
+RedisConnection = Annotated[
+    RedisTarget,
+    NoDecode,
+    PlainValidator(_redis_target),
+    PlainSerializer(lambda target: target.connection_string, return_type=str),
+    WithJsonSchema({"type": "string"}),
+]
 
 
 def whole_seconds(value: float, unit_seconds: float) -> int:
@@ -346,7 +374,7 @@ class StoreConfig(Section):
     # pydantic's own message for a bad StoreConfig(...) would quote the input: the password.
     model_config = ConfigDict(**Section.model_config, hide_input_in_errors=True)
 
-    redis: str | None = Field(
+    redis: RedisConnection | None = Field(
         None,
         repr=False,  # it may hold a password: never in repr(cfg), a log line or a traceback
         description="Feast Redis connection string 'host:port,db=N,password=...,ssl=true'; "
@@ -430,20 +458,13 @@ class StoreConfig(Section):
     def unn_ttl_seconds(self) -> int:
         return whole_seconds(self.unn_ttl_hours, 3600)
 
-    @field_validator("redis")
-    @classmethod
-    def _redis_parses(cls, value: str | None) -> str | None:
-        # An unusable connection string fails here, naming store.redis, rather than at the
-        # first connection; ConnectionStringError never shows the password.
-        if value is not None:
-            RedisTarget.parse(value)
-        return value
-
     @model_validator(mode="after")
     def _redis_fits_its_type(self) -> StoreConfig:
+        # An unusable connection string fails here, naming store.redis, rather than at the
+        # first connection; ConnectionStringError never shows the password.
         if self.redis is not None:
             try:
-                RedisTarget.parse(self.redis).check(self.redis_type)
+                self.redis.check(self.redis_type)
             except ValueError as exc:  # the error's location is the section: name the setting
                 raise ValueError(f"store.redis: {exc}") from None
         return self
@@ -711,6 +732,20 @@ _SECRET_PARTS = frozenset(
 
 
 Loc = tuple[int | str, ...]
+
+
+def redacted_settings(cfg: SolarisConfig) -> dict[str, Any]:
+    """``cfg`` as JSON data with ``store.redis`` :func:`~solaris.connection.redacted` and
+    the password of a SQL registry URL replaced by ``***``: what a summary or a report
+    records of the settings."""
+    data: dict[str, Any] = json.loads(cfg.model_dump_json())
+    data["store"]["redis"] = redacted(data["store"].get("redis"))
+    data["store"]["registry"] = _URL_PASSWORD.sub(r"\1***@", data["store"]["registry"])
+    return data
+
+
+# ``scheme://user:password@``: the password of a URL (the SQL registry's).
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 
 
 def describe_errors(

@@ -107,7 +107,13 @@ def _kind(name: str, field: FieldInfo) -> str:
     else:
         text = getattr(annotation, "__name__", str(annotation))
         aware = "ISO 8601 time with a UTC offset"
-        text = {"Path": "path", "datetime": aware, "AwareDatetime": aware}.get(text, text)
+        redis = "Redis connection string `host:port[,option=value...]`"
+        text = {
+            "Path": "path",
+            "datetime": aware,
+            "AwareDatetime": aware,
+            "RedisTarget": redis,
+        }.get(text, text)
     bounds = []
     for meta in metadata:
         for kind, attribute, sign in (

@@ -18,10 +18,10 @@ import pandas as pd
 import pyarrow as pa
 
 from solaris.config import SolarisConfig
+from solaris.connection import redis_client, unlink_matching
 from solaris.pipeline.materialize import pair_rows
 from solaris.store import keys
 from solaris.store.codec import f16_round
-from solaris.store.connection import redis_client, unlink_matching
 from solaris.store.contract import FEATURE_SERVICE, PAIR, ViewParams
 from solaris.store.feast_store import (
     apply_definitions,

@@ -27,10 +27,10 @@ from bench.feature_store.context import (
     write_request,
 )
 from solaris.config import SolarisConfig
+from solaris.connection import RedisTarget, redis_client
 from solaris.serving.client import SolarisFeatures
 from solaris.store import keys
 from solaris.store.codec import decode_records, f16_round
-from solaris.store.connection import RedisTarget, redis_client
 from solaris.store.contract import FEATURE_SERVICE, PAIR, SERVING_VIEWS
 from solaris.store.feast_store import (
     online_store_of,

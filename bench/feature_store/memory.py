@@ -22,8 +22,8 @@ from bench.feature_store.context import (
     stock_pair_frame,
     verdict,
 )
+from solaris.connection import redis_client
 from solaris.store.codec import encode_records, normalize
-from solaris.store.connection import redis_client
 from solaris.store.contract import PAIR
 from solaris.store.feast_store import (
     repo_config_dict,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from solaris.config import SolarisConfig
+from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
 from solaris.local.cycle import DAY, export_config, run_window, window_intervals
 from solaris.namespace import Namespace
@@ -76,14 +77,14 @@ def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
 
 
 def served_example(
-    cfg: SolarisConfig, redis: str, fm_version: str, as_of: int, repeats: int = 200
+    cfg: SolarisConfig, redis: str | RedisTarget, fm_version: str, as_of: int, repeats: int = 200
 ) -> dict:
     """The last labelled request of the window, served through ``SolarisFeatures`` as if it
     came again at the window's end (the online store holds each key's latest row only), and
     served ``repeats`` more times to time it; with what the pair view costs in Redis."""
     from solaris import adapters
+    from solaris.connection import redis_client
     from solaris.serving.client import SolarisFeatures
-    from solaris.store.connection import redis_client
     from solaris.store.contract import PAIR
     from solaris.store.footprint import view_footprint
 
@@ -144,8 +145,8 @@ def run_airflow_stage(
     reset first; print and return figures. A namespace holding live state is refused before
     anything is deleted (:func:`~solaris.orchestration.resources.live_state`) unless
     ``force``."""
+    from solaris.connection import redacted
     from solaris.local.airflow import LocalAirflow, configure_airflow
-    from solaris.store.connection import redacted
     from solaris.store.local_redis import redis_for
 
     cadence_min = cfg.cycle.demo_cadence_minutes
@@ -167,7 +168,7 @@ def run_airflow_stage(
         config_path = export_config(cfg, artifacts / "airflow" / "solaris.yaml")
         env = {
             "SOLARIS_CONFIG": str(config_path),
-            "SOLARIS_STORE__REDIS": redis,
+            "SOLARIS_STORE__REDIS": redis.connection_string,
             "SOLARIS_SELECTION__CADENCE_MINUTES": str(cadence_min),
             "SOLARIS_ARTIFACTS_DIR": str(artifacts),
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from feast import FeatureStore
 
+    from solaris.connection import RedisTarget
+
 __all__ = [
     "DAG_ID",
     "drain_interval_misses",
@@ -219,7 +221,11 @@ def _combine(records: list[dict[str, Any]], summed: tuple[str, ...]) -> dict[str
 
 
 def serve_replay(
-    cfg: SolarisConfig, store: FeatureStore, redis: str, fm_version: str, interval: Interval
+    cfg: SolarisConfig,
+    store: FeatureStore,
+    redis: str | RedisTarget,
+    fm_version: str,
+    interval: Interval,
 ) -> dict[str, Any]:
     """A replay's serving: each request of the traffic source in ``interval`` is fetched
     through ``SolarisFeatures`` at its own time and logged with its scores, as a serving
@@ -286,7 +292,7 @@ def serve_replay(
 
 
 def drain_request_log(
-    cfg: SolarisConfig, redis: str, interval: Interval, partition: int = 0
+    cfg: SolarisConfig, redis: str | RedisTarget, interval: Interval, partition: int = 0
 ) -> tuple[pd.DataFrame, dict]:
     """Partition ``partition``'s request log of the interval, drained from its stream
     (:meth:`~solaris.namespace.Namespace.request_stream_of`) exactly once.
@@ -303,9 +309,9 @@ def drain_request_log(
     import pandas as pd
     import pyarrow as pa
 
+    from solaris.connection import redis_client
     from solaris.data.schemas import read_table, request_log_frame, write_table
     from solaris.serving.request_log import delete_entries, read_request_log
-    from solaris.store.connection import redis_client
     from solaris.store.partitions import Partitioning
 
     parts = Partitioning(cfg.cycle.partitions)
@@ -346,7 +352,9 @@ def drain_request_log(
     return fresh, figures
 
 
-def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) -> pd.DataFrame:
+def drain_interval_misses(
+    cfg: SolarisConfig, redis: str | RedisTarget, interval: Interval
+) -> pd.DataFrame:
     """Drain the namespace's miss stream for ``interval``.
 
     Misses from after the interval go back for the next run; misses older than a TTL
@@ -358,8 +366,8 @@ def drain_interval_misses(cfg: SolarisConfig, redis: str, interval: Interval) ->
     """
     import pandas as pd
 
+    from solaris.connection import redis_client
     from solaris.serving.misses import append_misses, drain_misses
-    from solaris.store.connection import redis_client
 
     namespace = Namespace.of(cfg)
     path = CycleLayout(namespace).misses(interval)
@@ -505,8 +513,8 @@ def prepare_interval(cfg: SolarisConfig, interval: Interval) -> tuple[dict, list
     Returns the serving figures and the groups."""
     import numpy as np
 
+    from solaris.connection import redis_client
     from solaris.pipeline.codes import read_manifest
-    from solaris.store.connection import redis_client
     from solaris.store.partitions import Partitioning, pack
 
     began = time.perf_counter()
@@ -677,8 +685,8 @@ def finish_interval(
 def _nearline_now(cfg: SolarisConfig, namespace: Namespace) -> dict[str, Any] | None:
     """The near-line embedders' figures as this run finishes (None: none published
     recently), from their status hash (:mod:`solaris.orchestration.nearline`)."""
+    from solaris.connection import redis_client
     from solaris.orchestration.nearline import read_status, summarize_status
-    from solaris.store.connection import redis_client
 
     client = redis_client(cycle_redis(cfg), redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import redis as redis_py
 
+    from solaris.connection import RedisTarget
+
 __all__ = [
     "NearlineEmbedder",
     "NearlineStats",
@@ -119,7 +121,7 @@ class NearlineEmbedder:
 
     Args:
         cfg: settings: ``nearline`` (group, batch, claim), the ``pair`` view, the models.
-        redis: the Redis connection string (the store and the stream).
+        redis: the Redis (the store and the stream).
         consumer: this consumer's name in the group (default :func:`consumer_name`).
         log_every_s: how often the throughput, lag and backlog are logged and published.
     """
@@ -127,17 +129,17 @@ class NearlineEmbedder:
     def __init__(
         self,
         cfg: SolarisConfig,
-        redis: str,
+        redis: str | RedisTarget,
         *,
         consumer: str | None = None,
         log_every_s: float = 10.0,
     ) -> None:
         from solaris import adapters
+        from solaris.connection import redis_client
         from solaris.models.device import resolve_device
         from solaris.orchestration.layout import CycleLayout
         from solaris.orchestration.resources import feature_store
         from solaris.pipeline.codes import load_autoencoder
-        from solaris.store.connection import redis_client
         from solaris.store.contract import PAIR
 
         self.cfg = cfg

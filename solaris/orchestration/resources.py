@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from feast import FeatureStore
 
+    from solaris.connection import RedisTarget
     from solaris.files import StatePath
 
 __all__ = [
@@ -83,9 +84,9 @@ def live_state(deployment: SolarisConfig, name: str) -> str | None:
 def _live_marker_on_redis(deployment: SolarisConfig, key: str) -> str | None:
     """The value of serving's live-traffic marker ``key`` on ``deployment``'s Redis, or None
     (no marker, or no Redis configured: an embedded one serves no traffic)."""
-    if not deployment.store.redis:
+    if deployment.store.redis is None:
         return None
-    from solaris.store.connection import redacted, redis_client
+    from solaris.connection import redacted, redis_client
 
     try:
         client = redis_client(
@@ -129,19 +130,19 @@ def refuse_live(
         )
 
 
-def cycle_redis(cfg: SolarisConfig) -> str:
-    """The Redis connection string the tasks share. An embedded Redis would die with the
-    task that started it, so the cycle needs a running one.
+def cycle_redis(cfg: SolarisConfig) -> RedisTarget:
+    """The Redis the tasks share: ``store.redis``, else ``localhost:6379``. An embedded
+    Redis would die with the task that started it, so the cycle needs a running one.
 
-    The health check is a PING through :func:`~solaris.store.connection.redis_client`, so it
+    The health check is a PING through :func:`~solaris.connection.redis_client`, so it
     logs in as the string's ``username`` with its TLS options, as the tasks will. Errors show
-    the connection :func:`~solaris.store.connection.redacted`, never its password.
+    the connection :func:`~solaris.connection.redacted`, never its password.
     """
-    from solaris.store.connection import RedisTarget, ping_failure, redacted
+    from solaris.connection import LOCAL_REDIS, ping_failure, redacted
 
-    connection = cfg.store.redis or "localhost:6379"
+    connection = cfg.store.redis or LOCAL_REDIS
     try:
-        RedisTarget.parse(connection).check(cfg.store.redis_type)
+        connection.check(cfg.store.redis_type)
     except ValueError as exc:  # a string that cannot be used is not "Redis is down"
         raise CycleInputError(f"store.redis: {exc}") from None
     failure = ping_failure(connection, redis_type=cfg.store.redis_type)
@@ -157,7 +158,7 @@ def cycle_redis(cfg: SolarisConfig) -> str:
 # dag.test() (the demo, the tests) runs many tasks in one process: the store is kept per
 # (settings, Redis). Settings objects are frozen.
 @functools.lru_cache(maxsize=4)
-def feature_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
+def feature_store(cfg: SolarisConfig, redis: str | RedisTarget) -> FeatureStore:
     """The namespace's FeatureStore, its definitions applied if the registry does not hold
     them yet (:func:`~solaris.store.feast_store.ensure_definitions`: one registry read when
     it does)."""
@@ -170,7 +171,7 @@ def feature_store(cfg: SolarisConfig, redis: str) -> FeatureStore:
 
 def reset_namespace(
     cfg: SolarisConfig,
-    redis: str,
+    redis: str | RedisTarget,
     *,
     deployment: SolarisConfig | None = None,
     force: bool = False,
@@ -183,9 +184,9 @@ def reset_namespace(
     default ``cfg``) is refused with :class:`LiveNamespaceError` before anything is deleted,
     unless ``force``."""
     refuse_live(deployment or cfg, cfg.namespace, "reset", force=force)
+    from solaris.connection import redis_client
     from solaris.files import remove_tree
     from solaris.namespace import Namespace
-    from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
     from solaris.store.partitions import Partitioning
 

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from solaris.config import SolarisConfig
+from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
 from solaris.manifest import current_fm_version
 from solaris.namespace import Namespace
@@ -99,7 +100,7 @@ __all__ = [
     "FetchStats",
     "SolarisFeatures",
     "current_fm_version",
-    "serving_connection_string",
+    "serving_target",
 ]
 
 log = logging.getLogger(__name__)
@@ -216,18 +217,10 @@ class CircuitBreaker:
                 self._open_until = self._clock() + self._cooldown
 
 
-def serving_connection_string(connection: str, timeout_s: float) -> str:
+def serving_target(connection: RedisTarget, timeout_s: float) -> RedisTarget:
     """``connection`` with socket and connect timeouts of ``timeout_s`` (unless it sets its
     own), so that a stuck socket ends within the fetch bound."""
-    from solaris.store.connection import RedisTarget
-
-    given = RedisTarget.parse(connection).options
-    added = [
-        f"{key}={timeout_s:g}"
-        for key in ("socket_timeout", "socket_connect_timeout")
-        if key not in given
-    ]
-    return ",".join([p for p in connection.split(",") if p] + added)
+    return connection.with_defaults(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
 
 
 def _check_user(user_id: object) -> int:
@@ -422,7 +415,7 @@ class SolarisFeatures:
         self,
         cfg: SolarisConfig,
         *,
-        redis: str,
+        redis: str | RedisTarget,
         fm_version: str,
         store=None,  # feast.FeatureStore, imported lazily
         metrics_registry: CollectorRegistry | None = None,
@@ -434,7 +427,7 @@ class SolarisFeatures:
             raise FetchArgumentError("redis connection string is empty")
         self.cfg = cfg
         self.namespace = Namespace.of(cfg)  # whose keys and streams this client reads and writes
-        self.redis = redis
+        self.redis = RedisTarget.of(redis)
         self.fm_version = fm_version
         self.stats = FetchStats()
         s = cfg.store
@@ -496,13 +489,8 @@ class SolarisFeatures:
 
                     self._store = open_feature_store(
                         self.cfg,
-                        self.redis,
-                        online={
-                            "connection_string": serving_connection_string(
-                                self.redis, self.timeout_s
-                            ),
-                            "retries": 0,
-                        },
+                        serving_target(self.redis, self.timeout_s),
+                        online={"retries": 0},
                     )
                 self._service = self._store.get_feature_service(FEATURE_SERVICE)
         return self._store, self._service
@@ -532,7 +520,7 @@ class SolarisFeatures:
         """The Redis client of the stream writes and metrics windows (built once; the writer
         and the metrics publisher threads may both ask first)."""
         if self._miss_client is None:
-            from solaris.store.connection import redis_client
+            from solaris.connection import redis_client
 
             with self._miss_client_lock:
                 if self._miss_client is None:

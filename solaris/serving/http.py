@@ -53,6 +53,7 @@ from urllib.parse import parse_qs
 import numpy as np
 import pyarrow as pa
 
+from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
 from solaris.serving.tiers import NONE, TIERS, TierFeatures
 
@@ -94,7 +95,7 @@ class ServeSettings:
     workers as JSON (they are fresh interpreters)."""
 
     config_json: str
-    redis: str
+    redis: str  # the connection string: each worker parses it once, in its own process
     fm_version: str
     metrics_dir: str | None = None
 
@@ -428,7 +429,7 @@ def _serve_one(host: str, port: int, environment: str) -> None:
 def run(
     cfg: SolarisConfig,
     *,
-    redis: str,
+    redis: str | RedisTarget,
     fm_version: str,
     host: str = "127.0.0.1",
     port: int = 8080,
@@ -450,8 +451,9 @@ def run(
         metrics_dir.mkdir(parents=True, exist_ok=True)
         for old in metrics_dir.glob("*.json"):
             old.unlink()
+    connection = RedisTarget.of(redis).connection_string
     environment = ServeSettings(
-        cfg.model_dump_json(), redis, fm_version, str(metrics_dir) if metrics_dir else None
+        cfg.model_dump_json(), connection, fm_version, str(metrics_dir) if metrics_dir else None
     ).to_env()
     if workers == 1:
         _serve_one(host, port, environment)

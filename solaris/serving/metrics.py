@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from solaris.connection import RedisTarget, redis_client
 from solaris.errors import SolarisError
 from solaris.serving.streams import StreamEntryError, as_bytes, entry_fields, warn_skipped
 from solaris.serving.tiers import NONE, TIERS
@@ -761,7 +762,7 @@ def _entries(client, stream: str, start_ms: int, end_ms: int) -> Iterator[tuple[
 
 
 def read_window(
-    redis: str | redis_py.Redis,
+    redis: str | RedisTarget | redis_py.Redis,
     namespace: Namespace,
     start: int,
     end: int,
@@ -772,7 +773,7 @@ def read_window(
     clients published to ``<namespace>:serving_metrics`` with ids in
     ``[start·1000, end·1000)``, merged by :func:`merge_windows`.
 
-    ``redis`` is a client, or a connection string (a client is opened for the call). Returns
+    ``redis`` is a client, or a Redis to connect to (a client is opened for the call). Returns
     ``None`` when no window was published in the interval, or when Redis fails (logged: the
     figures are best effort, a run record without them beats none).
     """
@@ -786,13 +787,12 @@ def read_window(
     if end <= start:
         raise ServingMetricsError(f"read_window end {end} must be after its start {start}")
     stream = namespace.serving_metrics_stream
-    owned = isinstance(redis, str)
-    if owned:
-        from solaris.store.connection import redis_client
-
-        client = redis_client(redis, redis_type=redis_type, timeout_s=10.0)
-    else:
-        client = redis
+    owned = isinstance(redis, str | RedisTarget)
+    client = (
+        redis_client(redis, redis_type=redis_type, timeout_s=10.0)
+        if isinstance(redis, str | RedisTarget)
+        else redis
+    )
     try:
         return merge_windows(_entries(client, stream, start * 1000, end * 1000), stream=stream)
     except redis_py.RedisError as exc:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.connection import RedisTarget, redacted, unlink_matching
 from solaris.errors import SolarisError
 from solaris.namespace import Namespace
-from solaris.store.connection import RedisTarget, redacted, unlink_matching
 from solaris.store.contract import FEATURE_SERVICE
 from solaris.store.keys import project_pattern
 
@@ -54,7 +54,7 @@ class FeatureStoreError(SolarisError, RuntimeError):
 
 
 def repo_config_dict(
-    cfg: SolarisConfig, redis: str, online: Mapping[str, object] | None = None
+    cfg: SolarisConfig, redis: str | RedisTarget, online: Mapping[str, object] | None = None
 ) -> dict:
     """``feature_store.yaml`` as a dict, with SOLARIS settings substituted.
 
@@ -65,16 +65,19 @@ def repo_config_dict(
     if not path.is_file():
         raise FeatureStoreError(f"{path}: feature_store.yaml not found")
     # A connection that cannot be used fails here, naming the option (never its value).
-    RedisTarget.parse(redis).check(cfg.store.redis_type)
+    redis = RedisTarget.of(redis)
+    redis.check(cfg.store.redis_type)
     # The file is parsed first and the connection set in the parsed data: pasted into the
     # text, a password with '"', ':' or '#' would break the YAML (and show up in the parse
     # error). Only the connection given here is used: the repo never reads the ambient
     # environment (the Feast CLI's edge, feast_cli.py, builds its config from it).
-    raw = _substitute(yaml.safe_load(path.read_text()), "${SOLARIS_STORE__REDIS}", redis)
+    raw = _substitute(
+        yaml.safe_load(path.read_text()), "${SOLARIS_STORE__REDIS}", redis.connection_string
+    )
     raw["project"] = Namespace.of(cfg).project
     raw["online_store"] = {
         **{k: v for k, v in raw.get("online_store", {}).items() if k != "connection_env"},
-        "connection_string": redis,
+        "connection_string": redis.connection_string,
         "redis_type": cfg.store.redis_type,
         **(online or {}),
     }
@@ -172,7 +175,7 @@ def _substitute(data: object, placeholder: str, value: str) -> Any:
 
 
 def open_feature_store(
-    cfg: SolarisConfig, redis: str, *, online: Mapping[str, object] | None = None
+    cfg: SolarisConfig, redis: str | RedisTarget, *, online: Mapping[str, object] | None = None
 ) -> FeatureStore:
     """A ``feast.FeatureStore`` over ``cfg.store.repo_path`` using Redis at ``redis``."""
     from feast import FeatureStore

@@ -17,13 +17,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from solaris.connection import LOCAL_REDIS, RedisTarget, answers
 from solaris.errors import SolarisError
-from solaris.store.connection import answers
 from solaris.store.keys import SERVER_SETTINGS
 
-__all__ = ["DEFAULT_LOCAL", "LocalRedisError", "embedded_redis", "redis_for"]
-
-DEFAULT_LOCAL = "localhost:6379"
+__all__ = ["LocalRedisError", "embedded_redis", "redis_for"]
 
 
 class LocalRedisError(SolarisError, RuntimeError):
@@ -103,12 +101,12 @@ def embedded_redis(timeout_s: float = 10.0, extra_args: Sequence[str] = ()) -> I
 
 
 @contextmanager
-def redis_for(configured: str | None) -> Iterator[tuple[str, str]]:
-    """Yields (connection string, origin) with origin one of configured/local/embedded."""
-    if configured:
+def redis_for(configured: RedisTarget | None) -> Iterator[tuple[RedisTarget, str]]:
+    """Yields (the Redis, origin) with origin one of configured/local/embedded."""
+    if configured is not None:
         yield configured, "configured"
-    elif answers(DEFAULT_LOCAL):
-        yield DEFAULT_LOCAL, "local"
+    elif answers(LOCAL_REDIS):
+        yield LOCAL_REDIS, "local"
     else:
         with embedded_redis() as connection:
-            yield connection, "embedded"
+            yield RedisTarget.parse(connection), "embedded"

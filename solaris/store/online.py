@@ -65,6 +65,7 @@ from feast.type_map import feast_value_type_to_python_type
 from pydantic import Field, StrictStr
 from redis.cluster import RedisCluster
 
+from solaris.connection import redacted, redis_client, unlink_matching
 from solaris.errors import ConfigError, SolarisError
 from solaris.store import keys, resp
 from solaris.store.codec import (
@@ -75,7 +76,6 @@ from solaris.store.codec import (
     encode_records,
     normalize,
 )
-from solaris.store.connection import redacted, redis_client, unlink_matching
 from solaris.store.contract import (
     EVENT_TS,
     ITEM_ID,
@@ -179,7 +179,7 @@ class SolarisOnlineStoreConfig(FeastConfigBaseModel):
 
     connection_string: StrictStr = "localhost:6379"
     """``host:port[,host:port...][,db=N][,username=..][,password=..][,ssl=true]...``
-    (:mod:`solaris.store.connection`)."""
+    (:mod:`solaris.connection`)."""
 
     connection_env: StrictStr | None = None
     """The name of an environment variable holding the connection string, read when the

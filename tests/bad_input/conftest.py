@@ -36,8 +36,8 @@ import pytest
 import redis as redis_py
 
 from solaris.config import ModelConfig, SolarisConfig, StoreConfig
+from solaris.connection import redis_client as make_redis_client
 from solaris.namespace import Namespace
-from solaris.store.connection import redis_client as make_redis_client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REDIS = "127.0.0.1:6379,db=15"  # this suite's own database number

@@ -5,7 +5,7 @@ be used.
 :meth:`SolarisConfig.load <solaris.config.SolarisConfig.load>` and ``SolarisConfig(...)``
 raise :class:`~solaris.errors.ConfigError` (a ``SolarisError`` and a ``ValueError``) naming
 each bad setting by its dotted name and where it came from (the file, the variable);
-:meth:`RedisTarget.parse <solaris.store.connection.RedisTarget.parse>` raises a
+:meth:`RedisTarget.parse <solaris.connection.RedisTarget.parse>` raises a
 ``SolarisError`` naming the node or option, never a password. Reading settings writes
 nothing: the folder of the file (the working directory) is compared before and after.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from solaris.config import SolarisConfig
+from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
-from solaris.store.connection import RedisTarget
 
 SECRET = "hunter2-not-a-real-password"
 

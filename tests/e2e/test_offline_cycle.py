@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from solaris.cli import app
+from solaris.connection import redis_client
 from solaris.data.schemas import read_table
-from solaris.store.connection import redis_client
 from solaris.store.feast_store import delete_project_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

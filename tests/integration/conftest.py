@@ -31,10 +31,10 @@ import pytest
 import redis as redis_py
 
 from solaris.config import ModelConfig, SolarisConfig, StoreConfig
+from solaris.connection import redis_client as make_redis_client
 from solaris.namespace import Namespace
 from solaris.store import contract
 from solaris.store.codec import normalize
-from solaris.store.connection import redis_client as make_redis_client
 from solaris.store.feast_store import delete_project_keys, online_store_of
 from solaris.store.offline import offline_dir
 

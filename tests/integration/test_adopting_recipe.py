@@ -79,9 +79,9 @@ def _unfinished_tasks(dsn: str) -> dict[tuple[str, str, str], int]:
 def test_the_guides_airflow_recipe_replays_its_window_to_the_end(
     tmp_path: Path, postgres_db: str
 ) -> None:
+    from solaris.connection import redis_client
     from solaris.namespace import Namespace
     from solaris.orchestration.layout import CycleLayout
-    from solaris.store.connection import redis_client
     from solaris.store.feast_store import delete_project_keys
 
     text, lines, replay = _guide_parts()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from solaris.config import SolarisConfig
+from solaris.connection import RedisTarget
 from solaris.namespace import Namespace
 from solaris.orchestration.candidates import drain_request_log
 from solaris.orchestration.layout import CycleLayout, Interval
@@ -69,7 +70,8 @@ def test_the_cycle_spends_no_budget_on_what_serving_selected_near_line_and_skips
     from solaris.orchestration.candidates import select_partitions
     from solaris.orchestration.resources import read_parquet
 
-    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"redis": redis_connection})})
+    target = RedisTarget.parse(redis_connection)
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"redis": target})})
     stream = Namespace.of(cfg).request_stream
     scores = [0.9, 0.8, 0.7, 0.6, 0.5]
     # Request 2 spent its budget (ceil(0.2 * 5) = 1) near-line on item 1; request 3 of the

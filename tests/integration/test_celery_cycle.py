@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.connection import redis_client
 from solaris.local.cycle import CycleReport, export_config, window_intervals
 from solaris.local.scheduler import CHAIN, AirflowServices, IntervalTiming
 from solaris.namespace import Namespace
@@ -43,7 +44,6 @@ from solaris.orchestration.embeddings import DAG_ID as EMBEDDINGS_DAG
 from solaris.orchestration.enrichment import CLUSTERING_DAG_ID
 from solaris.orchestration.layout import CycleLayout, read_run_records
 from solaris.orchestration.resources import reset_namespace
-from solaris.store.connection import redis_client
 from solaris.store.feast_store import delete_project_keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -21,12 +21,12 @@ import pytest
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.connection import redis_client
 from solaris.local.cycle import window_intervals
 from solaris.namespace import Namespace
 from solaris.orchestration import runs
 from solaris.orchestration.layout import CycleLayout, Interval
 from solaris.pipeline.codes import read_manifest
-from solaris.store.connection import redis_client
 from solaris.store.feast_store import delete_project_keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

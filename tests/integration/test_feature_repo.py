@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from solaris.connection import RedisTarget
 from solaris.store.local_redis import answers, embedded_redis, redis_for
 
 pytestmark = pytest.mark.integration
@@ -50,8 +51,9 @@ def test_embedded_redis_starts_on_a_free_port_and_stops() -> None:
 
 
 def test_a_configured_redis_is_always_preferred() -> None:
-    with redis_for("127.0.0.1:1,db=3") as (connection, origin):
-        assert (connection, origin) == ("127.0.0.1:1,db=3", "configured")
+    configured = RedisTarget.parse("127.0.0.1:1,db=3")
+    with redis_for(configured) as (connection, origin):
+        assert (connection, origin) == (configured, "configured")
 
 
 def test_with_nothing_configured_and_no_local_redis_an_embedded_one_is_started(
@@ -59,7 +61,8 @@ def test_with_nothing_configured_and_no_local_redis_an_embedded_one_is_started(
 ) -> None:
     from solaris.store import local_redis
 
-    monkeypatch.setattr(local_redis, "DEFAULT_LOCAL", "127.0.0.1:1")  # nothing listens there
+    nothing = RedisTarget.parse("127.0.0.1:1")  # nothing listens there
+    monkeypatch.setattr(local_redis, "LOCAL_REDIS", nothing)
     with redis_for(None) as (connection, origin):
         assert origin == "embedded"
         assert answers(connection)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from solaris.store.connection import redis_client
+from solaris.connection import redis_client
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """An ACL user with a password YAML and URLs choke on, against the real local Redis.
 
-Every Redis client SOLARIS opens goes through ``solaris.store.connection.redis_client``: the
+Every Redis client SOLARIS opens goes through ``solaris.connection.redis_client``: the
 tasks' health check (``cycle_redis``), the Feast online store (its settings built by
 ``open_feature_store``) and the serving client's miss stream. Each must log in as the
 string's ``username``, not as the default user with the password: the default user of the
@@ -24,10 +24,10 @@ import pytest
 import redis as redis_py
 
 from solaris.config import SolarisConfig
+from solaris.connection import ConnectionStringError, RedisTarget, redis_client
 from solaris.namespace import Namespace
 from solaris.orchestration.resources import CycleInputError, cycle_redis
 from solaris.serving.client import SolarisFeatures
-from solaris.store.connection import ConnectionStringError, redis_client
 from solaris.store.feast_store import (
     apply_definitions,
     delete_project_keys,
@@ -90,12 +90,13 @@ def admin(redis_connection: str) -> Iterator[redis_py.Redis]:
 
 
 def _cfg(cfg: SolarisConfig, connection: str) -> SolarisConfig:
-    return cfg.model_copy(update={"store": cfg.store.model_copy(update={"redis": connection})})
+    target = RedisTarget.parse(connection)
+    return cfg.model_copy(update={"store": cfg.store.model_copy(update={"redis": target})})
 
 
 def test_health_check_logs_in_as_the_acl_user(acl_user, admin, solaris_cfg) -> None:
     cfg = _cfg(solaris_cfg, acl_user.connection)
-    assert cycle_redis(cfg) == acl_user.connection
+    assert cycle_redis(cfg).connection_string == acl_user.connection
     # Without PING for this user, only a client logged in as it fails the check.
     _set(admin, acl_user, "-ping")
     with pytest.raises(CycleInputError, match="does not answer") as refused:
@@ -103,7 +104,7 @@ def test_health_check_logs_in_as_the_acl_user(acl_user, admin, solaris_cfg) -> N
     assert acl_user.password not in str(refused.value)
     assert "password=***" in str(refused.value)
     _set(admin, acl_user, "+ping")
-    assert cycle_redis(cfg) == acl_user.connection
+    assert cycle_redis(cfg).connection_string == acl_user.connection
 
 
 def test_health_check_with_a_wrong_password_fails_without_showing_it(acl_user, solaris_cfg) -> None:

@@ -26,13 +26,13 @@ import redis as redis_py
 from redis.cluster import RedisCluster
 
 from solaris.config import ModelConfig, SolarisConfig, StoreConfig
+from solaris.connection import RedisTarget, answers, redis_client
 from solaris.namespace import Namespace
 from solaris.orchestration.resources import CycleInputError, cycle_redis
 from solaris.serving.client import SolarisFeatures
 from solaris.serving.misses import drain_misses
 from solaris.serving.request_log import delete_entries, read_request_log
 from solaris.store import keys
-from solaris.store.connection import answers, redis_client
 from solaris.store.contract import PAIR, UAGG
 from solaris.store.feast_store import apply_definitions, online_store_of, open_feature_store
 from solaris.store.local_redis import _free_port
@@ -319,14 +319,16 @@ def test_the_health_check_pings_the_cluster_through_any_live_start_node(
     dead = f"127.0.0.1:{_free_port()}"  # nothing listens there
     assert answers(cluster, redis_type="redis_cluster")
     assert answers(",".join([dead, *live[1:]]), redis_type="redis_cluster")
-    cfg = served.model_copy(update={"store": served.store.model_copy(update={"redis": cluster})})
-    assert cycle_redis(cfg) == cluster
+    target = RedisTarget.parse(cluster)
+    cfg = served.model_copy(update={"store": served.store.model_copy(update={"redis": target})})
+    assert cycle_redis(cfg) == target
 
 
 def test_the_health_check_says_no_when_no_cluster_node_answers(served) -> None:
     dead = f"127.0.0.1:{_free_port()}"  # nothing listens there
     assert not answers(dead, redis_type="redis_cluster")
-    cfg = served.model_copy(update={"store": served.store.model_copy(update={"redis": dead})})
+    target = RedisTarget.parse(dead)
+    cfg = served.model_copy(update={"store": served.store.model_copy(update={"redis": target})})
     with pytest.raises(CycleInputError, match="does not answer a PING"):
         cycle_redis(cfg)
 

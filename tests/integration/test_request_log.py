@@ -18,10 +18,10 @@ import pytest
 import redis as redis_py
 
 from solaris.config import SolarisConfig, StoreConfig
+from solaris.connection import redis_client as make_redis_client
 from solaris.namespace import Namespace
 from solaris.serving.client import SolarisFeatures
 from solaris.serving.request_log import append_request, delete_entries, read_request_log
-from solaris.store.connection import redis_client as make_redis_client
 
 pytestmark = pytest.mark.integration
 

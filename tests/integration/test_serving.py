@@ -13,7 +13,7 @@ import pytest
 from feast.protos.feast.serving.ServingService_pb2 import FieldStatus
 
 from solaris.config import SolarisConfig
-from solaris.serving.client import FEATURE_SERVICE, SolarisFeatures, serving_connection_string
+from solaris.serving.client import FEATURE_SERVICE, SolarisFeatures
 from solaris.serving.misses import append_misses, drain_misses
 from solaris.serving.tiers import TIERS
 from solaris.store import online as online_module
@@ -356,15 +356,6 @@ def test_unreachable_or_stuck_redis_gives_zeros_within_the_bound(
         assert features.stats.misses_logged == 0
     finally:
         features.close()
-
-
-def test_serving_options_are_added_but_explicit_ones_kept() -> None:
-    assert serving_connection_string("h:1,db=3", 0.05) == (
-        "h:1,db=3,socket_timeout=0.05,socket_connect_timeout=0.05"
-    )
-    assert serving_connection_string("h:1,socket_timeout=2", 0.05) == (
-        "h:1,socket_timeout=2,socket_connect_timeout=0.05"
-    )
 
 
 def test_a_hung_redis_opens_the_breaker_and_later_fetches_answer_at_once(

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from solaris.config import SolarisConfig
+from solaris.connection import RedisTarget
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import Interval
 from solaris.serving.client import SolarisFeatures
@@ -215,7 +216,9 @@ def test_the_candidates_run_record_carries_serving_figures_of_its_interval(
     cfg = solaris_cfg.model_copy(
         update={
             "artifacts_dir": tmp_path / "artifacts",
-            "store": solaris_cfg.store.model_copy(update={"redis": redis_connection}),
+            "store": solaris_cfg.store.model_copy(
+                update={"redis": RedisTarget.parse(redis_connection)}
+            ),
         }
     )
     models = tmp_path / "artifacts" / "models"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from solaris.config import SolarisConfig
+from solaris.connection import redis_client
 from solaris.namespace import Namespace
-from solaris.store.connection import redis_client
 from solaris.store.feast_store import delete_project_keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

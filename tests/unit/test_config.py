@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from solaris.config import NON_SETTING_ENV, SolarisConfig, StoreConfig
+from solaris.config import NON_SETTING_ENV, SolarisConfig, StoreConfig, redacted_settings
+from solaris.connection import RedisTarget
 from solaris.errors import ConfigError, SolarisError
 
 
@@ -360,7 +362,7 @@ def test_a_bad_store_section_built_alone_does_not_quote_the_password() -> None:
 def test_repr_and_str_of_the_settings_never_show_the_redis_connection_string() -> None:
     secret = "pa55-not-shown"
     cfg = SolarisConfig(store={"redis": f"cache:6379,username=svc,password={secret}"})
-    assert cfg.store.redis is not None and secret in cfg.store.redis
+    assert cfg.store.redis is not None and secret in cfg.store.redis.connection_string
     for shown in (repr(cfg), str(cfg), repr(cfg.store), str(cfg.store)):
         assert secret not in shown
         assert "cache:6379" not in shown
@@ -420,3 +422,48 @@ def test_durations_become_whole_seconds_by_one_rounding_rule() -> None:
     assert cfg.store.uagg_window_seconds == 15_660 and cfg.store.unn_ttl_seconds == 2
     assert cfg.cycle.wait_previous_seconds == 90 and cfg.cycle.demo_seconds == 21_600
     assert cfg.cycle.demo_cadence_seconds == 3_600
+
+
+def test_redacted_settings_keep_every_setting_but_the_redis_password() -> None:
+    secret = "s3cr3t-Pa55"
+    cfg = SolarisConfig(store=StoreConfig(redis=f"h:1,username=svc,password={secret}"))
+    data = redacted_settings(cfg)
+    assert data["store"]["redis"] == "h:1,username=svc,password=***"
+    assert secret not in repr(data)
+    assert {k: v for k, v in data.items() if k != "store"} == {
+        k: v for k, v in json.loads(cfg.model_dump_json()).items() if k != "store"
+    }
+
+
+def test_redacted_settings_hide_the_password_of_a_sql_registry_url() -> None:
+    secret = "s3cr3t-Pa55"
+    url = f"postgresql+psycopg2://feast:{secret}@db.internal:5432/feast"
+    data = redacted_settings(SolarisConfig(store=StoreConfig(registry=url)))
+    assert data["store"]["registry"] == "postgresql+psycopg2://feast:***@db.internal:5432/feast"
+    assert secret not in repr(data)
+
+
+def test_store_redis_is_parsed_once_into_a_target_from_a_variable_a_file_or_a_keyword(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "cache:6380,db=2,password=p,ssl=true"
+    expected = RedisTarget.parse(text)
+    assert SolarisConfig(store={"redis": text}).store.redis == expected
+    monkeypatch.setenv("SOLARIS_STORE__REDIS", text)  # the string itself, not JSON
+    assert SolarisConfig().store.redis == expected
+    monkeypatch.delenv("SOLARIS_STORE__REDIS")
+    path = tmp_path / "solaris.yaml"
+    path.write_text(f"store:\n  redis: '{text}'\n")
+    assert SolarisConfig.load(path).store.redis == expected
+
+
+def test_settings_dump_the_redis_target_as_its_string_and_load_it_back() -> None:
+    cfg = SolarisConfig(store={"redis": "cache:6380,db=2"})
+    assert cfg.model_dump()["store"]["redis"] == "cache:6380,db=2"
+    again = SolarisConfig.model_validate_json(cfg.model_dump_json())
+    assert again.store.redis == cfg.store.redis and hash(again) == hash(cfg)
+
+
+def test_a_store_redis_that_is_not_a_string_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"store\.redis"):
+        SolarisConfig.load(None, store={"redis": 6379})

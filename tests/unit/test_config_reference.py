@@ -23,7 +23,10 @@ def test_the_committed_reference_is_the_generated_one() -> None:
 def test_the_reference_names_every_setting_with_its_variable_and_default() -> None:
     text = reference()
     assert "| `selection.share` | `SOLARIS_SELECTION__SHARE` | `0.2` | float, > 0 and ≤ 1 |" in text
-    assert "| `store.redis` | `SOLARIS_STORE__REDIS` | unset | str, or unset |" in text
+    assert (
+        "| `store.redis` | `SOLARIS_STORE__REDIS` | unset | Redis connection string "
+        "`host:port[,option=value...]`, or unset |" in text
+    )
     assert (
         "`selection.ttl_hours` | `SOLARIS_SELECTION__TTL_HOURS` | `6` | float, ≥ 1 s and ≤ 3650 d"
         in text

@@ -63,7 +63,21 @@ SURFACE = {
         "StoreConfig",
         "TrainConfig",
         "describe_errors",
+        "redacted_settings",
         "whole_seconds",
+    ],
+    "solaris.connection": [
+        "COMMON_OPTIONS",
+        "LOCAL_REDIS",
+        "ConnectionStringError",
+        "RedisTarget",
+        "RedisType",
+        "answers",
+        "client_options",
+        "ping_failure",
+        "redacted",
+        "redis_client",
+        "unlink_matching",
     ],
 }
 GUIDES = ["README.md", "docs/adopting.md", "docs/serving.md", "docs/serving_http.md"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from solaris.config import SolarisConfig
+from solaris.config import SolarisConfig, redacted_settings
 from solaris.data.schemas import write_table
 from solaris.evaluation.replay import oracle_scores, random_scores, replay
 from solaris.examples.movielens.data import MovieLens
@@ -30,7 +30,6 @@ from solaris.examples.movielens.requests import build_request_log, request_log_s
 from solaris.examples.movielens.train import save_models, train_models, vm_window_start
 from solaris.files import atomic_write_json
 from solaris.models.device import resolve_device
-from solaris.store.connection import redacted_settings
 
 __all__ = ["NEARLINE_SECONDS", "run_demo", "run_offline_cycle"]
 

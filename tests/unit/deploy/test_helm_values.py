@@ -196,8 +196,9 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
         for key, value in env.items():
             patch.setenv(key, value)
         cfg = SolarisConfig()
-    host, port = cfg.store.redis.rsplit(":", 1)
-    assert host and port.isdigit()
+    assert cfg.store.redis is not None
+    ((host, port),) = cfg.store.redis.nodes
+    assert host and port > 0
     assert cfg.artifacts_dir == Path(env["SOLARIS_ARTIFACTS_DIR"])
     assert cfg.cycle.gpu_queue == CycleConfig().gpu_queue
     assert cfg.model.foundation == example_environment()["SOLARIS_MODEL__FOUNDATION"]

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from solaris.config import CycleConfig, SolarisConfig
+from solaris.connection import RedisTarget
 from solaris.examples.movielens.settings import environment as example_environment
 
 REPO = Path(__file__).resolve().parents[3]
@@ -627,11 +628,11 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
                 if key.startswith("SOLARIS_"):
                     patch.setenv(key, _interpolate(value))
             cfg = SolarisConfig()
-        assert cfg.store.redis == "redis:6379", name
+        assert cfg.store.redis == RedisTarget.parse("redis:6379"), name
         assert cfg.artifacts_dir == Path("/opt/airflow/artifacts"), name
         assert cfg.device == ("cuda" if name == "airflow-worker-gpu" else "auto"), name
         assert cfg.cycle.gpu_queue == CycleConfig().gpu_queue, name
-    assert cfg.store.redis.split(":")[0] in services
+    assert cfg.store.redis.nodes[0][0] in services
 
 
 def test_every_airflow_service_mounts_the_same_named_volumes(compose, services, common_env):

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from solaris.config import CycleConfig, SolarisConfig, StoreConfig
+from solaris.connection import RedisTarget
 from solaris.local import demo
 from solaris.local.cycle import CycleReport
 
@@ -27,7 +28,7 @@ def no_dag_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from solaris.local import airflow
     from solaris.store import local_redis
 
-    seen: list[str] = []
+    seen: list[RedisTarget] = []
 
     @contextlib.contextmanager
     def redis_for(configured):
@@ -70,11 +71,12 @@ def test_airflow_stage_prints_and_returns_no_password_and_exports_settings_0600(
         cfg, eval_from=891_302_400, fm_version="fm-1", echo=printed.append
     )
 
-    assert no_dag_runs == [connection]  # the runs got the whole connection
+    # the runs got the whole connection
+    assert [target.connection_string for target in no_dag_runs] == [connection]
     output = "\n".join(printed)
     assert "password=***" in output and "username=solaris" in output
     assert secret not in output
     assert secret not in json.dumps(summary, default=str)
     exported = tmp_path / "artifacts" / "airflow" / "solaris.yaml"
     assert stat.S_IMODE(exported.stat().st_mode) == 0o600
-    assert SolarisConfig.load(exported).store.redis == connection
+    assert SolarisConfig.load(exported).store.redis == RedisTarget.parse(connection)

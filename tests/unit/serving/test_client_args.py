@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
 from solaris.serving.client import (
     FetchArgumentError,
@@ -17,9 +18,8 @@ from solaris.serving.client import (
     _check_request_id,
     _check_scores,
     _check_user,
-    serving_connection_string,
+    serving_target,
 )
-from solaris.store.connection import RedisTarget
 from solaris.store.contract import MAX_EPOCH_S
 
 INT64_MAX = 2**63 - 1
@@ -306,29 +306,35 @@ def test_check_now_rejects_anything_but_epoch_seconds(now: object) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# serving_connection_string
+# serving_target
 # --------------------------------------------------------------------------------------------
 
 
-def test_serving_connection_string_adds_socket_and_connect_timeouts() -> None:
-    out = serving_connection_string("h:6379,db=1", 0.2)
+def _serving(connection: str, timeout_s: float) -> str:
+    """The string Feast gets, which a worker (or the Feast CLI) parses again."""
+    return serving_target(RedisTarget.parse(connection), timeout_s).connection_string
+
+
+def test_serving_target_adds_socket_and_connect_timeouts() -> None:
+    out = _serving("h:6379,db=1", 0.2)
     assert out == "h:6379,db=1,socket_timeout=0.2,socket_connect_timeout=0.2"
     options = RedisTarget.parse(out).options
     assert options == {"db": 1, "socket_timeout": 0.2, "socket_connect_timeout": 0.2}
+    assert serving_target(RedisTarget.parse("h:6379,db=1"), 0.2).options == options
 
 
-def test_serving_connection_string_keeps_explicit_timeouts() -> None:
-    out = serving_connection_string("h:1,socket_timeout=1.5,password=x", 0.2)
+def test_serving_target_keeps_explicit_timeouts() -> None:
+    out = _serving("h:1,socket_timeout=1.5,password=x", 0.2)
     options = RedisTarget.parse(out).options
     assert options["socket_timeout"] == 1.5
     assert options["socket_connect_timeout"] == 0.2
     assert options["password"] == "x"
     both = "h:1,socket_timeout=1,socket_connect_timeout=2"
-    assert serving_connection_string(both, 0.2) == both
+    assert _serving(both, 0.2) == both
 
 
-def test_serving_connection_string_keeps_every_node_and_small_timeouts_exact() -> None:
-    out = serving_connection_string("a:1,b:2", 0.0005)
+def test_serving_target_keeps_every_node_and_small_timeouts_exact() -> None:
+    out = _serving("a:1,b:2", 0.0005)
     target = RedisTarget.parse(out)
     assert target.nodes == (("a", 1), ("b", 2))
     assert target.options["socket_timeout"] == 0.0005

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from solaris.config import SolarisConfig
+from solaris.config import SolarisConfig, redacted_settings
 from solaris.examples.movielens.data import MovieLens
 from solaris.examples.movielens.exposure import MODEL_FEATURES, exposure_features
 from solaris.examples.movielens.features import FeatureContext
@@ -35,7 +35,6 @@ from solaris.examples.movielens.report.settings import ReportSettings
 from solaris.examples.movielens.report.shortfalls import shortfalls
 from solaris.examples.movielens.requests import build_request_log, request_log_stats
 from solaris.files import atomic_write_bytes
-from solaris.store.connection import redacted_settings
 
 __all__ = ["bounds", "provenance", "run_report", "run_seeds"]
 

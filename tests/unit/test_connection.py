@@ -3,15 +3,14 @@ from them (constructed only; nothing here connects)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from solaris.store import connection
-from solaris.store.connection import RedisTarget, redis_client
+from solaris import connection
+from solaris.connection import RedisTarget, redis_client
 
 SECRET = "s3cr3t-Pa55"
 
@@ -379,25 +378,48 @@ def test_redacted_of_no_connection_is_none() -> None:
     assert connection.redacted(None) is None
 
 
-def test_redacted_settings_keep_every_setting_but_the_redis_password() -> None:
-    from solaris.config import SolarisConfig, StoreConfig
-
-    cfg = SolarisConfig(store=StoreConfig(redis=f"h:1,username=svc,password={SECRET}"))
-    data = connection.redacted_settings(cfg)
-    assert data["store"]["redis"] == "h:1,username=svc,password=***"
-    assert SECRET not in repr(data)
-    assert {k: v for k, v in data.items() if k != "store"} == {
-        k: v for k, v in json.loads(cfg.model_dump_json()).items() if k != "store"
-    }
+def test_a_target_keeps_its_string_and_its_repr_shows_no_option_value() -> None:
+    text = f"h:1,db=2,username=svc,password={SECRET}"
+    target = RedisTarget.parse(text)
+    assert target.connection_string == text
+    assert SECRET not in repr(target) and SECRET not in target.describe()
+    assert repr(target) == "RedisTarget('h:1 (db, password, username)')"
 
 
-def test_redacted_settings_hide_the_password_of_a_sql_registry_url() -> None:
-    from solaris.config import SolarisConfig, StoreConfig
+def test_targets_parsed_from_equal_strings_are_equal_and_hash_alike() -> None:
+    one, two = RedisTarget.parse("h:1,db=2"), RedisTarget.parse(" h:1 , db=2 ")
+    assert one == two and hash(one) == hash(two)
+    assert one != RedisTarget.parse("h:1,db=3")
+    assert {one: "store"}[two] == "store"  # settings holding it are cache keys
 
-    url = f"postgresql+psycopg2://feast:{SECRET}@db.internal:5432/feast"
-    data = connection.redacted_settings(SolarisConfig(store=StoreConfig(registry=url)))
-    assert data["store"]["registry"] == "postgresql+psycopg2://feast:***@db.internal:5432/feast"
-    assert SECRET not in repr(data)
+
+def test_a_target_built_from_parts_writes_its_string() -> None:
+    target = RedisTarget((("a", 1), ("b", 2)), {"db": 3, "ssl": True, "password": "p"})
+    assert target.connection_string == "a:1,b:2,db=3,ssl=true,password=p"
+    assert RedisTarget.parse(target.connection_string) == target
+    assert connection.LOCAL_REDIS.connection_string == "localhost:6379"
+
+
+def test_of_parses_a_string_and_returns_a_target_as_it_is() -> None:
+    target = RedisTarget.parse("h:1")
+    assert RedisTarget.of(target) is target
+    assert RedisTarget.of("h:1") == target
+    with pytest.raises(connection.ConnectionStringError):
+        RedisTarget.of("redis://h:1")
+
+
+def test_with_defaults_adds_only_the_options_the_target_does_not_set() -> None:
+    target = RedisTarget.parse("h:1,socket_timeout=2")
+    out = target.with_defaults(socket_timeout=0.05, socket_connect_timeout=0.05)
+    assert out.options == {"socket_timeout": 2, "socket_connect_timeout": 0.05}
+    assert out.connection_string == "h:1,socket_timeout=2,socket_connect_timeout=0.05"
+    assert RedisTarget.parse(out.connection_string) == out
+    assert target.with_defaults(socket_timeout=1) is target
+
+
+def test_redacted_takes_a_target_too() -> None:
+    target = RedisTarget.parse(f"h:1,password={SECRET}")
+    assert connection.redacted(target) == "h:1,password=***"
 
 
 def test_the_options_checked_without_redis_py_are_taken_by_both_clients() -> None:

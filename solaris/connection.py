@@ -39,10 +39,9 @@ if TYPE_CHECKING:
     import redis as redis_py
     from redis.cluster import RedisCluster
 
-    from solaris.config import SolarisConfig
-
 __all__ = [
     "COMMON_OPTIONS",
+    "LOCAL_REDIS",
     "ConnectionStringError",
     "RedisTarget",
     "RedisType",
@@ -50,7 +49,6 @@ __all__ = [
     "client_options",
     "ping_failure",
     "redacted",
-    "redacted_settings",
     "redis_client",
     "unlink_matching",
 ]
@@ -172,12 +170,47 @@ def _check_value(key: str, value: Any) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RedisTarget:
-    """A parsed connection string: the nodes and the client options."""
+    """A parsed connection string: the nodes, the client options, and the string itself.
+
+    Parsed once where a string comes in (the configuration's ``store.redis``, a
+    ``--redis`` option, :class:`~solaris.serving.SolarisFeatures`'s ``redis``) and handed
+    down as this object. The string stays for the one consumer that wants text, Feast's
+    ``connection_string``; ``repr`` and :meth:`describe` never show option values.
+    """
 
     nodes: tuple[tuple[str, int], ...]
     options: dict[str, Any] = field(default_factory=dict)
+    # The text it was parsed from (built from nodes and options when constructed directly).
+    connection_string: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.connection_string:
+            parts = [f"{host}:{port}" for host, port in self.nodes]
+            parts += [f"{key}={_option_text(value)}" for key, value in self.options.items()]
+            object.__setattr__(self, "connection_string", ",".join(parts))
+
+    def __repr__(self) -> str:
+        return f"RedisTarget({self.describe()!r})"
+
+    def __hash__(self) -> int:  # settings are hashed (cached stores); options is a dict
+        return hash((self.nodes, json.dumps(self.options, sort_keys=True, default=str)))
+
+    @classmethod
+    def of(cls, connection: str | RedisTarget) -> RedisTarget:
+        """``connection`` parsed, or as it is when it already is a target."""
+        return connection if isinstance(connection, RedisTarget) else cls.parse(connection)
+
+    def with_defaults(self, **defaults: Any) -> RedisTarget:
+        """This target with the ``defaults`` it does not set itself (the string too)."""
+        added = {k: v for k, v in defaults.items() if k not in self.options}
+        if not added:
+            return self
+        text = ",".join(
+            [self.connection_string, *(f"{k}={_option_text(v)}" for k, v in added.items())]
+        )
+        return RedisTarget(self.nodes, {**self.options, **added}, text)
 
     @classmethod
     def parse(cls, connection: str) -> RedisTarget:
@@ -247,7 +280,7 @@ class RedisTarget:
             raise ConnectionStringError(
                 f"Redis connection string: db must be a database number (0, 1, ...), got {db!r}"
             )
-        return cls(tuple(nodes), options)
+        return cls(tuple(nodes), options, connection)
 
     def check(self, redis_type: RedisType = "redis") -> None:
         """Raise :class:`ConnectionStringError` for an option the ``redis_type`` client would
@@ -280,13 +313,19 @@ class RedisTarget:
         return f"{hosts} ({', '.join(sorted(self.options))})" if self.options else hosts
 
 
-def redacted(connection: str | None) -> str | None:
+# The Redis the cycle and the demo use when ``store.redis`` is unset.
+LOCAL_REDIS = RedisTarget((("localhost", 6379),))
+
+
+def redacted(connection: str | RedisTarget | None) -> str | None:
     """``connection`` for a log line, a summary or an error: the nodes and options with the
     value of every secret option (``password``, ``ssl_password``) and of any unknown one
     replaced by ``***``. Never raises: a string that does not parse is masked from its
     first secret on."""
     if connection is None:
         return None
+    if isinstance(connection, RedisTarget):
+        connection = connection.connection_string
     shown: list[str] = []
     hiding = False  # inside a secret value that contained ','
     for part in str(connection).split(","):
@@ -305,17 +344,9 @@ def redacted(connection: str | None) -> str | None:
     return ",".join(shown)
 
 
-def redacted_settings(cfg: SolarisConfig) -> dict[str, Any]:
-    """``cfg`` as JSON data with ``store.redis`` :func:`redacted` and the password of a SQL
-    registry URL replaced by ``***``: what a summary or a report records of the settings."""
-    data = json.loads(cfg.model_dump_json())
-    data["store"]["redis"] = redacted(data["store"].get("redis"))
-    data["store"]["registry"] = _URL_PASSWORD.sub(r"\1***@", data["store"]["registry"])
-    return data
-
-
-# ``scheme://user:password@``: the password of a URL (the SQL registry's).
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+def _option_text(value: Any) -> str:
+    """An option's value as the string spells it (the inverse of :func:`_json_or_text`)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _json_or_text(raw: str) -> Any:
@@ -350,7 +381,7 @@ def redis_client(
     from redis.cluster import ClusterNode, RedisCluster
     from redis.retry import Retry
 
-    target = connection if isinstance(connection, RedisTarget) else RedisTarget.parse(connection)
+    target = RedisTarget.of(connection)
     target.check(redis_type)
     kwargs = dict(target.options)
     if timeout_s is not None:
@@ -383,13 +414,15 @@ def unlink_matching(client, pattern: str, batch: int = 1000) -> int:
     return removed
 
 
-def answers(connection: str, timeout_s: float = 0.5, redis_type: RedisType = "redis") -> bool:
+def answers(
+    connection: str | RedisTarget, timeout_s: float = 0.5, redis_type: RedisType = "redis"
+) -> bool:
     """Whether Redis at ``connection`` answers a PING within ``timeout_s``."""
     return ping_failure(connection, timeout_s, redis_type) is None
 
 
 def ping_failure(
-    connection: str, timeout_s: float = 0.5, redis_type: RedisType = "redis"
+    connection: str | RedisTarget, timeout_s: float = 0.5, redis_type: RedisType = "redis"
 ) -> str | None:
     """Why Redis at ``connection`` does not answer a PING within ``timeout_s`` (the error's
     type and message, e.g. a ``db`` the server does not have), or None when it does."""

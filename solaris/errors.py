@@ -18,6 +18,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
     │   └── LiveNamespaceError                  a reset or replay aimed at live state
     ├── LayoutError            (ValueError)    solaris.orchestration.layout: interval, marker
+    ├── HandoffError           (ValueError)    solaris.orchestration.handoff: a task's unit
     ├── CodesError             (RuntimeError)  solaris.manifest: autoencoder artifacts
     ├── ModelInputError        (ValueError)    solaris.models: a model's argument or input
     ├── DeviceError            (RuntimeError)  solaris.models.device: no such torch device

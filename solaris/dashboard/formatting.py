@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from solaris.orchestration.layout import INTERVAL_END, INTERVAL_KEYS, INTERVAL_START
+
 __all__ = [
     "MAX_FIGURE_DEPTH",
     "MISSING",
@@ -108,7 +110,7 @@ def _is_share_key(key: str) -> bool:
 
 
 def _is_time_key(key: str) -> bool:
-    return key in ("interval_start", "interval_end", "as_of") or key.endswith("_at")
+    return key in (*INTERVAL_KEYS, "as_of") or key.endswith("_at")
 
 
 def _is_duration_key(key: str) -> bool:
@@ -174,7 +176,7 @@ def figure_html(
     if isinstance(value, list | tuple):
         if not value:
             return MISSING
-        if all(isinstance(v, Mapping) and "interval_end" in v for v in value):
+        if all(isinstance(v, Mapping) and INTERVAL_END in v for v in value):
             shown = [html.escape(fmt_interval(v)) for v in value[:6]]
             more = f" … ({len(value)} in all)" if len(value) > 6 else ""
             return "; ".join(shown) + more
@@ -187,7 +189,7 @@ def figure_html(
 def fmt_interval(record: Mapping[str, Any]) -> str:
     """``start → end`` of a run (the end's date only when it differs), ``as of end``, or its
     key when it names no interval."""
-    start, end = record.get("interval_start"), record.get("interval_end")
+    start, end = record.get(INTERVAL_START), record.get(INTERVAL_END)
     if start is None and end is None:
         return str(record.get("key", MISSING))
     if start is None:

@@ -21,6 +21,7 @@ from solaris.orchestration import runs
 from solaris.orchestration.candidates import DAG_ID as CANDIDATES_DAG
 from solaris.orchestration.embeddings import DAG_ID as EMBEDDINGS_DAG
 from solaris.orchestration.enrichment import CLUSTERING_DAG_ID, ENRICHMENT_DAG_ID
+from solaris.orchestration.handoff import Scope
 from solaris.orchestration.layout import Interval, LayoutError
 from solaris.orchestration.training import DAG_ID as TRAINING_DAG
 from solaris.serving.tiers import TIERS
@@ -58,7 +59,9 @@ class CycleReport:
     def coverage(self, since: int) -> tuple[int, dict[str, float]]:
         """Labelled impressions served in intervals starting at or after ``since``, and
         the share that had each tier (and any tier), weighted by impressions."""
-        rows = [r for r in self.candidates if r["interval_start"] >= since and r.get("labelled")]
+        rows = [
+            r for r in self.candidates if Interval.from_dict(r).start >= since and r.get("labelled")
+        ]
         n = sum(r["labelled"] for r in rows)
         names = (*TIERS, "any")
         return n, {
@@ -85,12 +88,8 @@ def downstream_conf(extra: dict[str, Any]) -> dict[str, Any]:
     with ``extra``: its namespace and intervals."""
     items = extra.get("intervals") or [extra]
     return {
-        "namespace": extra["namespace"],
-        "replay": extra["replay"],
-        "intervals": [
-            {"interval_start": i["interval_start"], "interval_end": i["interval_end"]}
-            for i in items
-        ],
+        **Scope.from_json(extra).to_json(),
+        "intervals": [Interval.from_dict(i).as_dict() for i in items],
     }
 
 
@@ -113,7 +112,7 @@ def run_window(
         report.seconds[dag_id].append(result.seconds)
         return result
 
-    where = {"namespace": cfg.namespace, "replay": cfg.replay}
+    where = Scope.of(cfg).to_json()
     for interval in tqdm(intervals, desc="airflow cycle", unit="interval", disable=not progress):
         cand = run(CANDIDATES_DAG, {**where, **interval.as_dict()})
         [record] = cand.asset_extras[runs.CANDIDATES]
@@ -123,14 +122,9 @@ def run_window(
         report.embeddings.append(embedded)
         run(ENRICHMENT_DAG_ID, downstream_conf(embedded))
         if interval.end % DAY == 0:  # the daily clustering run, after midnight's enrichment
-            run(
-                CLUSTERING_DAG_ID,
-                {**where, "interval_start": interval.start, "interval_end": interval.end},
-            )
+            run(CLUSTERING_DAG_ID, {**where, **interval.as_dict()})
     if train_at_end and intervals:
         last = intervals[-1]
-        result = run(
-            TRAINING_DAG, {**where, "interval_start": last.start, "interval_end": last.end}
-        )
+        result = run(TRAINING_DAG, {**where, **last.as_dict()})
         [report.training] = result.asset_extras[runs.VERIFIER]
     return report

@@ -26,6 +26,7 @@ from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
 from solaris.local.cycle import DAY, export_config, run_window, window_intervals
 from solaris.namespace import Namespace
+from solaris.orchestration.layout import Interval
 from solaris.orchestration.resources import reset_namespace
 from solaris.serving.tiers import TIERS
 
@@ -253,10 +254,7 @@ def run_airflow_stage(
         "requests": requests,
         "labelled_impressions": n,
         "coverage": coverage,
-        "candidates_intervals": [
-            {"interval_start": r["interval_start"], "interval_end": r["interval_end"]}
-            for r in report.candidates
-        ],
+        "candidates_intervals": [Interval.from_dict(r).as_dict() for r in report.candidates],
         "library_replay_pair_coverage": library.coverage,
         "library_replay_impressions": library.n_eval_impressions,
         "training": report.training,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
 from solaris.orchestration.enrichment import CLUSTERING_DAG_ID, ENRICHMENT_DAG_ID
+from solaris.orchestration.handoff import SelectionGroup, span
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
@@ -144,17 +145,17 @@ def prepare(run: TaskRun) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             records.append(finish_interval(run.cfg, interval, served, [selected]))
             continue
         units += [
-            run.extra({**interval.as_dict(), "served": served, "partitions": g}) for g in groups
+            SelectionGroup(run.scope, interval, (first, last), served=served).to_json()
+            for first, last in groups
         ]
     return units, records
 
 
 def select_group(unit: Mapping[str, Any]) -> dict[str, Any]:
     """The selection of one group of partitions (a mapped task)."""
-    run = unit_run(unit)
-    first, last = unit["partitions"]
-    interval = run.intervals[0]
-    return {**unit, **select_partitions(run.cfg, interval, range(first, last + 1))}
+    group = SelectionGroup.from_json(unit)
+    cfg = unit_run(group).cfg
+    return group.result(select_partitions(cfg, group.interval, group.partition_range))
 
 
 def publish(
@@ -172,13 +173,14 @@ def publish(
     done = mapped_results(results)
     records = []
     for interval in run.intervals:
-        mine = [r for r in done if r["interval_end"] == interval.end]
+        mine = [r for r in done if SelectionGroup.of_result(r).interval == interval]
         if not mine:
             raise CycleInputError(
                 f"interval {interval.key}: no mapped selection finished for it (the sensor "
                 "planned it): rerun the run's select_partitions tasks"
             )
-        records.append(finish_interval(run.cfg, interval, mine[0]["served"], mine))
+        served = SelectionGroup.of_result(mine[0]).served
+        records.append(finish_interval(run.cfg, interval, served, mine))
     return _emit(run, records, events)
 
 
@@ -207,12 +209,7 @@ def _combine(records: list[dict[str, Any]], summed: tuple[str, ...]) -> dict[str
     if len(records) == 1:
         return records[0]
     return {
-        "interval_start": min(r["interval_start"] for r in records),
-        "interval_end": max(r["interval_end"] for r in records),
-        "intervals": [
-            {"interval_start": r["interval_start"], "interval_end": r["interval_end"]}
-            for r in records
-        ],
+        **span([Interval.from_dict(r) for r in records]),
         **{k: sum(r.get(k) or 0 for r in records) for k in summed},
     }
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from solaris.config import SolarisConfig
 from solaris.files import atomic_write_json, remove_tree
 from solaris.namespace import Namespace
+from solaris.orchestration.handoff import Scope, Shard, results_in, span
 from solaris.orchestration.layout import CycleLayout, Interval, shard_coverage, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
@@ -76,7 +77,7 @@ _CANDIDATE_COLUMNS = ["request_id", "user_id", "item_id", "ts", "label"]
 def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
     """The shards of the selections that triggered the run: one mapped task each."""
     return [
-        run.extra(shard)
+        shard.to_json()
         for run in task_runs(params, events, CANDIDATES)
         for shard in plan_shards(run.cfg, run.intervals)
     ]
@@ -84,8 +85,8 @@ def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
 
 def embed(shard: dict[str, Any]) -> dict[str, Any]:
     """FM → autoencoder → ``pair`` view for one shard (a mapped task on the gpu pool)."""
-    run = unit_run(shard)
-    return embed_and_materialize(run.cfg, shard)
+    planned = Shard.from_json(shard)
+    return embed_and_materialize(unit_run(planned).cfg, planned)
 
 
 def publish(
@@ -99,7 +100,7 @@ def publish(
                 summarize_embeddings(
                     run.cfg,
                     run.intervals,
-                    [s for s in results if s and s["namespace"] == run.cfg.namespace],
+                    results_in(run.scope, results),
                 )
             )
             for run in task_runs(params, events, CANDIDATES)
@@ -107,7 +108,7 @@ def publish(
     )
 
 
-def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[str, Any]]:
+def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[Shard]:
     """Split each interval's distinct selected pairs into shards of ``cycle.shard_rows``.
 
     Every interval's ledger is opened (its pairs' ids read and counted per partition) before
@@ -124,8 +125,7 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     busy partition, and the plan records which partitions each shard holds, so the
     enrichment of one partition reads only its shards.
 
-    Returns one dict per shard (the mapped tasks' argument): ``interval_start``,
-    ``interval_end``, ``shard``, ``rows``, ``partitions`` (first, last) and ``generation``.
+    Returns the shards, one mapped task each.
     """
     import pyarrow as pa
 
@@ -133,6 +133,7 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
     from solaris.store.partitions import Partitioning, pack
 
     layout = CycleLayout(Namespace.of(cfg))
+    scope = Scope.of(cfg)
     partitioning = Partitioning(cfg.cycle.partitions)
     # Every interval's ledger is opened (its pairs counted per partition) before any write.
     ledgers = {i: _Ledger.open(layout, i, partitioning) for i in work_intervals(cfg, intervals)}
@@ -148,13 +149,14 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[dict[
             part = pa.Table.from_pandas(rows, preserve_index=False)  # a shard is in time order
             write_table(part, layout.shard(interval, index, generation), "candidates")
             shards.append(
-                {
-                    **interval.as_dict(),
-                    "shard": index,
-                    "rows": chunk.stop - chunk.start,
-                    "partitions": [chunk.first, chunk.last],
-                    "generation": generation,
-                }
+                Shard(
+                    scope,
+                    interval,
+                    (chunk.first, chunk.last),
+                    index=index,
+                    rows=chunk.stop - chunk.start,
+                    generation=generation,
+                )
             )
         plan = {
             "generation": generation,
@@ -336,9 +338,9 @@ def _batch_id(interval: Interval, shard: int | str) -> str:
     return f"{interval.key}-shard-{suffix}"
 
 
-def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str, Any]:
+def embed_and_materialize(cfg: SolarisConfig, shard: Shard) -> dict[str, Any]:
     """Embed one shard into its run's staging folder and write its codes to the ``pair``
-    view (online, then the offline rows published)."""
+    view (online, then the offline rows published); returns the shard's result."""
     from solaris import adapters
     from solaris.data.schemas import read_table
     from solaris.models.device import resolve_device
@@ -348,9 +350,7 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
 
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
-    interval = Interval(int(shard["interval_start"]), int(shard["interval_end"]))
-    index = int(shard["shard"])
-    generation = str(shard["generation"])
+    interval, index, generation = shard.interval, shard.index, shard.generation
     fm = adapters.foundation_model(cfg)
     autoencoder, version = load_autoencoder(layout.models_dir, fm)
     out = layout.embeddings(interval, index, generation)
@@ -381,13 +381,14 @@ def embed_and_materialize(cfg: SolarisConfig, shard: dict[str, int]) -> dict[str
         out,
         written.online_seconds,
     )
-    return {
-        **shard,
-        "rows": rows,
-        "embed_seconds": round(embed_s, 3),
-        "online_seconds": round(written.online_seconds, 3),
-        "computed_at": interval.end,
-    }
+    return shard.result(
+        {
+            "rows": rows,
+            "embed_seconds": round(embed_s, 3),
+            "online_seconds": round(written.online_seconds, 3),
+            "computed_at": interval.end,
+        }
+    )
 
 
 def _generation(
@@ -396,7 +397,7 @@ def _generation(
     """The generation of the run's plan: the one its shards carry (staged, or published by
     an earlier attempt of this publish), else (no pair to embed) the one staged for its
     intervals; None when nothing is staged (an earlier attempt swapped everything in)."""
-    made = {str(s["generation"]) for s in shards}
+    made = {Shard.of_result(s).generation for s in shards}
     staged = set().union(*(layout.staged_generations(i) for i in intervals))
     published = {layout.published_generation(i) for i in intervals} - {None}
     if len(made) == 1 and made <= staged | published:
@@ -473,9 +474,7 @@ def summarize_embeddings(
     embed_s = float(sum(s["embed_seconds"] for s in shards))
     latest = max(i.end for i in intervals)
     record = {
-        "interval_start": min(i.start for i in intervals),
-        "interval_end": latest,
-        "intervals": [i.as_dict() for i in intervals],
+        **span(intervals),
         "shards": len(shards),
         "fm_passes": rows,
         "rows_written": {"pair": rows},
@@ -486,7 +485,7 @@ def summarize_embeddings(
     if generation is not None:
         for interval in intervals:  # every shard is in: readers may take these codes now
             swap_in_embeddings(cfg, interval, generation)
-    key = Interval(record["interval_start"], latest).key
+    key = Interval(min(i.start for i in intervals), latest).key
     folders = tuple(f for i in intervals if (f := layout.codes_dir(i)) is not None)
     write_run_record(layout, DAG_ID, key, record, wrote=folders)
     return record

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from solaris.config import SolarisConfig
 from solaris.manifest import current_fm_version
 from solaris.namespace import Namespace
-from solaris.orchestration.layout import CycleLayout, write_run_record
+from solaris.orchestration.handoff import Scope, Unit, results_in
+from solaris.orchestration.layout import INTERVAL_END, CycleLayout, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
     cycle_redis,
@@ -111,16 +112,16 @@ _VIEW_ASSETS = {"uagg": USER_AGGREGATES, "iagg": ITEM_AGGREGATES, "nbr": NEIGHBO
 
 def _unit(run: TaskRun, partitions: Sequence[int]) -> dict[str, Any]:
     """A mapped task's unit: the run's newest interval and a group ``[first, last]``."""
-    newest = max(run.intervals)
-    return run.extra({**newest.as_dict(), "partitions": list(partitions)})
+    first, last = partitions
+    return Unit(Scope.of(run.cfg), max(run.intervals), (first, last)).to_json()
 
 
 def partition_aggregates(group: Mapping[str, Any]) -> dict[str, Any]:
     """``uagg`` of the group's partitions, their share of ``iagg`` and their users'
     embeddings (a mapped task)."""
-    cfg, as_of = _group_run(group)
-    first, last = group["partitions"]
-    return {**group, **aggregate_partitions(cfg, as_of, range(first, last + 1))}
+    unit = Unit.from_json(group)
+    cfg = unit_run(unit).cfg
+    return unit.result(aggregate_partitions(cfg, unit.interval.end, unit.partition_range))
 
 
 def aggregates(
@@ -136,12 +137,12 @@ def aggregates(
     done = mapped_results(results)
     user, item, units = [], [], []
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
-        mine = [r for r in done if r["namespace"] == run.cfg.namespace]
+        mine = results_in(run.scope, done)
         if not mine:  # enrich did this namespace's run whole, and emitted its events
             continue
         uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
         build_neighbour_index(run.cfg, run.as_of)
-        units += [_unit(run, r["partitions"]) for r in mine]
+        units += [_unit(run, Unit.of_result(r).partitions) for r in mine]
         user.append(run.extra(uagg))
         item.append(run.extra(iagg))
     emit(outlet, USER_AGGREGATES, user)
@@ -151,9 +152,9 @@ def aggregates(
 
 def partition_neighbours(group: Mapping[str, Any]) -> dict[str, Any]:
     """The ``unn`` rows and the neighbour fill of the group's partitions (a mapped task)."""
-    cfg, as_of = _group_run(group)
-    first, last = group["partitions"]
-    return {**group, **fill_partitions(cfg, as_of, range(first, last + 1))}
+    unit = Unit.from_json(group)
+    cfg = unit_run(unit).cfg
+    return unit.result(fill_partitions(cfg, unit.interval.end, unit.partition_range))
 
 
 def neighbours(
@@ -167,7 +168,7 @@ def neighbours(
     done = mapped_results(results)
     extras = []
     for run in task_runs(params, events, PAIR_EMBEDDINGS):
-        mine = [r for r in done if r["namespace"] == run.cfg.namespace]
+        mine = results_in(run.scope, done)
         if mine:
             extras.append(run.extra(record_neighbours(run.cfg, run.as_of, mine)))
     emit(outlet, NEIGHBOUR_FILL, extras)
@@ -181,11 +182,6 @@ def enrich_inline(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:
     build_neighbour_index(cfg, as_of)
     nbr = record_neighbours(cfg, as_of, [fill_partitions(cfg, as_of, every)])
     return {"uagg": uagg, "iagg": iagg, "nbr": nbr}
-
-
-def _group_run(group: Mapping[str, Any]) -> tuple[SolarisConfig, int]:
-    """The settings and ``as_of`` of one mapped group (as :func:`enrich` planned it)."""
-    return unit_run(group).cfg, int(group["interval_end"])
 
 
 def partition_groups(cfg: SolarisConfig, as_of: int) -> list[list[int]]:
@@ -295,7 +291,7 @@ def _record(
     tasks: int | None = None,
 ) -> dict[str, Any]:
     record = {
-        "interval_end": as_of,
+        INTERVAL_END: as_of,
         "view": view,
         "codes_read": codes_read,
         "rows_written": {view: rows},
@@ -349,7 +345,6 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
         uagg_rows += len(rows)
         codes_read += len(history.pairs)
     return {
-        "namespace": cfg.namespace,
         "partitions_run": [done[0], done[-1]] if done else [],
         "uagg_rows": uagg_rows,
         "codes_read": codes_read,
@@ -502,7 +497,6 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         figures["codes_read"] += folded
         figures["targets"] += len(targets)
     return {
-        "namespace": cfg.namespace,
         "partitions_run": [done[0], done[-1]] if done else [],
         **figures,
         "seconds": round(time.perf_counter() - began, 3),

@@ -45,6 +45,9 @@ from solaris.files import ArgumentTypeError, StatePath, atomic_write_json, state
 from solaris.namespace import Namespace
 
 __all__ = [
+    "INTERVAL_END",
+    "INTERVAL_KEYS",
+    "INTERVAL_START",
     "RUN_INPUT_FIGURES",
     "RUN_METRIC_FIGURES",
     "RUN_METRIC_GROUPS",
@@ -63,6 +66,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INTERVAL = re.compile(r"^(\d+)-(\d+)$")
+# An interval's keys in JSON (a run's conf, an asset event, a record, a task's unit).
+INTERVAL_START = "interval_start"
+INTERVAL_END = "interval_end"
+INTERVAL_KEYS = (INTERVAL_START, INTERVAL_END)
 
 
 class LayoutError(SolarisError, ValueError):
@@ -94,7 +101,13 @@ class Interval:
         return cls(int(match[1]), int(match[2]))
 
     def as_dict(self) -> dict[str, int]:
-        return {"interval_start": self.start, "interval_end": self.end}
+        """The interval as JSON data: the one spelling of its keys (:data:`INTERVAL_KEYS`)."""
+        return {INTERVAL_START: self.start, INTERVAL_END: self.end}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Interval:
+        """The interval :meth:`as_dict` wrote (a ``KeyError`` naming a missing bound)."""
+        return cls(data[INTERVAL_START], data[INTERVAL_END])
 
 
 @dataclass(frozen=True)

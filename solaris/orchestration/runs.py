@@ -48,7 +48,14 @@ from typing import Any
 
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
-from solaris.orchestration.layout import CycleLayout, Interval
+from solaris.orchestration.handoff import Scope, Unit
+from solaris.orchestration.layout import (
+    INTERVAL_END,
+    INTERVAL_KEYS,
+    INTERVAL_START,
+    CycleLayout,
+    Interval,
+)
 from solaris.orchestration.resources import CycleInputError, refuse_live
 from solaris.store.contract import MAX_EPOCH_S
 
@@ -103,8 +110,7 @@ ASSETS = (
     VERIFIER,
 )
 
-CONF_KEYS = frozenset({"namespace", "replay", "interval_start", "interval_end", "intervals"})
-INTERVAL_KEYS = ("interval_start", "interval_end")
+CONF_KEYS = frozenset({"namespace", "replay", *INTERVAL_KEYS, "intervals"})
 # What one run may name: a backfill of a month at a one-minute cadence is 44,640 runs of one
 # interval, not one run; a run naming 1970 to 2286 is a typo, not a replay.
 MAX_RUN_INTERVALS = 10_000
@@ -142,9 +148,13 @@ class TaskRun:
         """The newest interval end: enrichment and the daily DAGs work as of it."""
         return max(i.end for i in self.intervals)
 
+    @property
+    def scope(self) -> Scope:
+        return Scope.of(self.cfg)
+
     def extra(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """An asset event's extra: ``record`` with the namespace that downstream runs use."""
-        return {"namespace": self.cfg.namespace, "replay": self.cfg.replay, **record}
+        return {**self.scope.to_json(), **record}
 
 
 def event_extras(events: Any, asset: str) -> list[dict[str, Any]]:
@@ -218,10 +228,12 @@ def _named_interval(item: object, where: str, *, only_interval: bool = False) ->
     missing = [k for k in INTERVAL_KEYS if item.get(k) is None]
     if missing:
         raise CycleInputError(f"{where}: {' and '.join(missing)} missing")
-    start = _epoch(item["interval_start"], f"{where}.interval_start")
-    end = _epoch(item["interval_end"], f"{where}.interval_end")
+    start = _epoch(item[INTERVAL_START], f"{where}.{INTERVAL_START}")
+    end = _epoch(item[INTERVAL_END], f"{where}.{INTERVAL_END}")
     if end <= start:
-        raise CycleInputError(f"{where}: interval_end {end} is not after interval_start {start}")
+        raise CycleInputError(
+            f"{where}: {INTERVAL_END} {end} is not after {INTERVAL_START} {start}"
+        )
     return Interval(start, end)
 
 
@@ -247,10 +259,9 @@ def _conf_intervals(params: Mapping[str, object]) -> list[tuple[str, Interval]]:
             )
             for k, item in enumerate(items)
         ]
-    if single == ["interval_end"]:
-        raise CycleInputError("conf: interval_end without interval_start")
-    if single == ["interval_start"]:
-        raise CycleInputError("conf: interval_start without interval_end")
+    if len(single) == 1:
+        (other,) = set(INTERVAL_KEYS) - set(single)
+        raise CycleInputError(f"conf: {single[0]} without {other}")
     return [("conf", _named_interval(params, "conf"))] if single else []
 
 
@@ -358,7 +369,7 @@ def _event_intervals(extras: Sequence[Mapping[str, Any]]) -> list[tuple[str, Int
     found = []
     for extra in extras:
         for item in extra.get("intervals") or [extra]:
-            if isinstance(item, Mapping) and item.get("interval_end") is None:
+            if isinstance(item, Mapping) and item.get(INTERVAL_END) is None:
                 continue  # a manual event may carry none
             found.append(("asset event", _named_interval(item, "asset event")))
     return found
@@ -500,7 +511,7 @@ def _triggering_extras(params: Mapping[str, object], events: Any, asset: object)
     """The records of the events that triggered the run, one per namespace and event (an
     event of several namespaces carries one record each under ``runs``); none when the
     conf names a namespace or intervals, which is then the whole instruction."""
-    if any(params.get(k) is not None for k in ("namespace", "interval_end", "intervals")):
+    if any(params.get(k) is not None for k in ("namespace", INTERVAL_END, "intervals")):
         return []
     return [_checked_event(r) for e in event_extras(events, asset) for r in _event_records(e)]
 
@@ -523,17 +534,10 @@ def combine_extras(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return extras[0] if len(extras) == 1 else {"runs": list(extras)}
 
 
-def unit_run(unit: Mapping[str, Any]) -> TaskRun:
+def unit_run(unit: Unit) -> TaskRun:
     """The run of one mapped task's unit (an embedding shard, a group of partitions): the
     namespace, replay flag and interval its planning task put in it."""
-    return task_run(
-        {
-            "namespace": unit["namespace"],
-            "replay": unit["replay"],
-            "interval_start": unit["interval_start"],
-            "interval_end": unit["interval_end"],
-        }
-    )
+    return task_run({**unit.scope.to_json(), **unit.interval.as_dict()})
 
 
 def mapped_results(results: Sequence[Any]) -> list[Any]:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from solaris import adapters
-from solaris.orchestration.layout import write_run_record
+from solaris.orchestration.layout import INTERVAL_END, write_run_record
 from solaris.orchestration.runs import Params, task_run
 
 __all__ = ["DAG_ID", "retrain_verifier"]
@@ -32,7 +32,7 @@ def retrain_verifier(params: Params, start: object, end: object) -> dict[str, An
         }
     else:
         record = dict(trainer.retrain(run.cfg, run.as_of))
-    record = {"interval_end": run.as_of, **record}
+    record = {INTERVAL_END: run.as_of, **record}
     record["seconds"] = round(time.perf_counter() - began, 3)
     write_run_record(run.layout, DAG_ID, f"{run.as_of:011d}", record)
     return run.extra(record)

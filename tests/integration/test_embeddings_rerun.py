@@ -163,7 +163,7 @@ def test_a_rerun_swaps_its_codes_in_only_once_every_shard_is_in(cfg, redis_clien
     done = [embed_and_materialize(rerun, shard) for shard in shards]
     summarize_embeddings(rerun, [a], done)
     swapped = layout.codes_dir(a)
-    assert swapped.name == shards[0]["generation"] and not published.exists()
+    assert swapped.name == shards[0].generation and not published.exists()
     assert sorted(p.name for p in swapped.iterdir()) == ["_PLAN.json", "shard-0000.parquet"]
     assert read_table(swapped, "pair_embeddings", z_dim=8).num_rows == 100
     assert layout.staged_generations(a) == []
@@ -235,7 +235,7 @@ def test_codes_written_before_generations_are_read_and_then_replaced(cfg, redis_
     rerun = cfg.model_copy(update={"cycle": cfg.cycle.model_copy(update={"shard_rows": 500})})
     shards = plan_shards(rerun, [a])
     summarize_embeddings(rerun, [a], [embed_and_materialize(rerun, s) for s in shards])
-    assert layout.published_generation(a) == shards[0]["generation"]
+    assert layout.published_generation(a) == shards[0].generation
     assert not list(folder.glob("shard-*.parquet"))
     assert not list((layout.root / "shards" / a.key).glob("shard-*.parquet"))
     assert len(pair_history(cfg, a.end, HOURS_6).pairs) == 100

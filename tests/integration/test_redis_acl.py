@@ -25,6 +25,7 @@ import redis as redis_py
 
 from solaris.config import SolarisConfig
 from solaris.connection import ConnectionStringError, RedisTarget, redis_client
+from solaris.errors import ConfigError
 from solaris.namespace import Namespace
 from solaris.orchestration.resources import CycleInputError, cycle_redis
 from solaris.serving.client import SolarisFeatures
@@ -156,16 +157,17 @@ def test_the_store_settings_repr_never_shows_the_password(acl_user, solaris_cfg)
 def test_a_password_with_a_comma_is_refused_naming_the_option(acl_user, solaris_cfg) -> None:
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     connection = acl_user.with_password(f"pa,{secret}")
-    cfg = _cfg(solaris_cfg, connection)
     for attempt in (
-        lambda: open_feature_store(cfg, connection),
+        lambda: open_feature_store(solaris_cfg, connection),
         lambda: redis_client(connection),
+        lambda: _cfg(solaris_cfg, connection),
     ):
         with pytest.raises(ConnectionStringError, match="the value of password contains ','") as e:
             attempt()
         assert secret not in str(e.value)
-    with pytest.raises(CycleInputError, match=r"store\.redis: .*value of password") as e:
-        cycle_redis(cfg)
+    # Settings never hold it: they are refused when built, naming the setting.
+    with pytest.raises(ConfigError, match=r"store\.redis.*value of password") as e:
+        SolarisConfig.load(None, store={"redis": connection})
     assert secret not in str(e.value)
 
 

@@ -26,7 +26,8 @@ def test_window_intervals_are_cadence_aligned_and_cover_the_window() -> None:
 def test_cycle_coverage_is_weighted_by_impressions_and_skips_the_warm_up() -> None:
     def record(start: int, labelled: int, pair: float) -> dict:
         tiers = {"pair": pair, "nbr": 0.0, "uagg": 0.5, "iagg": 1.0, "any": 1.0}
-        return {"interval_start": start, "labelled": labelled, "coverage": tiers}
+        interval = {"interval_start": start, "interval_end": start + 10}
+        return {**interval, "labelled": labelled, "coverage": tiers}
 
     report = CycleReport(candidates=[record(0, 100, 0.0), record(10, 30, 1.0), record(20, 10, 0.0)])
     n, coverage = report.coverage(since=10)

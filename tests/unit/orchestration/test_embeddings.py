@@ -49,8 +49,8 @@ def _shards(cfg: SolarisConfig, interval: Interval) -> tuple[list[pd.DataFrame],
 
     layout = CycleLayout(Namespace.of(cfg))
     shards = plan_shards(cfg, [interval])
-    frames = [read_parquet(layout.shard(interval, s["shard"], s["generation"])) for s in shards]
-    return frames, [s["partitions"] for s in shards]
+    frames = [read_parquet(layout.shard(interval, s.index, s.generation)) for s in shards]
+    return frames, [list(s.partitions) for s in shards]
 
 
 def _write_partition_files(cfg: SolarisConfig, interval: Interval, ledger, count: int) -> None:

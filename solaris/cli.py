@@ -128,7 +128,11 @@ def data_synth(
 @app.command("cycle")
 def cycle_command(
     start: Annotated[
-        str, typer.Option(help="start of the measured period (ISO 8601); a warm-up day precedes")
+        str,
+        typer.Option(
+            help="start of the measured period (ISO 8601 with a zone, or epoch seconds); "
+            "a warm-up day precedes"
+        ),
     ],
     namespace: Annotated[
         str | None,
@@ -326,8 +330,16 @@ def namespace_apply(
 
 @app.command("fit-autoencoder")
 def fit_autoencoder_command(
-    start: Annotated[str, typer.Option(help="first request time of the sample (ISO 8601)")],
-    end: Annotated[str, typer.Option(help="end of the sample, exclusive (ISO 8601)")],
+    start: Annotated[
+        str,
+        typer.Option(
+            help="first request time of the sample (ISO 8601 with a zone, or epoch seconds)"
+        ),
+    ],
+    end: Annotated[
+        str,
+        typer.Option(help="end of the sample, exclusive (ISO 8601 with a zone, or epoch seconds)"),
+    ],
     config: ConfigOption = None,
     max_pairs: Annotated[
         int, typer.Option(help="most pairs to train on (seeded sample)")
@@ -379,15 +391,14 @@ def writable_folder(path: Path, hint: str) -> None:
 
 
 def epoch_option(value: str, name: str) -> int:
-    from datetime import datetime
+    """A time option in epoch seconds, by the one rule for a time a person writes
+    (:func:`solaris.times.epoch_of`: epoch seconds or ISO 8601 with a zone)."""
+    from solaris.times import TimeInputError, epoch_of
 
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{value!r} is not ISO 8601", param_hint=name) from exc
-    if moment.tzinfo is None:
-        raise typer.BadParameter(f"{value!r} has no time zone (add +00:00)", param_hint=name)
-    return int(moment.timestamp())
+        return epoch_of(value)
+    except TimeInputError as exc:
+        raise typer.BadParameter(str(exc), param_hint=name) from None
 
 
 def _plugged_commands() -> None:

@@ -9,6 +9,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── ConfigError            (ValueError)    solaris.config: a bad setting, file or variable
     ├── NamespaceError         (ValueError)    solaris.namespace: a bad namespace name
     ├── ConnectionStringError  (ValueError)    solaris.connection: a bad Redis string
+    ├── TimeInputError         (ValueError)    solaris.times: a time a person wrote, refused
     ├── SchemaError            (ValueError)    solaris.data.schemas: a table breaks its contract
     ├── SyntheticSpecError     (ValueError)    solaris.data.synthetic: a spec the generator refuses
     ├── SelectionError         (ValueError)    solaris.selection: bad selection input

@@ -20,7 +20,8 @@ events carry, else its own data interval. So a backfill replays history.
 
 **Conf.** A time is whole epoch seconds (an int, a whole float or a string of ASCII digits)
 or ISO 8601 with a zone, in ``[0, MAX_EPOCH_S)`` (1970 to 2286, what the online store
-records). Unknown keys (also inside ``intervals``), a naive ISO time (which would take the
+records): :func:`solaris.times.epoch_of`, the rule a command's time options follow too.
+Unknown keys (also inside ``intervals``), a naive ISO time (which would take the
 worker's local zone), NaN, infinities, booleans, fractions of a second, an end at or before
 its start, ``interval_start`` without ``interval_end`` (or both with ``intervals``), an
 ``intervals`` that is not a non-empty list of objects, a ``replay`` that is not a JSON
@@ -37,9 +38,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
-import numbers
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,6 +56,7 @@ from solaris.orchestration.layout import (
 )
 from solaris.orchestration.resources import CycleInputError, refuse_live
 from solaris.store.contract import MAX_EPOCH_S
+from solaris.times import TimeInputError, epoch_of
 
 __all__ = [
     "ASSETS",
@@ -115,9 +114,6 @@ CONF_KEYS = frozenset({"namespace", "replay", *INTERVAL_KEYS, "intervals"})
 # interval, not one run; a run naming 1970 to 2286 is a typo, not a replay.
 MAX_RUN_INTERVALS = 10_000
 MAX_RUN_SPAN_S = 31 * 86_400
-# Epoch seconds as text: ASCII digits only (str.isdigit() also takes '²' and other scripts'
-# digits), and short enough for int() (which refuses over 4,300 digits).
-_DIGITS = re.compile(r"[+-]?[0-9]{1,20}")
 
 Params = Mapping[str, object] | None
 
@@ -176,44 +172,12 @@ def _shown(value: object) -> str:
 
 
 def _epoch(value: object, name: str) -> int:
-    """Epoch seconds from an int, a whole float, a string of digits, an ISO 8601 string with
-    a zone, or an aware datetime; :class:`CycleInputError` naming ``name`` otherwise."""
-    expected = f"{name}: epoch seconds or ISO 8601 with a zone expected, got {_shown(value)}"
-    if isinstance(value, str):
-        text = value.strip()
-        if _DIGITS.fullmatch(text):
-            value = int(text)
-        else:
-            try:
-                value = datetime.fromisoformat(text)
-            except ValueError:
-                raise CycleInputError(expected) from None
-    if isinstance(value, bool):
-        raise CycleInputError(expected)
-    if isinstance(value, numbers.Integral):
-        seconds = int(value)
-    elif isinstance(value, numbers.Real):
-        number = float(value)
-        if not math.isfinite(number):
-            raise CycleInputError(f"{name}: {_shown(value)} is not a time")
-        if not number.is_integer():
-            raise CycleInputError(f"{name}: {_shown(value)} is not whole epoch seconds")
-        seconds = int(number)
-    elif isinstance(value, datetime):  # pendulum's DateTime (Airflow's) is one too
-        if value.utcoffset() is None:
-            raise CycleInputError(
-                f"{name}: {value} has no time zone (it would be read in the worker's local "
-                "zone); add one, e.g. +00:00"
-            )
-        seconds = math.floor(value.timestamp())
-    else:
-        raise CycleInputError(expected)
-    if not 0 <= seconds < MAX_EPOCH_S:
-        raise CycleInputError(
-            f"{name}: {_shown(seconds)} is outside [0, {MAX_EPOCH_S:.0e}) epoch seconds "
-            "(1970 to 2286; milliseconds?)"
-        )
-    return seconds
+    """Epoch seconds by :func:`solaris.times.epoch_of`'s rule; :class:`CycleInputError`
+    naming ``name`` otherwise."""
+    try:
+        return epoch_of(value)
+    except TimeInputError as exc:
+        raise CycleInputError(f"{name}: {exc}") from None
 
 
 def _named_interval(item: object, where: str, *, only_interval: bool = False) -> Interval:

@@ -146,7 +146,11 @@ CASES = [
                  r"^Error: .*unknown setting SOLARIS_SELECTION__SHAR .*did you mean "
                  r"SOLARIS_SELECTION__SHARE", id="typo-d-variable-before-a-reset"),
     pytest.param(["cycle", "--start", "yesterday", "--namespace", "r1998"], {}, 2,
-                 r"Invalid value for --start: 'yesterday' is not ISO 8601", id="start-not-iso"),
+                 r"Invalid value for --start: epoch seconds or ISO 8601 with a zone expected, "
+                 r"got 'yesterday'", id="start-not-iso"),
+    pytest.param(["cycle", "--start", "1700000000000", "--namespace", "r1998"], {}, 2,
+                 r"Invalid value for --start: 1700000000000 is outside \[0, 1e\+10\) epoch "
+                 r"seconds", id="start-in-milliseconds"),
     pytest.param(["cycle", "--start", "2023-11-15T00:00:00", "--namespace", "r1998"], {}, 2,
                  r"Invalid value for --start: .* has no time zone", id="start-without-a-zone"),
     pytest.param(["cycle", "--start", ISO, "--namespace", "Replay-1998"], {}, 2,
@@ -160,7 +164,8 @@ CASES = [
     pytest.param(["fit-autoencoder", "--start", ISO, "--end", "2023-11-14T00:00:00+00:00"], {}, 2,
                  r"Invalid value for --end: .* is not after --start", id="end-before-start"),
     pytest.param(["fit-autoencoder", "--start", ISO, "--end", "tomorrow"], {}, 2,
-                 r"Invalid value for --end: 'tomorrow' is not ISO 8601", id="end-not-iso"),
+                 r"Invalid value for --end: epoch seconds or ISO 8601 with a zone expected, "
+                 r"got 'tomorrow'", id="end-not-iso"),
     pytest.param(["replay", "--share", "1.5"], {}, 2,
                  r"Invalid value for --share: Input should be less than or equal to 1 "
                  r"\(got 1\.5\)", id="share-above-one"),

@@ -41,11 +41,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from solaris.config import SolarisConfig
-from solaris.namespace import Namespace
+from solaris.namespace import Namespace, NamespaceError, check_name
 from solaris.orchestration.handoff import Scope, Unit
 from solaris.orchestration.layout import (
     INTERVAL_END,
@@ -341,10 +340,9 @@ def _event_intervals(extras: Sequence[Mapping[str, Any]]) -> list[tuple[str, Int
 
 def _conf_namespace(value: object, where: str = "conf") -> str:
     try:
-        Namespace(value, Path(), Path())  # type: ignore[arg-type]  # the one rule for names
-    except ValueError as exc:
+        return check_name(value)  # the one rule for names
+    except NamespaceError as exc:
         raise CycleInputError(f"{where} namespace: {exc}") from None
-    return value  # type: ignore[return-value]
 
 
 def _conf_replay(value: object, where: str = "conf") -> bool:

@@ -340,6 +340,31 @@ def test_feasts_write_to_online_store_refuses_a_vector_of_the_wrong_length(
     unchanged()
 
 
+def test_feasts_write_to_online_store_without_computed_at_names_it_and_writes_nothing(
+    feast_world: FeastWorld, unchanged
+) -> None:
+    """The drill's case. Feast selects every feature column of the view before the store
+    sees the rows, so on this path (unlike ``materialize``) ``computed_at`` must be given
+    (docs/online_store_format.md): Feast's own KeyError names it, and nothing is written."""
+    rows = pair_frame(2, user=2).assign(z=list(vectors(2)))
+    assert "computed_at" not in rows
+    with pytest.raises(KeyError, match="computed_at"):
+        feast_world.store.write_to_online_store("pair", rows)
+    unchanged()
+
+
+def test_feasts_write_to_online_store_of_an_unknown_view_names_it_and_writes_nothing(
+    feast_world: FeastWorld, unchanged
+) -> None:
+    """The drill's other case: a view name Feast does not know. Feast means to raise its
+    FeatureViewNotFoundException, but looks the name up in a dict and catches the wrong
+    exception, so its KeyError names the view; nothing is written."""
+    rows = pair_frame(2, user=2).assign(z=list(vectors(2)), computed_at=[NOW, NOW])
+    with pytest.raises(KeyError, match="pairs"):
+        feast_world.store.write_to_online_store("pairs", rows)
+    unchanged()
+
+
 # --------------------------------------------------------------------------------------------
 # The keys a write meets: one of another type, a Redis out of memory
 # --------------------------------------------------------------------------------------------

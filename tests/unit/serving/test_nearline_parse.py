@@ -31,6 +31,10 @@ def test_a_good_entry_gives_its_user_time_and_items() -> None:
         ({"items": None}, r"missing fields \['items'\]"),
         ({"user": b"-1"}, "user must be a decimal integer"),
         ({"user": b"+5"}, "user must be a decimal integer"),
+        ({"user": b"1_000"}, "user must be a decimal integer"),
+        ({"user": b" 7 "}, "user must be a decimal integer"),
+        ({"user": "\u0667".encode()}, "user must be a decimal integer"),  # an Arabic-Indic 7
+        ({"ts": b"+1700000000"}, "ts must be a decimal integer"),
         ({"ts": b"99999999999"}, "ts must be a decimal integer"),
         ({"ts": b"9000000000"}, "more than a day past the wall clock"),
         ({"items": b"12345"}, "items must be int64 bytes"),

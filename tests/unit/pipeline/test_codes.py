@@ -52,7 +52,7 @@ def test_an_fm_output_that_breaks_its_declaration_is_refused_before_training(
         fit_autoencoder(fm, PAIRS, SolarisConfig())
 
 
-_ADAPTERS = '''
+_ADAPTERS = """
 import pandas as pd
 import torch
 
@@ -90,7 +90,7 @@ class Source:
         return pd.DataFrame({"request_id": [1, 1, 2], "user_id": [1, 2, 3],
                              "item_id": [4, 5, 6], "ts": [start] * 3,
                              "label": [None] * 3, "score": [0.5] * 3})
-'''
+"""
 
 
 def test_a_narrower_fm_leaves_the_good_autoencoder_and_codes_json_as_they_were(

@@ -164,12 +164,13 @@ def _stop(proc: subprocess.Popen, home: Path | None = None) -> list[psutil.Proce
     return tree
 
 
-@pytest.mark.parametrize("stop", ["make airflow-stop", "ctrl-c"])
+@pytest.mark.parametrize("stop", ["make airflow-stop", "ctrl-c", "sigterm-to-its-pid"])
 def test_standalone_listens_on_the_loopback_only_and_stops_whole(tmp_path: Path, stop: str) -> None:
     """The api-server binds the printed loopback address and nothing else listens beyond
-    it; ``make airflow-stop`` from another shell, or Ctrl-C in the terminal (SIGINT to the
-    script's process group only: the components run in a group of their own), stops every
-    process of the tree."""
+    it; ``make airflow-stop`` from another shell, Ctrl-C in the terminal (SIGINT to the
+    script's process group only: the components run in a group of their own), or a SIGTERM
+    to the script's PID alone (the drill's stop, which left the scheduler, the api-server
+    and the workers running) stops every process of the tree."""
     home = tmp_path / "airflow-home"
     port = _free_port()
     env = _env(
@@ -223,9 +224,12 @@ def test_standalone_listens_on_the_loopback_only_and_stops_whole(tmp_path: Path,
             )  # fmt: skip
             assert stopped.returncode == 0, stopped.stdout + stopped.stderr
             assert "Airflow stopped" in stopped.stdout
-        else:  # the terminal's Ctrl-C reaches the script's group, not the components'
+        elif stop == "ctrl-c":  # the terminal's Ctrl-C reaches the script's group only
             assert _pgid(root.children()[0]) != proc.pid
             os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=60) == 130
+        else:  # `kill <pid>` of the launcher, nothing else
+            os.kill(proc.pid, signal.SIGTERM)
             assert proc.wait(timeout=60) == 130
         psutil.wait_procs(tree_before, timeout=10)
         survivors = [

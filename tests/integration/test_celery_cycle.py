@@ -161,7 +161,9 @@ def celery_cycle(
     config_path = export_config(run_cfg, artifacts / "airflow" / "solaris.yaml")
     cadence = round(run_cfg.selection.cadence_minutes * 60)
     eval_from = int(summary["models"]["val_end"])
-    intervals = window_intervals(eval_from - DAY, eval_from + DAY, cadence)
+    # Six intervals, about half a minute each through the broker: two before the measured
+    # day and four in it (with two on each side the tiny log gave no pair hit to compare).
+    intervals = window_intervals(eval_from - DAY // 2, eval_from + DAY, cadence)
     since = -(-eval_from // cadence) * cadence
 
     database = f"solaris_celery_{token}"

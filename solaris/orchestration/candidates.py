@@ -330,7 +330,7 @@ def drain_request_log(
             fresh = pd.concat([earlier, fresh], ignore_index=True)
         fresh = fresh.drop_duplicates(["request_id", "item_id"], ignore_index=True)
         # Rows an earlier attempt stored lost their near-line mark (the cycle may select them).
-        fresh["nearline"] = fresh["nearline"].fillna(False).astype(bool)
+        fresh["nearline"] = fresh["nearline"].astype("boolean").fillna(False).astype(bool)
         fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
         columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
         write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")

@@ -65,7 +65,7 @@ from solaris.dashboard.formatting import (
 from solaris.errors import SolarisError
 from solaris.files import StatePath, state_path
 from solaris.namespace import LIVE
-from solaris.orchestration.layout import read_all_run_records
+from solaris.orchestration.layout import INTERVAL_END, INTERVAL_KEYS, read_all_run_records
 
 # The page's own surface; its formatters and charts are solaris.dashboard's.
 
@@ -121,9 +121,7 @@ SERVING_FIGURES = (
 # its per-point markers: solaris.dashboard.charts.MAX_MARKERS).
 MAX_TABLE_ROWS = 200
 # Keys the page shows elsewhere (the row's interval, the namespace and its badge).
-_IDENTITY_KEYS = frozenset(
-    {"dag_id", "key", "namespace", "replay", "interval_start", "interval_end"}
-)
+_IDENTITY_KEYS = frozenset({"dag_id", "key", "namespace", "replay", *INTERVAL_KEYS})
 
 
 class FilterError(SolarisError, ValueError):
@@ -195,7 +193,7 @@ _KEY_START = re.compile(r"^(\d+)")
 def record_time(record: Mapping[str, Any]) -> int | None:
     """When a run happened, for plots and the time filter: its interval end (every task
     records one), else the time its key names."""
-    end = as_number(record.get("interval_end"))
+    end = as_number(record.get(INTERVAL_END))
     if end is not None:
         return int(end)
     key = str(record.get("key", ""))
@@ -588,7 +586,7 @@ def _other_figures(record: Mapping[str, Any], used: set[str]) -> str:
                 rest[key] = value
             elif key == "serving" and set(value) - shown:
                 rest[key] = {k: v for k, v in value.items() if k not in shown}
-    skip = {k: record[k] for k in ("interval_start", "interval_end") if k in record}
+    skip = {k: record[k] for k in INTERVAL_KEYS if k in record}
     return figure_html("", rest, skip=skip) if rest else MISSING
 
 

@@ -802,12 +802,13 @@ def task_embed_plan(job: Job, task: Task, meter: Meter) -> dict[str, Any]:
     cfg, interval = job.config(), job.interval()
     with meter.part("plan_shards (the interval's ledgers -> shards)", job.size):
         shards = plan_shards(cfg, [interval])
-    return {"shards": shards}
+    return {"shards": [shard.to_json() for shard in shards]}  # what the DAG's XCom carries
 
 
 def task_embed_shards(job: Job, task: Task, meter: Meter) -> dict[str, Any]:
     from solaris import adapters
     from solaris.orchestration.embeddings import embed_and_materialize
+    from solaris.orchestration.handoff import Shard
 
     cfg = job.config()
     with meter.part("FM load (adapter: its partitions' log index)", job.size):
@@ -815,7 +816,7 @@ def task_embed_shards(job: Job, task: Task, meter: Meter) -> dict[str, Any]:
     results = []
     for shard in task.args["shards"]:
         with meter.part("embed_and_materialize", job.size):
-            result = embed_and_materialize(cfg, shard)
+            result = embed_and_materialize(cfg, Shard.from_json(shard))
         meter.note("embed (read shard, FM -> autoencoder -> z)", job.size, result["embed_seconds"])
         meter.note("pair view: online write (Redis)", job.size, result["online_seconds"])
         results.append(result)
@@ -948,14 +949,15 @@ def task_ratio(job: Job, task: Task, meter: Meter) -> dict[str, Any]:
     from solaris import adapters
     from solaris.data.schemas import read_table
     from solaris.namespace import Namespace
+    from solaris.orchestration.handoff import Shard
     from solaris.orchestration.layout import CycleLayout
     from solaris.pipeline.codes import load_autoencoder
     from solaris.pipeline.embed import embed_pairs
 
     cfg, interval = job.config(), job.interval()
     layout = CycleLayout(Namespace.of(cfg))
-    shard = task.args["shard"]
-    path = layout.shard(interval, int(shard["shard"]), str(shard["generation"]))
+    shard = Shard.from_json(task.args["shard"])
+    path = layout.shard(interval, shard.index, shard.generation)
     table = read_table(path, "candidates")
     pairs = table.select(["user_id", "item_id"]).to_pandas().drop_duplicates(ignore_index=True)
     fm = adapters.foundation_model(cfg)

@@ -80,14 +80,13 @@ def load_config(path: Path | None, **overrides: object):
 def redis_option(redis: str | None, cfg: SolarisConfig) -> RedisTarget:
     """``--redis`` parsed, else ``store.redis``, checked against ``store.redis_type``; a
     usage error naming ``--redis`` when there is none or it cannot be used."""
-    if not redis and cfg.store.redis is None:
-        raise typer.BadParameter(
-            "no Redis to read: pass --redis host:port or set store.redis in the config",
-            param_hint="--redis",
-        )
     try:
         target = RedisTarget.parse(redis) if redis else cfg.store.redis
-        assert target is not None
+        if target is None:
+            raise typer.BadParameter(
+                "no Redis to read: pass --redis host:port or set store.redis in the config",
+                param_hint="--redis",
+            )
         target.check(cfg.store.redis_type)
     except ConnectionStringError as exc:
         raise typer.BadParameter(str(exc), param_hint="--redis") from None

@@ -195,7 +195,12 @@ class RedisTarget:
         return f"RedisTarget({self.describe()!r})"
 
     def __hash__(self) -> int:  # settings are hashed (cached stores); options is a dict
-        return hash((self.nodes, json.dumps(self.options, sort_keys=True, default=str)))
+        # Values hash as == compares them (1 and 1.0 alike); an unhashable one by its repr.
+        items = frozenset(
+            (k, v if isinstance(v, str | int | float | bool | None) else repr(v))
+            for k, v in self.options.items()
+        )
+        return hash((self.nodes, items))
 
     @classmethod
     def of(cls, connection: str | RedisTarget) -> RedisTarget:

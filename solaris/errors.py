@@ -58,7 +58,7 @@ validation errors).
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "SolarisError"]
+__all__ = ["ConfigError", "SolarisError", "shown"]
 
 
 class SolarisError(Exception):
@@ -68,3 +68,10 @@ class SolarisError(Exception):
 class ConfigError(SolarisError, ValueError):
     """The configuration is invalid: the message names each bad setting and where it came
     from (file, environment variable or override)."""
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``value`` as an error message quotes it: its repr, cut to ``limit`` characters (a
+    conf or an event may hold a whole list, or 5,000 digits)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

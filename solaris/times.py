@@ -19,7 +19,7 @@ import numbers
 import re
 from datetime import datetime
 
-from solaris.errors import SolarisError
+from solaris.errors import SolarisError, shown
 from solaris.store.contract import MAX_EPOCH_S
 
 __all__ = ["TimeInputError", "epoch_of"]
@@ -33,18 +33,13 @@ class TimeInputError(SolarisError, ValueError):
     """A time that is not whole epoch seconds or ISO 8601 with a zone, or out of range."""
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def epoch_of(value: object) -> int:
     """``value`` in whole epoch seconds (see the module docstring).
 
     Raises:
         TimeInputError: saying what is wrong with ``value`` (not where it came from).
     """
-    expected = f"epoch seconds or ISO 8601 with a zone expected, got {_shown(value)}"
+    expected = f"epoch seconds or ISO 8601 with a zone expected, got {shown(value)}"
     if isinstance(value, str):
         text = value.strip()
         if _DIGITS.fullmatch(text):
@@ -61,9 +56,9 @@ def epoch_of(value: object) -> int:
     elif isinstance(value, numbers.Real):
         number = float(value)
         if not math.isfinite(number):
-            raise TimeInputError(f"{_shown(value)} is not a time")
+            raise TimeInputError(f"{shown(value)} is not a time")
         if not number.is_integer():
-            raise TimeInputError(f"{_shown(value)} is not whole epoch seconds")
+            raise TimeInputError(f"{shown(value)} is not whole epoch seconds")
         seconds = int(number)
     elif isinstance(value, datetime):  # pendulum's DateTime (Airflow's) is one too
         if value.utcoffset() is None:
@@ -76,7 +71,7 @@ def epoch_of(value: object) -> int:
         raise TimeInputError(expected)
     if not 0 <= seconds < MAX_EPOCH_S:
         raise TimeInputError(
-            f"{_shown(seconds)} is outside [0, {MAX_EPOCH_S:.0e}) epoch seconds "
+            f"{shown(seconds)} is outside [0, {MAX_EPOCH_S:.0e}) epoch seconds "
             "(1970 to 2286; milliseconds?)"
         )
     return seconds

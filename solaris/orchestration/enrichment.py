@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from solaris.config import SolarisConfig
 from solaris.manifest import current_fm_version
 from solaris.namespace import Namespace
-from solaris.orchestration.handoff import Scope, Unit, results_in
+from solaris.orchestration.handoff import Unit, results_in
 from solaris.orchestration.layout import INTERVAL_END, CycleLayout, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
@@ -113,7 +113,7 @@ _VIEW_ASSETS = {"uagg": USER_AGGREGATES, "iagg": ITEM_AGGREGATES, "nbr": NEIGHBO
 def _unit(run: TaskRun, partitions: Sequence[int]) -> dict[str, Any]:
     """A mapped task's unit: the run's newest interval and a group ``[first, last]``."""
     first, last = partitions
-    return Unit(Scope.of(run.cfg), max(run.intervals), (first, last)).to_json()
+    return Unit(run.scope, max(run.intervals), (first, last)).to_json()
 
 
 def partition_aggregates(group: Mapping[str, Any]) -> dict[str, Any]:

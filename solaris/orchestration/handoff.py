@@ -52,9 +52,18 @@ class HandoffError(SolarisError, ValueError):
 
 def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
     value = data.get(key) if isinstance(data, Mapping) else None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise HandoffError(f"{what}: {key!r} missing or not {getattr(kind, '__name__', kind)}")
+    if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
+        named = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise HandoffError(f"{what}: {key!r} missing or not {named}")
     return value
+
+
+# The JSON type of each field a subclass adds (checked on the way in).
+_JSON_KINDS: dict[str, type | tuple[type, ...]] = {
+    "int": int,
+    "str": str,
+    "Mapping[str, Any]": Mapping,
+}
 
 
 @dataclass(frozen=True)
@@ -104,12 +113,15 @@ class Unit:
             interval = Interval.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise HandoffError(f"{what}: no interval ({exc})") from None
-        first, last = _field(data, "partitions", (list, tuple), what)
-        extra = {f.name: data.get(f.name) for f in cls._own_fields()}
-        missing = sorted(k for k, v in extra.items() if v is None)
-        if missing:
-            raise HandoffError(f"{what}: {', '.join(map(repr, missing))} missing")
-        return cls(Scope.from_json(data, what), interval, (int(first), int(last)), **extra)
+        partitions = _field(data, "partitions", (list, tuple), what)
+        if len(partitions) != 2 or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in partitions
+        ):
+            raise HandoffError(f"{what}: 'partitions' must be [first, last], got {partitions!r}")
+        extra = {
+            f.name: _field(data, f.name, _JSON_KINDS[str(f.type)], what) for f in cls._own_fields()
+        }
+        return cls(Scope.from_json(data, what), interval, (partitions[0], partitions[1]), **extra)
 
     @classmethod
     def _own_fields(cls) -> tuple[dataclasses.Field[Any], ...]:

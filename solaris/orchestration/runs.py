@@ -44,6 +44,7 @@ from datetime import datetime
 from typing import Any
 
 from solaris.config import SolarisConfig
+from solaris.errors import shown
 from solaris.namespace import Namespace, NamespaceError, check_name
 from solaris.orchestration.handoff import Scope, Unit
 from solaris.orchestration.layout import (
@@ -165,11 +166,6 @@ def event_extras(events: Any, asset: str) -> list[dict[str, Any]]:
     return found
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def _epoch(value: object, name: str) -> int:
     """Epoch seconds by :func:`solaris.times.epoch_of`'s rule; :class:`CycleInputError`
     naming ``name`` otherwise."""
@@ -183,7 +179,7 @@ def _named_interval(item: object, where: str, *, only_interval: bool = False) ->
     """The interval an object names; with ``only_interval``, other keys are errors."""
     if not isinstance(item, Mapping):
         raise CycleInputError(
-            f"{where}: expected an object with interval_start/interval_end, got {_shown(item)}"
+            f"{where}: expected an object with interval_start/interval_end, got {shown(item)}"
         )
     unknown = sorted(str(k) for k in set(item) - set(INTERVAL_KEYS)) if only_interval else []
     if unknown:
@@ -213,7 +209,7 @@ def _conf_intervals(params: Mapping[str, object]) -> list[tuple[str, Interval]]:
         if not isinstance(items, Sequence) or isinstance(items, str | bytes) or not items:
             raise CycleInputError(
                 "conf intervals: expected a non-empty list of "
-                f"{{interval_start, interval_end}} objects, got {_shown(items)}"
+                f"{{interval_start, interval_end}} objects, got {shown(items)}"
             )
         return [
             (
@@ -347,7 +343,7 @@ def _conf_namespace(value: object, where: str = "conf") -> str:
 
 def _conf_replay(value: object, where: str = "conf") -> bool:
     if not isinstance(value, bool):  # pydantic would take "yes", 1 or "false" as a flag
-        raise CycleInputError(f"{where} replay: expected true or false, got {_shown(value)}")
+        raise CycleInputError(f"{where} replay: expected true or false, got {shown(value)}")
     return value
 
 
@@ -453,7 +449,7 @@ def _conf(params: object) -> dict[str, object]:
         return {}
     if not isinstance(params, Mapping):
         raise CycleInputError(
-            f"conf: expected an object with the keys {sorted(CONF_KEYS)}, got {_shown(params)}"
+            f"conf: expected an object with the keys {sorted(CONF_KEYS)}, got {shown(params)}"
         )
     return dict(params)
 
@@ -461,7 +457,7 @@ def _conf(params: object) -> dict[str, object]:
 def _checked_event(record: object) -> dict[str, Any]:
     """An event's record, its namespace and replay flag checked as the conf's are."""
     if not isinstance(record, Mapping):
-        raise CycleInputError(f"asset event: expected an object, got {_shown(record)}")
+        raise CycleInputError(f"asset event: expected an object, got {shown(record)}")
     if record.get("namespace") is not None:
         _conf_namespace(record["namespace"], "asset event")
     if record.get("replay") is not None:
@@ -486,7 +482,7 @@ def _event_records(extra: Mapping[str, Any]) -> list[object]:
         return [extra]
     if not isinstance(runs, list) or not runs:
         raise CycleInputError(
-            f"asset event runs: expected a non-empty list of run records, got {_shown(runs)}"
+            f"asset event runs: expected a non-empty list of run records, got {shown(runs)}"
         )
     return runs
 

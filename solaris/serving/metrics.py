@@ -787,10 +787,11 @@ def read_window(
     if end <= start:
         raise ServingMetricsError(f"read_window end {end} must be after its start {start}")
     stream = namespace.serving_metrics_stream
+    # A client is opened here (and closed below) for a Redis to connect to.
     owned = isinstance(redis, str | RedisTarget)
     client = (
         redis_client(redis, redis_type=redis_type, timeout_s=10.0)
-        if isinstance(redis, str | RedisTarget)
+        if isinstance(redis, str | RedisTarget)  # repeated so that mypy narrows `redis`
         else redis
     )
     try:

@@ -25,6 +25,7 @@ import pytest
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey
 from feast.protos.feast.types.Value_pb2 import Value
 
+from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
 from solaris.pipeline.materialize import materialize
 from solaris.store.contract import InvalidWriteError
@@ -427,7 +428,11 @@ def test_a_write_refused_for_memory_leaves_no_key_without_an_expiry(
     with embedded_redis() as connection:
         admin = redis_py.Redis.from_url(f"redis://{connection}", socket_timeout=5)
         cfg = feast_world.cfg.model_copy(
-            update={"store": feast_world.cfg.store.model_copy(update={"redis": connection})}
+            update={
+                "store": feast_world.cfg.store.model_copy(
+                    update={"redis": RedisTarget.parse(connection)}
+                )
+            }
         )
         store = open_feature_store(cfg, connection)
         online = online_store_of(store)
@@ -518,7 +523,11 @@ def test_a_write_cut_anywhere_leaves_no_key_without_an_expiry(feast_world: Feast
             try:
                 address = f"127.0.0.1:{proxy.port}"
                 cfg = feast_world.cfg.model_copy(
-                    update={"store": feast_world.cfg.store.model_copy(update={"redis": address})}
+                    update={
+                        "store": feast_world.cfg.store.model_copy(
+                            update={"redis": RedisTarget.parse(address)}
+                        )
+                    }
                 )
                 store = open_feature_store(cfg, address)
                 view = view or store.get_feature_view("pair")

@@ -425,3 +425,11 @@ def test_redacted_takes_a_target_too() -> None:
 def test_the_options_checked_without_redis_py_are_taken_by_both_clients() -> None:
     single, cluster = connection.client_options()
     assert single & cluster >= connection.COMMON_OPTIONS
+
+
+def test_targets_equal_by_their_option_values_hash_alike() -> None:
+    one, two = (
+        RedisTarget.parse("h:1,socket_timeout=1"),
+        RedisTarget.parse("h:1,socket_timeout=1.0"),
+    )
+    assert one == two and hash(one) == hash(two)

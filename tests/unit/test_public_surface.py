@@ -46,7 +46,7 @@ SURFACE = {
         "ViewParams",
         "ViewSpec",
     ],
-    "solaris.errors": ["ConfigError", "SolarisError"],
+    "solaris.errors": ["ConfigError", "SolarisError", "shown"],
     "solaris.config": [
         "CRON_PRESETS",
         "ENV_NESTED_DELIMITER",

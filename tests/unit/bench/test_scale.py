@@ -67,9 +67,9 @@ def test_partition_count_keeps_the_rows_per_partition_about_constant() -> None:
 
 
 def test_group_shards_packs_consecutive_shards_up_to_the_rows_and_keeps_big_ones_alone() -> None:
-    shards = [{"shard": k, "rows": rows} for k, rows in enumerate([40, 50, 30, 200, 10])]
+    shards = [{"index": k, "rows": rows} for k, rows in enumerate([40, 50, 30, 200, 10])]
     groups = group_shards(shards, 100)
-    assert [[s["shard"] for s in g] for g in groups] == [[0, 1], [2], [3], [4]]
+    assert [[s["index"] for s in g] for g in groups] == [[0, 1], [2], [3], [4]]
     assert group_shards([], 100) == []
 
 

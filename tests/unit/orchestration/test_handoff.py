@@ -106,3 +106,25 @@ def test_span_gives_the_bounds_and_every_interval() -> None:
     }
     with pytest.raises(HandoffError):
         span([])
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"index": "x"}, "'index' missing or not int"),
+        ({"index": True}, "'index' missing or not int"),
+        ({"generation": 5}, "'generation' missing or not str"),
+        ({"partitions": [0, 1, 2]}, r"'partitions' must be \[first, last\]"),
+        ({"partitions": [0, "1"]}, r"'partitions' must be \[first, last\]"),
+    ],
+)
+def test_a_shard_field_of_the_wrong_type_is_an_error_naming_it(changes: dict, named: str) -> None:
+    data = Shard(SCOPE, INTERVAL, (0, 1), index=0, rows=1, generation="g").to_json() | changes
+    with pytest.raises(HandoffError, match=named):
+        Shard.from_json(data)
+
+
+def test_a_selection_groups_served_figures_must_be_an_object() -> None:
+    data = SelectionGroup(SCOPE, INTERVAL, (0, 0), served={}).to_json() | {"served": [1]}
+    with pytest.raises(HandoffError, match="'served' missing or not Mapping"):
+        SelectionGroup.from_json(data)

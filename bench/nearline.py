@@ -203,7 +203,14 @@ def main(argv: list[str] | None = None) -> None:
     feature_store(cfg_on, args.redis)
 
     # 2. near-line on, with the embedders running as processes of their own
-    env = {**os.environ, "SOLARIS_ARTIFACTS_DIR": str(args.artifacts.resolve())}
+    # The demo's models: the embedders load the MovieLens FM (the product names no default).
+    from solaris.examples.movielens.settings import environment as movielens_adapters
+
+    env = {
+        **os.environ,
+        **movielens_adapters(),
+        "SOLARIS_ARTIFACTS_DIR": str(args.artifacts.resolve()),
+    }
     logs = Path(tempfile.mkdtemp(prefix="bench-nearline-"))
     embedders = [
         subprocess.Popen(

@@ -3,8 +3,11 @@
 ``FeatureContext`` indexes the ratings twice, by (user, ts) and by (item, ts); a row's
 history and counts are the ratings strictly before its time, so no feature can see the
 label it is asked to predict or anything after it. The FM gets everything (rating-aware
-history, KG entities, user rating statistics); the VM deliberately gets a production-like
-subset (no history, no KG, no user rating statistics).
+history, KG entities, user rating statistics). The VM gets a production-like subset in one
+of two forms: user-blind (no history, no KG, no user rating statistics: the VM of the
+report's first versions) or user-aware (the user's rating statistics and their last items,
+as a production VM that already knows the user would have; still no KG and no ratings of
+the history).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from solaris.config import ModelConfig
 from solaris.examples.movielens.data import LIKE_THRESHOLD, MovieLens
 from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
 
-__all__ = ["FM_DENSE", "VM_DENSE", "FeatureContext"]
+__all__ = ["FM_DENSE", "VM_DENSE", "VM_USER_DENSE", "FeatureContext"]
 
 _KEY = 1 << 32  # composite key: id * _KEY + ts, ts < 2**32
 _AGE_EDGES = np.array([18, 25, 35, 45, 50, 56])
 VM_DENSE = ("user_count", "item_count", "item_mean", "item_like", "age", "year")
 FM_DENSE = (*VM_DENSE, "user_mean", "user_like", "user_recency")
+# The user-aware VM reads the FM's causal user statistics (its count is in VM_DENSE).
+VM_USER_DENSE = FM_DENSE
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, int]:
@@ -155,9 +160,13 @@ class FeatureContext:
         """The context sized by the model settings (history length, KG width and buckets)."""
         return cls(data, model.history_len, model.kg_entities_per_item, model.kg_buckets)
 
-    def spec(self, model: str) -> FeatureSpec:
-        """The ``FeatureSpec`` of ``model`` ("fm" or "vm")."""
-        dense = FM_DENSE if model == "fm" else VM_DENSE
+    def spec(self, model: str, vm_history: int = 0) -> FeatureSpec:
+        """The ``FeatureSpec`` of ``model`` ("fm" or "vm"); for the VM, ``vm_history > 0`` is
+        the user-aware VM of :meth:`vm_batch`."""
+        if model == "fm":
+            dense, history = FM_DENSE, self.history_len
+        else:
+            dense, history = (VM_USER_DENSE if vm_history else VM_DENSE), vm_history
         return FeatureSpec(
             n_dense=len(dense),
             user_cat_cardinalities=self._user_cards,
@@ -165,7 +174,7 @@ class FeatureContext:
             item_cat_cardinalities=(18,),
             n_genres=self._n_genres,
             kg_buckets=self.kg_buckets,
-            history_len=self.history_len if model == "fm" else 0,
+            history_len=history,
             genres_per_item=self.genres_per_item,
             kg_per_item=self.kg_per_item if model == "fm" else 0,
         )
@@ -190,9 +199,11 @@ class FeatureContext:
             columns += [u_mean - 3.5, u_like - 0.55, np.log1p(hours) / 5]
         return np.stack(columns, axis=1).astype(np.float32)
 
-    def _history(self, users: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _history(
+        self, users: np.ndarray, ts: np.ndarray, length: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         start, pos = self._by_user.before(users, ts)
-        idx = pos[:, None] - 1 - np.arange(self.history_len)[None, :]  # most recent first
+        idx = pos[:, None] - 1 - np.arange(length)[None, :]  # most recent first
         valid = idx >= start[:, None]
         idx = np.where(valid, idx, 0)
         items = np.where(valid, self._by_user.other[idx], 0)
@@ -210,7 +221,7 @@ class FeatureContext:
         """FM features of rows ``(users[b], items[b])`` as of ``ts[b]`` (strictly before)."""
         users, items = self._ids(users, items)
         ts = np.asarray(ts, dtype=np.int64)
-        hist_items, hist_ratings = self._history(users, ts)
+        hist_items, hist_ratings = self._history(users, ts, self.history_len)
         return FeatureBatch(
             dense=torch.from_numpy(self._dense(users, items, ts, full=True)),
             user_cat=torch.from_numpy(self._user_cat[users]),
@@ -222,18 +233,28 @@ class FeatureContext:
             hist_ratings=torch.from_numpy(hist_ratings),
         )
 
-    def vm_batch(self, users: np.ndarray, items: np.ndarray, ts: np.ndarray) -> FeatureBatch:
-        """The VM's own, smaller feature set; history and KG fields are empty (width 0)."""
+    def vm_batch(
+        self, users: np.ndarray, items: np.ndarray, ts: np.ndarray, history: int = 0
+    ) -> FeatureBatch:
+        """The VM's own, smaller feature set; the KG field is empty (width 0).
+
+        ``history == 0``: the user-blind VM (``VM_DENSE``, empty history fields).
+        ``history > 0``: the user-aware VM (``VM_USER_DENSE``: the user's rating mean, like
+        rate and recency too, and the user's last ``history`` items, most recent first;
+        ``hist_ratings`` stays empty). Everything strictly before ``ts``."""
         users, items = self._ids(users, items)
         ts = np.asarray(ts, dtype=np.int64)
         empty = torch.zeros((len(users), 0), dtype=torch.int64)
+        hist_items = empty
+        if history > 0:
+            hist_items = torch.from_numpy(self._history(users, ts, history)[0])
         return FeatureBatch(
-            dense=torch.from_numpy(self._dense(users, items, ts, full=False)),
+            dense=torch.from_numpy(self._dense(users, items, ts, full=history > 0)),
             user_cat=torch.from_numpy(self._user_cat[users]),
             item_id=torch.from_numpy(items),
             item_cat=torch.from_numpy(self._item_cat[items]),
             genres=torch.from_numpy(self._genres[items]),
             kg=empty,
-            hist_items=empty,
+            hist_items=hist_items,
             hist_ratings=empty,
         )

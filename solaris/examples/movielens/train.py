@@ -86,9 +86,10 @@ def fm_examples(ctx: FeatureContext, rows: pd.DataFrame, tasks: tuple[str, ...])
     return Examples(batch, task_targets(rows["rating"].to_numpy(), tasks))
 
 
-def vm_examples(ctx: FeatureContext, rows: pd.DataFrame, task: str) -> Examples:
+def vm_examples(ctx: FeatureContext, rows: pd.DataFrame, task: str, history: int = 0) -> Examples:
+    """The VM's examples; ``history > 0`` is the user-aware VM (``FeatureContext.vm_batch``)."""
     batch = ctx.vm_batch(
-        rows["user_id"].to_numpy(), rows["item_id"].to_numpy(), rows["ts"].to_numpy()
+        rows["user_id"].to_numpy(), rows["item_id"].to_numpy(), rows["ts"].to_numpy(), history
     )
     return Examples(batch, task_targets(rows["rating"].to_numpy(), (task,)))
 
@@ -129,6 +130,7 @@ def train_vm(
     *,
     task: str | None = None,
     distill: Distillation | None = None,
+    history: int = 0,
 ) -> tuple[VerticalModel, dict]:
     """Train a VM on its own features and, when ``tiers`` (train, val) are given, on the
     SOLARIS tiers with feature dropout at ``cfg.train.vm_tier_coverage``.
@@ -136,18 +138,23 @@ def train_vm(
     Dropout makes the training rows meet missing tiers as often as serving will, so a zero
     placeholder does not shift the VM's scores. Validation uses the tiers as given (the
     caller masks them to the coverage it expects online). ``task`` defaults to the FM's
-    first task; ``distill`` adds the teacher's soft labels. Returns (vm, constructor args).
+    first task; ``distill`` adds the teacher's soft labels; ``history > 0`` trains the
+    user-aware VM (the user's rating statistics and last ``history`` items). Returns (vm,
+    constructor args).
     """
     task = task or cfg.model.tasks[0]
     n_tiers = 0 if tiers is None else tiers[0].z.shape[1]
     init = {
-        "spec": ctx.spec("vm"),
+        "spec": ctx.spec("vm", history),
         "n_tiers": n_tiers,
         "z_dim": cfg.model.z_dim,
         "embed_dim": cfg.model.embed_dim,
         "hidden": cfg.model.vm_hidden,
     }
-    train, val = vm_examples(ctx, train_rows, task), vm_examples(ctx, val_rows, task)
+    if history > 0:  # the user-aware VM; the production VM's checkpoints stay as they were
+        init["history_summary"] = True
+    train = vm_examples(ctx, train_rows, task, history)
+    val = vm_examples(ctx, val_rows, task, history)
     loss_weights = None
     if distill is not None:
         soft = torch.as_tensor(np.asarray(distill.probs, dtype=np.float32)).reshape(len(train), -1)
@@ -190,17 +197,22 @@ def vm_window_start(train_ts: np.ndarray, window_share: float) -> int:
 
 
 def train_models(
-    impressions: pd.DataFrame, ctx: FeatureContext, cfg: SolarisConfig
+    impressions: pd.DataFrame,
+    ctx: FeatureContext,
+    cfg: SolarisConfig,
+    split: TimeSplit | None = None,
 ) -> TrainedModels:
     """FM (multi-task, whole training window), autoencoder, and the plain VM verifier.
 
-    ``impressions`` needs ``user_id, item_id, ts, rating``. Metrics are on the test period
-    for the VM's task (the FM's first task).
+    ``impressions`` needs ``user_id, item_id, ts, rating``. ``split`` defaults to the
+    configured shares of ``impressions``. Metrics are on the test period for the VM's task
+    (the FM's first task).
     """
     tasks = tuple(cfg.model.tasks)
-    split = TimeSplit.from_shares(
-        impressions["ts"].to_numpy(), cfg.train.train_share, cfg.train.val_share
-    )
+    if split is None:
+        split = TimeSplit.from_shares(
+            impressions["ts"].to_numpy(), cfg.train.train_share, cfg.train.val_share
+        )
     ts = impressions["ts"].to_numpy()
     train_rows = impressions[split.part(ts, "train")]
     val_rows = impressions[split.part(ts, "val")]

@@ -50,10 +50,12 @@ def task_targets(ratings: np.ndarray, tasks: tuple[str, ...]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TimeSplit:
-    """Rows with ``ts < train_end`` train, ``train_end <= ts < val_end`` validate, rest test."""
+    """Rows with ``ts < train_end`` train, ``train_end <= ts < val_end`` validate, and
+    ``val_end <= ts < test_end`` test (``test_end`` ``None``: everything after)."""
 
     train_end: int
     val_end: int
+    test_end: int | None = None
 
     @classmethod
     def from_shares(cls, ts: np.ndarray, train_share: float, val_share: float) -> TimeSplit:
@@ -64,6 +66,26 @@ class TimeSplit:
             val_end=int(ordered[int(n * (train_share + val_share))]),
         )
 
+    @classmethod
+    def ending_at(
+        cls, ts: np.ndarray, end_share: float, val_share: float, test_share: float
+    ) -> TimeSplit:
+        """A rolling-origin window: its test period is the ``test_share`` of rows just
+        before the ``end_share`` quantile of ``ts`` (``1.0``: the end of the log), its
+        validation period the ``val_share`` before that, and training everything earlier."""
+        if not 0 < val_share + test_share < end_share <= 1:
+            raise ModelInputError(
+                f"a window ending at {end_share} cannot hold {val_share} validation and "
+                f"{test_share} test"
+            )
+        ordered = np.sort(np.asarray(ts))
+        n = len(ordered)
+        return cls(
+            train_end=int(ordered[int(n * (end_share - test_share - val_share))]),
+            val_end=int(ordered[int(n * (end_share - test_share))]),
+            test_end=None if end_share >= 1 else int(ordered[int(n * end_share)]),
+        )
+
     def part(self, ts: np.ndarray, name: str) -> np.ndarray:
         ts = np.asarray(ts)
         if name == "train":
@@ -71,7 +93,8 @@ class TimeSplit:
         if name == "val":
             return (ts >= self.train_end) & (ts < self.val_end)
         if name == "test":
-            return ts >= self.val_end
+            after = ts >= self.val_end
+            return after if self.test_end is None else after & (ts < self.test_end)
         raise ModelInputError(f"unknown split part {name!r}")
 
 

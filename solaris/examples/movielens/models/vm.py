@@ -1,6 +1,8 @@
 """The vertical model (VM): a small ranker that reads the FM's codes ``z`` as features.
 
-The VM's own features are deliberately fewer than the FM's (no KG, no history). SOLARIS
+The VM's own features are deliberately fewer than the FM's (no KG; no history unless it is
+the user-aware VM, which summarises the user's last items by the mean of its own item
+embeddings). SOLARIS
 adds, per tier (pair, neighbour, user-aggregate, item-aggregate, ...), a code
 ``z`` of width ``z_dim`` and a presence flag; a tier that is not in the cache is missing
 and its code is zero. ``tier_dropout`` trains the VM with the coverage it will meet online.
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from solaris.examples.movielens.models.batch import FeatureBatch, FeatureSpec
 from solaris.examples.movielens.models.fm import MLP, _check_positive, _check_spec
@@ -92,6 +95,9 @@ class VerticalModel(nn.Module):
     * ``user_cat_embeddings`` / ``item_cat_embeddings``: one ``nn.Embedding`` per column;
     * ``item_embedding``: the item-id table (its own, not the FM's);
     * ``genre_bag``: ``nn.EmbeddingBag(mode="mean", padding_idx=0)`` over ``genres``;
+    * the history summary (only with ``history_summary``, the user-aware VM): the mean of
+      ``item_embedding`` over the user's last items ``hist_items`` (padding skipped), so the
+      user's taste lives in the same learned space as the candidate item;
     * ``tier_projections``: one ``nn.Linear(z_dim, embed_dim)`` per tier; each projected
       code is multiplied by its tier's mask, so a missing tier contributes exactly zero
       whatever its ``z``; the masks themselves are appended as ``n_tiers`` inputs;
@@ -106,9 +112,12 @@ class VerticalModel(nn.Module):
         embed_dim (int): width of every embedding and tier projection.
         hidden (int): width of the MLP layers.
         n_tasks (int): number of logits.
+        history_summary (bool): read ``hist_items`` (``spec.history_len > 0``) as the mean
+            of their item embeddings: the user-aware VM.
 
     Call args:
-        batch (FeatureBatch): ``B`` rows (``kg`` and the history fields are not read).
+        batch (FeatureBatch): ``B`` rows (``kg`` and ``hist_ratings`` are not read;
+            ``hist_items`` ``[B, spec.history_len]`` only with ``history_summary``).
         tier_z (torch.Tensor | None): ``[B, n_tiers, z_dim]``; zero for missing tiers.
         tier_mask (torch.Tensor | None): ``[B, n_tiers]``, 1 = present, 0 = missing.
             Both ``None`` with ``n_tiers > 0`` means every tier is missing.
@@ -141,9 +150,10 @@ class VerticalModel(nn.Module):
         embed_dim: int = 16,
         hidden: int = 64,
         n_tasks: int = 1,
+        history_summary: bool = False,
     ) -> None:
         super().__init__()
-        _check_spec(spec, history=False, kg=False)
+        _check_spec(spec, history=history_summary, kg=False)
         if isinstance(n_tiers, bool) or not isinstance(n_tiers, int) or n_tiers < 0:
             raise ModelInputError(f"n_tiers must be an int >= 0, got {n_tiers!r}")
         _check_positive("z_dim", z_dim)
@@ -156,6 +166,7 @@ class VerticalModel(nn.Module):
         self.z_dim = z_dim
         self.embed_dim = embed_dim
         self.n_tasks = n_tasks
+        self.history_summary = history_summary
 
         self.dense_arch = MLP(spec.n_dense, [embed_dim]) if spec.n_dense > 0 else None
         self.user_cat_embeddings = nn.ModuleList(
@@ -174,6 +185,7 @@ class VerticalModel(nn.Module):
             + 1  # item id
             + len(self.item_cat_embeddings)
             + 1  # genres
+            + int(history_summary)
             + n_tiers
         )
         self.input_dim = n_slots * embed_dim + n_tiers  # + the masks
@@ -228,6 +240,12 @@ class VerticalModel(nn.Module):
         parts.append(item)
         parts += [emb(batch.item_cat[:, i]) for i, emb in enumerate(self.item_cat_embeddings)]
         parts.append(self.genre_bag(batch.genres))  # (B, E)
+        if self.history_summary:
+            parts.append(
+                F.embedding_bag(
+                    batch.hist_items, self.item_embedding.weight, mode="mean", padding_idx=0
+                )
+            )  # (B, E): the mean over the user's last items
         for t, proj in enumerate(self.tier_projections):
             parts.append(proj(tier_z[:, t]) * tier_mask[:, t : t + 1])  # (B, E)
         parts.append(tier_mask)  # (B, n_tiers)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from solaris.examples.movielens.data import LIKE_THRESHOLD, MovieLens
-from solaris.examples.movielens.features import FM_DENSE, VM_DENSE, FeatureContext
+from solaris.examples.movielens.features import FM_DENSE, VM_DENSE, VM_USER_DENSE, FeatureContext
 from solaris.examples.movielens.models.batch import FeatureBatch
 
 HISTORY = 6
@@ -239,3 +239,17 @@ def test_fm_batch_is_deterministic(tiny_ml):
         a.fm_batch(rows["user_id"], rows["item_id"], rows["ts"]),
         b.fm_batch(rows["user_id"], rows["item_id"], rows["ts"]),
     )
+
+
+def test_the_user_aware_vm_batch_is_the_fms_user_statistics_and_last_items(tiny_ml, ctx):
+    spec = ctx.spec("vm", vm_history=3)
+    rows = tiny_ml.ratings.iloc[100:111]
+    vm = ctx.vm_batch(rows["user_id"], rows["item_id"], rows["ts"], history=3)
+    fm = ctx.fm_batch(rows["user_id"], rows["item_id"], rows["ts"])
+    assert spec.history_len == 3 and spec.kg_per_item == 0
+    assert spec.n_dense == len(VM_USER_DENSE) == len(FM_DENSE)
+    # Rating mean, like rate and recency: exactly what the FM reads, as of the row's time.
+    assert torch.equal(vm.dense, fm.dense)
+    # The last three items, most recent first; the ratings of the history stay unread.
+    assert torch.equal(vm.hist_items, fm.hist_items[:, :3])
+    assert vm.hist_ratings.shape == vm.kg.shape == (len(rows), 0)

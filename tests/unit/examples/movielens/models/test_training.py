@@ -69,6 +69,19 @@ def test_time_split_by_hand():
         split.part(ts, "holdout")
 
 
+def test_rolling_windows_by_hand_are_consecutive_and_bounded():
+    ts = np.arange(1, 21)  # 20 rows
+    last = TimeSplit.ending_at(ts, 1.0, 0.1, 0.1)
+    middle = TimeSplit.ending_at(ts, 0.9, 0.1, 0.1)
+    assert (last.train_end, last.val_end, last.test_end) == (17, 19, None)
+    assert (middle.train_end, middle.val_end, middle.test_end) == (15, 17, 19)
+    assert ts[middle.part(ts, "test")].tolist() == [17, 18]  # ends where the next begins
+    assert ts[middle.part(ts, "val")].tolist() == [15, 16]
+    assert ts[last.part(ts, "test")].tolist() == [19, 20]
+    with pytest.raises(ValueError, match="cannot hold"):
+        TimeSplit.ending_at(ts, 0.15, 0.1, 0.1)
+
+
 def test_time_split_ties_stay_together():
     ts = np.array([1, 1, 1, 2, 2, 2, 3, 3, 3, 3])
     split = TimeSplit.from_shares(ts, 0.5, 0.3)

@@ -252,3 +252,26 @@ def test_tier_dropout_rejects_bad_shapes() -> None:
         tier_dropout(z[:, :, 0], mask, 0.5)
     with pytest.raises(ValueError):
         tier_dropout(z, mask[:, :2], 0.5)
+
+
+# --- the user-aware VM ---------------------------------------------------------------------
+
+
+def test_the_user_aware_vm_reads_the_users_last_items(
+    spec: FeatureSpec, make_batch: MakeBatch
+) -> None:
+    torch.manual_seed(0)
+    vm = VerticalModel(spec, embed_dim=8, hidden=16, history_summary=True).eval()
+    batch, other = make_batch(8), make_batch(8, seed=1)
+    with torch.no_grad():
+        base = vm(batch)
+        changed = vm(dataclasses.replace(batch, hist_items=other.hist_items))
+        assert not torch.allclose(changed, base), "output ignores hist_items"
+        for name in ("kg", "hist_ratings"):
+            same = vm(dataclasses.replace(batch, **{name: getattr(other, name)}))
+            torch.testing.assert_close(same, base)
+
+
+def test_the_user_aware_vm_needs_a_history(spec: FeatureSpec) -> None:
+    with pytest.raises(ValueError, match="history_len"):
+        VerticalModel(dataclasses.replace(spec, history_len=0), history_summary=True)

@@ -1,4 +1,6 @@
-"""From per-seed results to the report's figures: mean ± std, seed and user-bootstrap CIs."""
+"""From the runs' results (one seed in one rolling-origin window each) to the report's
+figures: mean ± std over runs, each window's mean, and the joint seed × user bootstrap
+interval (:func:`solaris.examples.movielens.report.stats.joint_bootstrap`)."""
 
 from __future__ import annotations
 
@@ -7,16 +9,21 @@ import pandas as pd
 
 from solaris.evaluation.metrics import summarize
 from solaris.examples.movielens.report.coverage import equal_cost_coverage
-from solaris.examples.movielens.report.seed import TR_VARIANTS
+from solaris.examples.movielens.report.seed import (
+    CAUSAL_PLACEBO,
+    TR_VARIANTS,
+    USER_CONTROL,
+)
 from solaris.examples.movielens.report.stats import (
+    WindowLosses,
     estimate,
-    seed_interval,
+    joint_bootstrap,
     transfer_ratios,
-    user_bootstrap,
 )
 
 __all__ = [
     "PAIRED",
+    "by_window",
     "curve",
     "dropout",
     "kd_choices",
@@ -28,14 +35,18 @@ __all__ = [
     "tier_coverage",
     "tier_value",
     "transfer",
+    "windows",
 ]
 
-# Paired TR differences (a − b), each with its user-bootstrap interval.
-# z − shuffled: what the code says about the item beyond what it says about the user.
+Z, TIERS = "VM+z (100% offline)", "VM+SOLARIS tiers (served)"
+# Paired TR differences (a − b), each with its joint interval.
+# z − the user's own earlier code: what the code says about the item beyond what it says
+# about the user (causally); tiers − another user's code: the served tiers against the null.
 PAIRED = (
-    ("VM+z (100% offline)", "VM+FM logits"),
-    ("VM+z (100% offline)", "VM+KD"),
-    ("VM+z (100% offline)", "placebo: z shuffled within user"),
+    (Z, "VM+FM logits"),
+    (Z, "VM+KD"),
+    (Z, USER_CONTROL),
+    (TIERS, CAUSAL_PLACEBO),
 )
 
 
@@ -63,60 +74,75 @@ def table1(seeds: list[dict]) -> dict:
     return out
 
 
-def _losses(seeds: list[dict], task: str, **columns: str) -> dict[str, np.ndarray]:
-    return {k: np.stack([s["row_losses"][task][c] for s in seeds]) for k, c in columns.items()}
+def by_window(runs: list[dict]) -> list[list[dict]]:
+    """The runs grouped by window, oldest window first."""
+    keys = sorted({r["window"] for r in runs})
+    return [[r for r in runs if r["window"] == k] for k in keys]
 
 
 def _ll(s: dict, task: str, name: str) -> np.float64:
     return np.float64(s["table1"][task][name]["logloss"])
 
 
+def _tr(s: dict, task: str, name: str) -> float:
+    return float(transfer_ratios(_ll(s, task, "VM"), _ll(s, task, name), _ll(s, task, "FM")))
+
+
+def _row_losses(runs: list[dict], key: str, pick, **columns: str) -> list[WindowLosses]:
+    """Each window's :class:`WindowLosses` of per-row arrays ``pick(run[key])[column]``."""
+    return [
+        WindowLosses(
+            w[0]["test_users"],
+            {k: np.stack([pick(s[key])[c] for s in w]) for k, c in columns.items()},
+        )
+        for w in by_window(runs)
+    ]
+
+
+def _figure(runs: list[dict], per_run, draws: np.ndarray) -> dict:
+    """``per_run(run)`` of every run, with its estimate and the bootstrap ``draws``."""
+    values = [[per_run(s) for s in w] for w in by_window(runs)]
+    flat = [v for w in values for v in w]
+    return {"per_run": flat, **estimate(values, draws).as_dict()}
+
+
 def transfer(seeds: list[dict], n_boot: int) -> dict:
-    """TR per task and variant, and the paired differences :data:`PAIRED`: per-seed values,
-    seed CI and user-bootstrap CI (the same draws of users for every seed)."""
-    users = seeds[0]["test_users"]
+    """TR per task and variant, and the paired differences :data:`PAIRED`: per-run values,
+    each window's mean and the joint seed × user interval (the same draws for every
+    variant, so paired differences are paired)."""
     out: dict = {}
     for task in seeds[0]["table1"]:
         out[task] = {}
+
+        def losses(_task: str = task, **cols: str) -> list[WindowLosses]:
+            return _row_losses(seeds, "row_losses", lambda r: r[_task], **cols)
+
         for name in TR_VARIANTS:
-            per_seed = [
-                float(transfer_ratios(_ll(s, task, "VM"), _ll(s, task, name), _ll(s, task, "FM")))
-                for s in seeds
-            ]
-            boot = user_bootstrap(
-                users,
-                _losses(seeds, task, vm="VM", x=name, fm="FM"),
+            boot, _ = joint_bootstrap(
+                losses(vm="VM", x=name, fm="FM"),
                 lambda m: transfer_ratios(m["vm"], m["x"], m["fm"]),
                 n_boot=n_boot,
-                seed=0,
             )
-            out[task][name] = {"per_seed": per_seed, **estimate(per_seed, boot).as_dict()}
+            out[task][name] = _figure(seeds, lambda s, n=name, t=task: _tr(s, t, n), boot)
         for a, b in PAIRED:
-            per_seed = [
-                float(
-                    transfer_ratios(_ll(s, task, "VM"), _ll(s, task, a), _ll(s, task, "FM"))
-                    - transfer_ratios(_ll(s, task, "VM"), _ll(s, task, b), _ll(s, task, "FM"))
-                )
-                for s in seeds
-            ]
-            boot = user_bootstrap(
-                users,
-                _losses(seeds, task, vm="VM", a=a, b=b, fm="FM"),
+            boot, _ = joint_bootstrap(
+                losses(vm="VM", a=a, b=b, fm="FM"),
                 lambda m: (
                     transfer_ratios(m["vm"], m["a"], m["fm"])
                     - transfer_ratios(m["vm"], m["b"], m["fm"])
                 ),
                 n_boot=n_boot,
-                seed=0,
             )
-            out[task][f"{a} − {b}"] = {"per_seed": per_seed, **estimate(per_seed, boot).as_dict()}
+            out[task][f"{a} − {b}"] = _figure(
+                seeds, lambda s, a=a, b=b, t=task: _tr(s, t, a) - _tr(s, t, b), boot
+            )
     return out
 
 
-def selection(seeds: list[dict]) -> dict:
+def selection(seeds: list[dict], n_boot: int) -> dict:
     """Per selector: AUC against the oracle label (within a request, pooled) and, per
-    budget, the share of the random → oracle coverage gap it closes (per seed, then mean,
-    std and seed interval)."""
+    budget, on the validation and the test period, the share of the random → oracle
+    coverage gap it closes, with the joint seed × user interval."""
     names = [k for k in seeds[0]["selector_auc"] if not k.startswith("_")]
     auc = {
         n: {
@@ -125,41 +151,116 @@ def selection(seeds: list[dict]) -> dict:
         }
         for n in names
     }
-    df = pd.concat([pd.DataFrame(s["sweeps"]).assign(seed=s["seed"]) for s in seeds])
-    share = df[df["sweep"] == "share"].pivot_table(
-        index=["seed", "value"], columns="selector", values="coverage"
-    )
-    closed = {}
-    for n in names:
-        frac = (share[n] - share["random"]) / (share["oracle"] - share["random"])
-        closed[n] = []
-        for value, g in frac.groupby(level="value"):
-            vals = g.to_list()
-            ci = list(seed_interval(vals)) if np.isfinite(vals).all() else [np.nan, np.nan]
-            closed[n].append({"share": float(value), **_ms_defined(vals), "seed_ci95": ci})
+    shares = sorted(seeds[0]["selection_hits"]["test"]["hits"]["random"])
+
+    def closed(m: dict) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (m["x"] - m["y"]) / (m["o"] - m["r"])
+
+    # (row, selector, baseline): a selector's gap closed is (x − random) / (oracle −
+    # random); the paired row is the verifier's lead over retrieval in the same unit.
+    rows = [(n, n, "random") for n in names] + [("verifier − retrieval", "verifier", "retrieval")]
+    gap: dict = {"val": {}, "test": {}}
+    for part in gap:
+        for row, sel, base in rows:
+            gap[part][row] = []
+            for share in shares:
+
+                def hits(s: dict, name: str, _p: str = part, _x: float = share) -> np.ndarray:
+                    return s["selection_hits"][_p]["hits"][name][_x].astype(np.float64)
+
+                columns = (("x", sel), ("y", base), ("r", "random"), ("o", "oracle"))
+                windows = [
+                    WindowLosses(
+                        w[0]["selection_hits"][part]["users"],
+                        {k: np.stack([hits(s, name) for s in w]) for k, name in columns},
+                    )
+                    for w in by_window(seeds)
+                ]
+                boot, _ = joint_bootstrap(windows, closed, n_boot=n_boot)
+
+                def one(s: dict, _h=hits, _c=columns) -> float:
+                    m = {k: _h(s, name).mean() for k, name in _c}
+                    return float(closed(m))
+
+                gap[part][row].append({"share": float(share), **_figure(seeds, one, boot)})
     positive = _ms(s["selector_auc"]["_positive_rate"] for s in seeds)
-    return {"auc": auc, "gap_closed": closed, "positive_rate": positive}
+    return {
+        "auc": auc,
+        "gap_closed": gap["test"],
+        "gap_closed_val": gap["val"],
+        "positive_rate": positive,
+    }
 
 
-def curve(seeds: list[dict]) -> dict:
+def curve(seeds: list[dict], n_boot: int) -> dict:
     """Table 2: gain vs coverage for random masking (fresh codes) and, per share, the
     replay's real misses with fresh codes and with the codes serving had; beside each real
-    point, the random-masking gain interpolated at its coverage."""
-    frames = [pd.DataFrame(s["curve"]).assign(seed=s["seed"]) for s in seeds]
-    df = pd.concat(frames, ignore_index=True)
-    rand = df[df["kind"] == "random"].copy()
-    rand["target"] = np.tile(np.arange((df["kind"] == "random").sum() // len(seeds)), len(seeds))
+    point, the random-masking gain interpolated at its coverage. The random ladder's gains
+    as a share of the VM's log-loss (the paper's unit) and its steps (paper: 20% → 50%,
+    60% → 100%) carry joint intervals."""
+    df = pd.concat([pd.DataFrame(s["curve"]).assign(run=k) for k, s in enumerate(seeds)])
+    rand = df[df["kind"] == "random"]
     real = df[df["kind"] != "random"].copy()
-    by_seed = {k: g.sort_values("coverage") for k, g in rand.groupby("seed")}
+    by_run = {k: g.sort_values("coverage") for k, g in rand.groupby("run")}
     real["gain_random"] = [
-        float(np.interp(c, by_seed[k]["coverage"], by_seed[k]["gain"]))
-        for k, c in zip(real["seed"], real["coverage"], strict=True)
+        float(np.interp(c, by_run[k]["coverage"], by_run[k]["gain"]))
+        for k, c in zip(real["run"], real["coverage"], strict=True)
     ]
+
+    def rel_gain(s: dict, target: str) -> float:
+        vm = float(np.mean(s["tier_row_losses"]["vm"]))
+        return (vm - float(np.mean(s["ladder_row_losses"][target]))) / vm
+
+    targets = list(seeds[0]["ladder_row_losses"])
+    random_rows = []
+    for t in targets:
+        windows = [
+            WindowLosses(
+                w[0]["test_users"],
+                {
+                    "vm": np.stack([s["tier_row_losses"]["vm"] for s in w]),
+                    "x": np.stack([s["ladder_row_losses"][t] for s in w]),
+                },
+            )
+            for w in by_window(seeds)
+        ]
+        boot, _ = joint_bootstrap(windows, lambda m: (m["vm"] - m["x"]) / m["vm"], n_boot=n_boot)
+        v = rand[rand["target"] == float(t)]
+        random_rows.append(
+            {
+                "key": t,
+                **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss")},
+                "relative_gain": _figure(seeds, lambda s, t=t: rel_gain(s, t), boot),
+            }
+        )
+    steps = []
+    for lo, hi in ((0.2, 0.5), (0.6, 1.0)):
+        a, b = f"{lo:g}", f"{hi:g}"
+        if a not in targets or b not in targets:
+            continue
+        windows = [
+            WindowLosses(
+                w[0]["test_users"],
+                {
+                    "vm": np.stack([s["tier_row_losses"]["vm"] for s in w]),
+                    "lo": np.stack([s["ladder_row_losses"][a] for s in w]),
+                    "hi": np.stack([s["ladder_row_losses"][b] for s in w]),
+                },
+            )
+            for w in by_window(seeds)
+        ]
+        boot, _ = joint_bootstrap(windows, lambda m: (m["lo"] - m["hi"]) / m["vm"], n_boot=n_boot)
+        steps.append(
+            {
+                "from": lo,
+                "to": hi,
+                **_figure(seeds, lambda s, a=a, b=b: rel_gain(s, b) - rel_gain(s, a), boot),
+            }
+        )
     return {
-        "random": [
-            {"key": k, **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss")}}
-            for k, v in rand.groupby("target")
-        ],
+        "random": random_rows,
+        "steps": steps,
         "real": [
             {
                 "kind": kind,
@@ -189,23 +290,25 @@ def tier_coverage(seeds: list[dict]) -> dict:
 
 def tier_value(seeds: list[dict], n_boot: int) -> dict:
     """Gain of each served tier set, and each imputed tier against the real code on the same
-    rows: value ratio = mean gain imputed / mean gain real (means over seeds), with user
-    bootstrap intervals; the ratio is suppressed unless the real gain's interval is above 0."""
+    rows: value ratio = mean gain imputed / mean gain real (means over runs), with joint
+    intervals; the ratio is suppressed unless the real gain's interval is above 0."""
     df = pd.concat([pd.DataFrame(s["tier_value"]) for s in seeds])
     rows = [
         {"tiers": k, **{c: _ms(v[c]) for c in ("coverage", "gain", "logloss")}}
         for k, v in df.groupby("tiers", sort=False)
     ]
-    users = seeds[0]["test_users"]
-    vm = np.stack([s["tier_row_losses"]["vm"] for s in seeds])
     ratios = []
     for name in [r["tier"] for r in seeds[0]["imputed_vs_real"]]:
         draws = {}
         for kind in ("imputed", "real"):
-            losses = {"vm": vm, "x": np.stack([s["tier_row_losses"][name][kind] for s in seeds])}
-            draws[kind] = user_bootstrap(
-                users, losses, lambda m: m["vm"] - m["x"], n_boot=n_boot, seed=0
+            windows = _row_losses(
+                seeds,
+                "tier_row_losses",
+                lambda r, n=name, k=kind: {"vm": r["vm"], "x": r[n][k]},
+                vm="vm",
+                x="x",
             )
+            draws[kind], _ = joint_bootstrap(windows, lambda m: m["vm"] - m["x"], n_boot=n_boot)
         per = [next(r for r in s["imputed_vs_real"] if r["tier"] == name) for s in seeds]
         gain_imp = float(np.mean([r["gain_imputed"] for r in per]))
         gain_real = float(np.mean([r["gain_real"] for r in per]))
@@ -218,12 +321,10 @@ def tier_value(seeds: list[dict], n_boot: int) -> dict:
             {
                 "tier": name,
                 "coverage": _ms(r["coverage"] for r in per),
-                "gain_imputed": {"mean": gain_imp, "user_bootstrap_ci95": ci(draws["imputed"])},
-                "gain_real": {"mean": gain_real, "user_bootstrap_ci95": real_ci},
+                "gain_imputed": {"mean": gain_imp, "ci95": ci(draws["imputed"])},
+                "gain_real": {"mean": gain_real, "ci95": real_ci},
                 "ratio": (
-                    {"mean": gain_imp / gain_real, "user_bootstrap_ci95": ci(ratio_draws)}
-                    if defined
-                    else None
+                    {"mean": gain_imp / gain_real, "ci95": ci(ratio_draws)} if defined else None
                 ),
             }
         )
@@ -247,7 +348,7 @@ def dropout(seeds: list[dict]) -> dict:
 
 
 def sweeps(seeds: list[dict]) -> dict:
-    df = pd.concat([pd.DataFrame(s["sweeps"]).assign(seed=s["seed"]) for s in seeds])
+    df = pd.concat([pd.DataFrame(s["sweeps"]).assign(run=k) for k, s in enumerate(seeds)])
     rows = [
         {
             "sweep": sw,
@@ -259,7 +360,7 @@ def sweeps(seeds: list[dict]) -> dict:
         for (sw, sel, val), g in df.groupby(["sweep", "selector", "value"], sort=False)
     ]
     equal = []
-    for _seed, g in df.groupby("seed"):
+    for _run, g in df.groupby("run"):
         ttl_curve = g[(g["sweep"] == "ttl") & (g["selector"] == "verifier")]
         for _, row in g[g["sweep"] == "activity_ttl"].iterrows():
             equal.append(
@@ -326,21 +427,36 @@ def kd_choices(seeds: list[dict]) -> dict:
             "at_edge": seeds[0]["kd"][task]["at_edge"],
             "per_seed_choice": [s["kd"][task]["per_seed_choice"] for s in seeds],
             "n_inits": seeds[0]["kd"][task]["n_inits"],
-            "n_seeds": len(seeds),
+            "n_runs": len(seeds),
             "val_logloss": seeds[0]["kd"][task]["pooled_val_logloss"],
         }
         for task in seeds[0]["kd"]
     }
 
 
+def windows(seeds: list[dict]) -> list[dict]:
+    """Each window's periods (epoch seconds), test rows and users, and seeds."""
+    return [
+        {
+            "window": w[0]["window"],
+            **w[0]["split"],
+            "n_test_rows": len(w[0]["test_users"]),
+            "n_test_users": len(np.unique(w[0]["test_users"])),
+            "seeds": [s["seed"] for s in w],
+        }
+        for w in by_window(seeds)
+    ]
+
+
 def summarise(seeds: list[dict], n_boot: int) -> dict:
     seeds = pool_distillation(seeds)
     return {
+        "windows": windows(seeds),
         "table1": table1(seeds),
         "transfer_ratio": transfer(seeds, n_boot),
         "kd": kd_choices(seeds),
-        "selection": selection(seeds),
-        "curve": curve(seeds),
+        "selection": selection(seeds, n_boot),
+        "curve": curve(seeds, n_boot),
         "tier_coverage": tier_coverage(seeds),
         "tier_value": tier_value(seeds, n_boot),
         "dropout": dropout(seeds),

@@ -99,14 +99,19 @@ def selection_sweeps(
     base_cadence_minutes: float,
     activity_powers: Iterable[float] = (0.5, 1.0),
     nearline_seconds: int | None = None,
-) -> tuple[pd.DataFrame, dict[float, ReplayResult]]:
+    hits_from: int | None = None,
+) -> tuple[pd.DataFrame, dict[float, ReplayResult], dict[str, dict[float, np.ndarray]]]:
     """Every sweep of one seed as a long table (``sweep``, ``selector``, the swept value,
     ``coverage``, ``fm_passes_per_1k_requests``), and the verifier's replays by share at the
     base TTL and cadence (reused by the coverage curve with real misses).
 
     ``scores`` holds ``verifier`` (what selection uses) and any baselines; every selector
     runs the share sweep, the verifier and random also the TTL and cadence sweeps and, with
-    ``nearline_seconds``, the near-line path (codes usable that long after the request)."""
+    ``nearline_seconds``, the near-line path (codes usable that long after the request).
+
+    The third value holds, per selector and share of the share sweep, the hit (0/1) of
+    every labelled impression at ``ts >= hits_from`` (default ``eval_from``), in the
+    candidates' order: what a bootstrap over users resamples."""
     if "verifier" not in scores:
         raise ValueError("scores must hold the 'verifier'")
     given = list(scores)
@@ -128,6 +133,10 @@ def selection_sweeps(
             for sel in ("verifier", "random")
         ]
     points, by_share = [], {}
+    hits: dict[str, dict[float, np.ndarray]] = {}
+    ts = candidates["ts"].to_numpy()
+    labelled = candidates["label"].notna().to_numpy()
+    rows = labelled & (ts >= (eval_from if hits_from is None else hits_from))
     oracle_cache: dict[tuple[int, int], np.ndarray] = {}
     for sweep, sel, value, ttl, cad, share in tqdm(jobs, desc="selection sweeps", leave=False):
         if sel == "oracle":
@@ -147,8 +156,10 @@ def selection_sweeps(
             eval_from=eval_from,
         )
         points.append(_point(res, sweep=sweep, selector=sel, value=value))
-        if sweep == "share" and sel == "verifier":
-            by_share[value] = res
+        if sweep == "share":
+            hits.setdefault(sel, {})[value] = res.hit[rows]
+            if sel == "verifier":
+                by_share[value] = res
     for power in activity_powers:
         ttl_rows = activity_ttl(candidates, base_ttl, power=power)
         res = replay(
@@ -160,7 +171,7 @@ def selection_sweeps(
             eval_from=eval_from,
         )
         points.append(_point(res, sweep="activity_ttl", selector="verifier", value=power))
-    return pd.DataFrame(points), by_share
+    return pd.DataFrame(points), by_share, hits
 
 
 def equal_cost_coverage(curve: pd.DataFrame, passes: float) -> float:

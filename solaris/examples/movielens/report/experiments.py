@@ -52,6 +52,8 @@ __all__ = [
     "VMRows",
     "VariantRunner",
     "distillation_sweep",
+    "earlier_code_of_other_user",
+    "earlier_code_of_same_user",
     "fm_logit_tier",
     "fm_probs",
     "init_row_losses",
@@ -133,10 +135,15 @@ def stack(tiers: list[Tier], index: np.ndarray) -> TierInputs:
 
 
 class VariantRunner:
-    """Trains VM variants on fixed rows and returns validation and test probabilities."""
+    """Trains VM variants on fixed rows and returns validation and test probabilities.
 
-    def __init__(self, ctx: FeatureContext, rows: VMRows, cfg: SolarisConfig) -> None:
-        self.ctx, self.rows, self.cfg = ctx, rows, cfg
+    ``history > 0``: every variant is built on the user-aware VM (the user's rating
+    statistics and last ``history`` items); ``0``: on the user-blind VM."""
+
+    def __init__(
+        self, ctx: FeatureContext, rows: VMRows, cfg: SolarisConfig, history: int = 0
+    ) -> None:
+        self.ctx, self.rows, self.cfg, self.history = ctx, rows, cfg, history
         self.index = {p: np.flatnonzero(rows.mask(p)) for p in PARTS}
 
     def run(
@@ -158,11 +165,18 @@ class VariantRunner:
         if tiers is not None:
             pair = (stack(tiers, self.index["train"]), stack(eval_tiers, self.index["val"]))
         vm, _ = train_vm(
-            self.ctx, frames["train"], frames["val"], cfg, pair, task=task, distill=distill
+            self.ctx,
+            frames["train"],
+            frames["val"],
+            cfg,
+            pair,
+            task=task,
+            distill=distill,
+            history=self.history,
         )
         out = {}
         for part in ("val", "test"):
-            ex = vm_examples(self.ctx, frames[part], task)
+            ex = vm_examples(self.ctx, frames[part], task, self.history)
             if tiers is not None:
                 ex = stack(eval_tiers, self.index[part]).attach(ex)
             out[part] = predict_proba(vm, ex, predict_vm)[:, 0]
@@ -304,6 +318,59 @@ def shuffled_within_user(tier: Tier, rows: VMRows, seed: int) -> Tier:
     perm = np.empty(len(r), np.int64)
     perm[by_group] = order
     return Tier(tier.z[perm], tier.present[perm])
+
+
+def _earlier_donor(
+    rows: VMRows, tier: Tier, seed: int, *, same_user: bool, tries: int = 20
+) -> Tier:
+    """Each row's code replaced by the code of a random row at or before its own time:
+    of the same user and part (``same_user``) or of any other user. Every code was computed
+    as of its own row's time, so the donor's code is as of this row's time or earlier
+    (causal). A row with no donor after ``tries`` draws is missing."""
+    r = rows.rows
+    ts = r["ts"].to_numpy(np.int64)
+    users = r["user_id"].to_numpy(np.int64)
+    rng = np.random.default_rng(seed)
+    if same_user:
+        part = r["part"].map({p: k for k, p in enumerate(PARTS)}).to_numpy(np.int64)
+        group = users * len(PARTS) + part
+    else:
+        group = np.zeros(len(r), np.int64)
+    order = np.lexsort((np.arange(len(r)), ts, group))  # by group, then time
+    g, t = group[order], ts[order]
+    start = np.searchsorted(g, g, side="left")  # first row of the group
+    stop = np.searchsorted(g * (1 << 40) + t, g * (1 << 40) + t, side="right")  # rows <= t
+    sorted_users = users[order]
+    donor = np.full(len(r), -1, np.int64)
+    todo = np.arange(len(r))  # positions in ``order``
+    for _ in range(tries):
+        pick = start[todo] + (rng.random(len(todo)) * (stop[todo] - start[todo])).astype(np.int64)
+        same = sorted_users[pick] == sorted_users[todo]
+        ok = (pick != todo) & (same if same_user else ~same)  # never the row itself
+        donor[todo[ok]] = pick[ok]
+        todo = todo[~ok]
+        if not len(todo):
+            break
+    present = np.zeros(len(r), bool)
+    z = np.zeros_like(tier.z)
+    found = donor >= 0
+    z[order[found]] = tier.z[order[donor[found]]]
+    present[order[found]] = tier.present[order[donor[found]]]
+    return Tier(z, present)
+
+
+def earlier_code_of_other_user(tier: Tier, rows: VMRows, seed: int) -> Tier:
+    """Placebo (causal): each row gets the code of a random other user's row at or before
+    its own time. It says nothing about this user or item, so its TR should be about 0."""
+    return _earlier_donor(rows, tier, seed, same_user=False)
+
+
+def earlier_code_of_same_user(tier: Tier, rows: VMRows, seed: int) -> Tier:
+    """Control (causal): each row gets the code of a random earlier row of the same user in
+    the same part (the shuffle within user without its future codes). What the codes say
+    about the user survives, what they say about the item does not; a user's first row has
+    no donor and is missing."""
+    return _earlier_donor(rows, tier, seed, same_user=True)
 
 
 def untrained_codes(

@@ -1,8 +1,9 @@
-"""``solaris report``: the replay experiments over seeds → ``reports/solaris_report.md`` + PNGs.
+"""``solaris report``: the replay experiments over rolling-origin windows and seeds →
+``reports/solaris_report.md`` + PNGs.
 
-Everything is recomputed on each run (no cache): the FM is trained once per seed and reused
-by every VM variant of that seed. The per-seed summaries (without per-row arrays) are also
-written to ``artifacts/report/summary.json``.
+Everything is recomputed on each run (no cache): the FM is trained once per run (one seed
+in one window) and reused by every VM variant of that run. The runs' summaries (without
+per-row arrays) are also written to ``artifacts/report/summary.json``.
 """
 
 from __future__ import annotations
@@ -28,15 +29,16 @@ from solaris.examples.movielens.exposure import MODEL_FEATURES, exposure_feature
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.fetch import fetch_movielens
 from solaris.examples.movielens.report.aggregate import pool_distillation, summarise
+from solaris.examples.movielens.report.claims import claims
 from solaris.examples.movielens.report.coverage import retrieval_bound
 from solaris.examples.movielens.report.render import markdown, plots
-from solaris.examples.movielens.report.seed import run_seed
+from solaris.examples.movielens.report.seed import run_seed, window_split
 from solaris.examples.movielens.report.settings import ReportSettings
 from solaris.examples.movielens.report.shortfalls import shortfalls
 from solaris.examples.movielens.requests import build_request_log, request_log_stats
 from solaris.files import atomic_write_bytes
 
-__all__ = ["bounds", "provenance", "run_report", "run_seeds"]
+__all__ = ["bounds", "provenance", "run_report", "run_windows"]
 
 
 def _git(*args: str) -> str:
@@ -60,6 +62,7 @@ def provenance(cfg: SolarisConfig, st: ReportSettings, folder: Path) -> dict:
         "recbole_version": cfg.data.recbole_version,
         "data_sha256": data,
         "seeds": list(st.seeds),
+        "windows": st.windows,
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "numpy": np.__version__,
@@ -70,7 +73,14 @@ def provenance(cfg: SolarisConfig, st: ReportSettings, folder: Path) -> dict:
 
 
 def _jsonable(seed_result: dict) -> dict:
-    arrays = ("row_losses", "kd_row_losses", "tier_row_losses", "test_users")
+    arrays = (
+        "row_losses",
+        "kd_row_losses",
+        "tier_row_losses",
+        "ladder_row_losses",
+        "test_users",
+        "selection_hits",
+    )
     return {k: v for k, v in seed_result.items() if k not in arrays}
 
 
@@ -87,12 +97,13 @@ def run_report(
     ctx = FeatureContext.from_config(data, cfg.model)
     # The same for every seed; only the scorer's columns travel to the seeds' processes.
     features = exposure_features(log, cadence_seconds=st.base_cadence_seconds)[list(MODEL_FEATURES)]
-    # One distillation weight for all seeds, so the seeds' own rows say what the report uses.
-    seeds = pool_distillation(run_seeds(log, ctx, cfg, st, features))
+    # One distillation weight for all runs, so the runs' own rows say what the report uses.
+    seeds = pool_distillation(run_windows(log, ctx, cfg, st, features))
     summary = summarise(seeds, st.n_boot)
 
     summary["bounds"] = bounds(log, cfg, st)
     summary["shortfalls"] = shortfalls(summary)
+    summary["claims"] = claims(summary)
     prov = provenance(cfg, st, folder)
     prov["fm_versions"] = summary["fm_versions"]
     prov["runtime_s"] = time.perf_counter() - start
@@ -116,28 +127,31 @@ def _seed_in_process(args: tuple) -> dict:
     return run_seed(*seed_args)
 
 
-def run_seeds(log, ctx: FeatureContext, cfg: SolarisConfig, st: ReportSettings, features):
-    """Every seed's measurements. Seeds are independent, so with ``st.processes > 1`` they
-    run in that many spawned processes sharing the cores (small models use one torch
-    thread better than two)."""
+def run_windows(log, ctx: FeatureContext, cfg: SolarisConfig, st: ReportSettings, features):
+    """Every run's measurements: each seed in each window, the latest window first (its
+    runs are the longest). Runs are independent, so with ``st.processes > 1`` they run in
+    that many spawned processes sharing the cores (small models use one torch thread
+    better than two)."""
+    runs = [(s, w) for w in reversed(range(st.windows)) for s in st.seeds]
     cores = os.cpu_count() or 1
-    n = min(st.processes, len(st.seeds))
+    n = min(st.processes, len(runs))
     if n <= 1:
         torch.set_num_threads(max(1, min(2, cores)))
         return [
-            run_seed(s, log, ctx, cfg, st, features)
-            for s in tqdm(st.seeds, desc="seeds", unit="seed")
+            run_seed(s, w, log, ctx, cfg, st, features)
+            for s, w in tqdm(runs, desc="runs", unit="run")
         ]
     threads = max(1, cores // n)
-    jobs = [(s, log, ctx, cfg, st, features, threads) for s in st.seeds]
+    jobs = [(s, w, log, ctx, cfg, st, features, threads) for s, w in runs]
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_seed_in_process, jobs))
 
 
 def bounds(log, cfg: SolarisConfig, st: ReportSettings) -> dict[str, float]:
-    """What no selector can exceed, and the recurrence statistic, over the test period."""
+    """What no selector can exceed, and the recurrence statistic, over the latest window's
+    test period."""
     stats = request_log_stats(log, cfg.requests.recurrence_window_hours)
-    eval_from = _eval_from(log, cfg)
+    eval_from = window_split(log, st.windows - 1, cfg, st).val_end
     out = {
         "recurrence": stats.recurrence,
         "recurrence_with_prior": stats.recurrence_with_prior,
@@ -151,15 +165,6 @@ def bounds(log, cfg: SolarisConfig, st: ReportSettings) -> dict[str, float]:
             log.candidates, eval_from, int(h * 3600)
         )
     return out
-
-
-def _eval_from(log, cfg: SolarisConfig) -> int:
-    from solaris.examples.movielens.models.training import TimeSplit
-
-    split = TimeSplit.from_shares(
-        log.impressions["ts"].to_numpy(), cfg.train.train_share, cfg.train.val_share
-    )
-    return split.val_end
 
 
 def _default(x: object) -> object:

@@ -1,4 +1,5 @@
-"""Everything the report measures for one seed (one FM, its VM variants, the replays)."""
+"""Everything the report measures for one run: one seed in one rolling-origin window (one
+FM, its VM variants, the replays)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from solaris.examples.movielens.exposure import (
     within_request_auc,
 )
 from solaris.examples.movielens.features import FeatureContext
+from solaris.examples.movielens.models.training import TimeSplit
 from solaris.examples.movielens.report.coverage import selection_sweeps
 from solaris.examples.movielens.report.experiments import (
     VariantRunner,
     VMRows,
     distillation_sweep,
+    earlier_code_of_other_user,
+    earlier_code_of_same_user,
     fm_logit_tier,
     fm_probs,
     init_row_losses,
@@ -48,7 +52,17 @@ from solaris.examples.movielens.requests import HOUR, RequestLog
 from solaris.examples.movielens.train import score_candidates, train_models
 from solaris.pipeline.embed import encode_pairs
 
-__all__ = ["TIER_SETS", "TR_VARIANTS", "run_seed"]
+__all__ = [
+    "BLIND",
+    "CAUSAL_PLACEBO",
+    "SHUFFLED",
+    "TIER_SETS",
+    "TR_VARIANTS",
+    "USER_CONTROL",
+    "log_until",
+    "run_seed",
+    "window_split",
+]
 
 # Tier sets of the served tiers (the cycle's cadence rule); "all" is Table 1's tier row.
 TIER_SETS = {
@@ -58,12 +72,20 @@ TIER_SETS = {
     "pair+iagg": ("pair", "iagg"),
     "all": ("pair", "nbr", "uagg", "iagg"),
 }
+BLIND = "VM user-blind (before)"
+CAUSAL_PLACEBO = "placebo: another user's earlier code"
+USER_CONTROL = "control: the user's own earlier code"
+SHUFFLED = "placebo: z shuffled within user (not causal)"
+# Every row is fitted on the user-aware VM except BLIND, the VM of the earlier reports.
 TR_VARIANTS = (
+    BLIND,
     "VM+KD",
     "VM+FM logits",
     "VM+z (100% offline)",
     "VM+SOLARIS tiers (served)",
-    "placebo: z shuffled within user",
+    CAUSAL_PLACEBO,
+    USER_CONTROL,
+    SHUFFLED,
     "placebo: untrained FM",
 )
 IMPUTED = ("uagg", "nbr", "iagg")
@@ -222,27 +244,75 @@ def _served_tiers(
     return tiers, coverage, diagnostics
 
 
+def window_split(log: RequestLog, window: int, cfg: SolarisConfig, st: ReportSettings) -> TimeSplit:
+    """The time split of rolling-origin window ``window`` (0 = the oldest; the last one's
+    test period ends with the log): consecutive test periods of ``st.test_share`` of the
+    impressions, each after a validation period of ``cfg.train.val_share``."""
+    if not 0 <= window < st.windows:
+        raise ValueError(f"window {window} is not one of the {st.windows} windows")
+    end = 1.0 - st.test_share * (st.windows - 1 - window)
+    return TimeSplit.ending_at(
+        log.impressions["ts"].to_numpy(), end, cfg.train.val_share, st.test_share
+    )
+
+
+def log_until(log: RequestLog, end: int | None) -> RequestLog:
+    """The log's rows before ``end`` (all of it for ``None``); every table is sorted by time,
+    so each is a prefix and stays aligned with anything computed row by row before it."""
+    if end is None:
+        return log
+    return RequestLog(
+        *(
+            t.iloc[: int(np.searchsorted(t["ts"].to_numpy(), end))]
+            for t in (
+                log.requests,
+                log.candidates,
+                log.impressions,
+            )
+        )
+    )
+
+
+def _period_hits(hits: dict, cands: pd.DataFrame, split: TimeSplit) -> dict:
+    """The share sweep's hits of labelled impressions from the validation period on, cut
+    into the validation and test periods, with each row's user (for the bootstrap)."""
+    labelled = cands["label"].notna().to_numpy() & (cands["ts"].to_numpy() >= split.train_end)
+    ts, users = cands["ts"].to_numpy()[labelled], cands["user_id"].to_numpy()[labelled]
+    out = {}
+    for part in ("val", "test"):
+        m = split.part(ts, part)
+        out[part] = {
+            "users": users[m],
+            "hits": {sel: {share: h[m] for share, h in by.items()} for sel, by in hits.items()},
+        }
+    return out
+
+
 def run_seed(
     seed: int,
+    window: int,
     log: RequestLog,
     ctx: FeatureContext,
     cfg: SolarisConfig,
     st: ReportSettings,
     features: pd.DataFrame,
 ) -> dict:
-    """All measurements of one seed. ``features`` are the exposure features of
-    ``log.candidates`` (:func:`solaris.examples.movielens.exposure.exposure_features`).
-    Per-row test losses are returned for the bootstrap."""
+    """All measurements of one seed in rolling-origin window ``window``
+    (:func:`window_split`). ``features`` are the exposure features of ``log.candidates``
+    (:func:`solaris.examples.movielens.exposure.exposure_features`). Per-row test losses
+    and hits are returned for the bootstrap."""
     if st.base_share not in st.shares or not set(st.curve_shares) <= set(st.shares):
         raise ValueError(
             f"base_share {st.base_share} and curve_shares {st.curve_shares} must be among "
             f"the swept shares {st.shares}"
         )
+    split = window_split(log, window, cfg, st)
+    log = log_until(log, split.test_end)  # nothing after the window's test period
+    features = features.iloc[: len(log.candidates)]
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"seed": seed})})
     tasks = (st.own_task, *st.unseen_tasks)
-    bar = tqdm(total=6 + len(tasks), desc=f"seed {seed}", unit="step")
-    models = train_models(log.impressions, ctx, cfg)
-    split = models.split
+    bar = tqdm(total=6 + len(tasks), desc=f"window {window} seed {seed}", unit="step")
+    models = train_models(log.impressions, ctx, cfg, split)
     rows = VMRows.from_split(log.impressions, split, cfg.train.vm_window_share)
     ts_imp = log.impressions["ts"].to_numpy()
     fm_train = log.impressions[split.part(ts_imp, "train")]
@@ -260,7 +330,7 @@ def run_seed(
 
     # --- selection: the verifier and its baselines, then every replay sweep ----------------
     selectors, selector_auc = _selectors(log, features, models, ctx, split, rows, cfg, st, seed)
-    sweeps, by_share = selection_sweeps(
+    sweeps, by_share, share_hits = selection_sweeps(
         log.candidates,
         selectors,
         eval_from=split.val_end,
@@ -273,7 +343,9 @@ def run_seed(
         base_cadence_minutes=st.base_cadence_minutes,
         activity_powers=st.activity_powers,
         nearline_seconds=st.nearline_seconds,
+        hits_from=split.train_end,
     )
+    selection_hits = _period_hits(share_hits, log.candidates, split)
     bar.update()
 
     # --- codes and tiers of the base replay (verifier, base share / TTL / cadence) ----------
@@ -297,13 +369,16 @@ def run_seed(
     offline = offline_codes(models, ctx, rows)
     logits = fm_logit_tier(models.fm, ctx, rows, models.autoencoder.z_dim)
     placebos = {
-        "placebo: z shuffled within user": shuffled_within_user(offline, rows, 20_000 + seed),
+        CAUSAL_PLACEBO: earlier_code_of_other_user(offline, rows, 30_000 + seed),
+        USER_CONTROL: earlier_code_of_same_user(offline, rows, 40_000 + seed),
+        SHUFFLED: shuffled_within_user(offline, rows, 20_000 + seed),
         "placebo: untrained FM": untrained_codes(models, ctx, rows, cfg),
     }
     bar.update()
 
-    # --- Table 1: every variant on every task ------------------------------------------------
-    runner = VariantRunner(ctx, rows, cfg)
+    # --- Table 1: every variant on every task, on the user-aware VM --------------------------
+    runner = VariantRunner(ctx, rows, cfg, history=st.vm_history)
+    blind = VariantRunner(ctx, rows, cfg)
     test_i = runner.index["test"]
     n = st.n_inits  # every VM figure is the mean of n initialisations
     table1: dict[str, dict] = {}
@@ -320,6 +395,7 @@ def run_seed(
             t_probs, mode = teacher, "auxiliary"
         kd = distillation_sweep(runner, task, t_probs, mode, st.kd_grid, st.n_inits)
         fits = {"VM": kd.pop("vm_test"), "VM+KD": kd.pop("test")}
+        fits[BLIND] = blind.test_probs(task, n)
         by_weight = kd.pop("test_by_weight")
         kd_scores[task] = {w: init_scores(y, p) for w, p in by_weight.items()}
         kd_row_losses[task] = {w: init_row_losses(y, p) for w, p in by_weight.items()}
@@ -349,15 +425,18 @@ def run_seed(
         return float(rows_ll.mean()), rows_ll
 
     rng = np.random.default_rng(10_000 + seed)
-    curve = []
+    curve, ladder_losses = [], {}
     for c in st.coverages:
         if c >= 1.0:
             ll, cov = table1[task]["VM+z (100% offline)"]["logloss"], 1.0
+            ladder_losses[f"{c:g}"] = row_losses[task]["VM+z (100% offline)"]
         else:
             keep = rng.random(len(rows.rows)) < c
-            ll = fitted([masked(offline, keep)])[0]
+            ll, ladder_losses[f"{c:g}"] = fitted([masked(offline, keep)])
             cov = float(keep[test_i].mean())
-        curve.append({"kind": "random", "coverage": cov, "logloss": ll, "gain": ll_vm - ll})
+        curve.append(
+            {"kind": "random", "target": c, "coverage": cov, "logloss": ll, "gain": ll_vm - ll}
+        )
     # The near-line path at the base share: codes usable nearline_seconds after the
     # request, each computed as of that moment (solaris nearline embeds as of the request).
     # Then the same with refresh on activity (a code stale after refresh_after_requests of
@@ -457,6 +536,12 @@ def run_seed(
     bar.close()
     return {
         "seed": seed,
+        "window": window,
+        "split": {
+            "train_end": split.train_end,
+            "val_end": split.val_end,
+            "test_end": split.test_end,
+        },
         "fm_version": models.fm_version,
         "n_codes": len(codes.user_id),
         "fm_metrics": models.metrics,
@@ -464,6 +549,7 @@ def run_seed(
         "kd": kd_info,
         "kd_scores": kd_scores,
         "selector_auc": selector_auc,
+        "selection_hits": selection_hits,
         "sweeps": sweeps.to_dict("records"),
         "curve": curve,
         "tier_coverage": tier_coverage,
@@ -476,4 +562,5 @@ def run_seed(
         "row_losses": row_losses,
         "kd_row_losses": kd_row_losses,
         "tier_row_losses": {"vm": row_losses[task]["VM"], **imputed_losses},
+        "ladder_row_losses": ladder_losses,
     }

@@ -1,72 +1,71 @@
-"""Uncertainty of report figures: over seeds, and over users by a cluster bootstrap.
+"""Uncertainty of report figures: over seeds and users together, window by window.
 
-Test rows cluster by user (a user rates many items in one session), so resampling rows
-would understate the variance; :func:`user_bootstrap` resamples whole users instead. All
-seeds are evaluated on the same test rows, so one draw of users applies to every seed and
-the statistic is the mean over seeds of each seed's value on that draw.
+A figure moves with the trained models (the seed: FM, autoencoder, VM initialisations) and
+with the test period's users (a user rates many items in one session, so rows cluster by
+user). An interval over one of them holds the other fixed and is too narrow, so
+:func:`joint_bootstrap` resamples both in every draw: in each rolling-origin window, whole
+test users with replacement and, independently, that window's seeds (runs) with
+replacement. The statistic of each drawn run on the drawn users is averaged over the drawn
+runs (the window's value) and then over the windows, which are fixed strata: consecutive
+test periods of one log, each with its own trained models.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
-
-from solaris.evaluation.metrics import summarize
 
 __all__ = [
     "Estimate",
+    "WindowLosses",
     "estimate",
+    "joint_bootstrap",
     "row_log_loss",
-    "seed_interval",
     "transfer_ratios",
-    "user_bootstrap",
     "user_weights",
 ]
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Mean ± std over seeds, a 95% t-interval over seeds, and (optionally) a 95% user
-    bootstrap interval."""
+    """A figure over windows × seeds: the mean of the windows' seed means, the std over
+    every run, each window's mean, and the 95% interval of the joint seed × user
+    bootstrap (``None`` without draws)."""
 
     mean: float
     std: float
-    n: int
-    seed_ci: tuple[float, float]
-    boot_ci: tuple[float, float] | None = None
+    n_runs: int
+    window_means: tuple[float, ...]
+    ci: tuple[float, float] | None = None
 
     def as_dict(self) -> dict:
         return {
             "mean": self.mean,
             "std": self.std,
-            "n_seeds": self.n,
-            "seed_ci95": list(self.seed_ci),
-            "user_bootstrap_ci95": None if self.boot_ci is None else list(self.boot_ci),
+            "n_runs": self.n_runs,
+            "window_means": list(self.window_means),
+            "ci95": None if self.ci is None else list(self.ci),
         }
 
 
-def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of the mean over seeds; a single seed gives a zero-width interval."""
-    mean, std = summarize(values)
-    n = len(values)
-    if n < 2:
-        return mean, mean
-    half = float(sps.t.ppf(0.5 + level / 2, n - 1)) * std / math.sqrt(n)
-    return mean - half, mean + half
-
-
-def estimate(values: Sequence[float], boot: np.ndarray | None = None) -> Estimate:
-    """:class:`Estimate` of per-seed ``values`` with the bootstrap draws ``boot`` (if any)."""
-    mean, std = summarize(values)
+def estimate(by_window: Sequence[Sequence[float]], boot: np.ndarray | None = None) -> Estimate:
+    """:class:`Estimate` of per-run values grouped by window, with the bootstrap draws
+    ``boot`` (if any; non-finite draws are dropped, and an interval with no finite draw
+    is NaN)."""
+    means = tuple(float(np.mean(w)) for w in by_window)
+    runs = [float(v) for w in by_window for v in w]
     ci = None
     if boot is not None:
         finite = boot[np.isfinite(boot)]
-        ci = (float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5)))
-    return Estimate(mean, std, len(values), seed_interval(values), ci)
+        ci = (
+            (float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5)))
+            if len(finite)
+            else (float("nan"), float("nan"))  # no draw defined the figure (tiny data)
+        )
+    std = float(np.std(runs, ddof=1)) if len(runs) > 1 else 0.0
+    return Estimate(float(np.mean(means)), std, len(runs), means, ci)
 
 
 def user_weights(users: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -81,35 +80,51 @@ def user_weights(users: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray,
     return row_user, weights
 
 
-def user_bootstrap(
-    users: np.ndarray,
-    losses: dict[str, np.ndarray],
+@dataclass(frozen=True)
+class WindowLosses:
+    """One window's test rows: ``users`` ``[N]`` and, per name, ``[S, N]`` per-row values
+    of each of the window's ``S`` runs (log-losses, or 0/1 hits for a coverage)."""
+
+    users: np.ndarray
+    losses: dict[str, np.ndarray]
+
+
+def joint_bootstrap(
+    windows: Sequence[WindowLosses],
     statistic: Callable[[dict[str, np.ndarray]], np.ndarray],
     *,
     n_boot: int = 1000,
     seed: int = 0,
-) -> np.ndarray:
-    """Bootstrap draws of ``statistic`` over users.
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap draws of ``statistic`` with seeds and users resampled together.
 
     Args:
-        users: ``[N]`` user id of each test row.
-        losses: name → ``[S, N]`` per-row losses of each seed (or ``[N]`` for one seed).
-        statistic: maps name → ``[n_boot, S]`` mean losses to ``[n_boot, S]`` values, e.g.
-            a transfer ratio; the draws are averaged over seeds.
+        windows: each window's rows and per-run values.
+        statistic: maps name → ``[n_boot, S]`` mean values (each run on each draw of the
+            window's users) to ``[n_boot, S]`` figures, e.g. a transfer ratio.
 
     Returns:
-        ``[n_boot]`` seed-mean values of the statistic, one per draw of users.
+        ``([n_boot] draws of the mean over windows, [n_windows, n_boot] each window's)``.
+        Each window's draw is the mean of its figure over a draw of its runs with
+        replacement.
     """
-    row_user, w = user_weights(users, n_boot, seed)
-    n_users = w.shape[1]
-    counts = np.bincount(row_user, minlength=n_users).astype(np.float64)
-    rows_per_draw = w @ counts  # [B]
-    means = {}
-    for name, loss in losses.items():
-        arr = np.atleast_2d(np.asarray(loss, dtype=np.float64))  # [S, N]
-        per_user = np.stack([np.bincount(row_user, weights=a, minlength=n_users) for a in arr])
-        means[name] = (w @ per_user.T) / rows_per_draw[:, None]  # [B, S]
-    return np.asarray(statistic(means), dtype=np.float64).mean(axis=1)
+    rng = np.random.default_rng(seed)
+    per_window = []
+    for k, w in enumerate(windows):
+        row_user, weights = user_weights(w.users, n_boot, seed + 1 + k)
+        n_users = weights.shape[1]
+        counts = np.bincount(row_user, minlength=n_users).astype(np.float64)
+        rows_per_draw = weights @ counts  # [B]
+        means = {}
+        for name, values in w.losses.items():
+            arr = np.atleast_2d(np.asarray(values, dtype=np.float64))  # [S, N]
+            per_user = np.stack([np.bincount(row_user, weights=a, minlength=n_users) for a in arr])
+            means[name] = (weights @ per_user.T) / rows_per_draw[:, None]  # [B, S]
+        figures = np.asarray(statistic(means), dtype=np.float64)  # [B, S]
+        runs = rng.integers(0, figures.shape[1], size=figures.shape)  # seeds, with replacement
+        per_window.append(np.take_along_axis(figures, runs, axis=1).mean(axis=1))
+    stacked = np.stack(per_window)
+    return stacked.mean(axis=0), stacked
 
 
 def transfer_ratios(vm: np.ndarray, x: np.ndarray, fm: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The same seed gives the same numbers: one seed of the report on the tiny fake MovieLens."""
+"""The same run gives the same numbers: runs of the report on the tiny fake MovieLens."""
 
 import numpy as np
 import pytest
@@ -7,8 +7,9 @@ from solaris.config import SolarisConfig
 from solaris.examples.movielens.exposure import exposure_features
 from solaris.examples.movielens.features import FeatureContext
 from solaris.examples.movielens.report.aggregate import summarise
+from solaris.examples.movielens.report.claims import claims
 from solaris.examples.movielens.report.render import markdown, plots
-from solaris.examples.movielens.report.run import bounds, run_seeds
+from solaris.examples.movielens.report.run import bounds, run_windows
 from solaris.examples.movielens.report.seed import run_seed
 from solaris.examples.movielens.report.settings import ReportSettings
 from solaris.examples.movielens.report.shortfalls import shortfalls
@@ -16,9 +17,12 @@ from solaris.examples.movielens.requests import build_request_log
 
 SMALL = ReportSettings(
     seeds=(0,),
+    windows=2,
+    test_share=0.1,
+    vm_history=3,
     kd_grid=(0.0, 1.0),
     n_inits=2,
-    coverages=(0.5, 1.0),
+    coverages=(0.2, 0.5, 1.0),
     shares=(0.05, 0.2),
     curve_shares=(0.2,),
     snapshot_minutes=(60.0,),
@@ -42,11 +46,11 @@ def tiny_setup(tiny_ml, tmp_path):
     return log, FeatureContext.from_config(tiny_ml, cfg.model), cfg
 
 
-def test_same_seed_gives_the_same_report_numbers(tiny_setup):
+def test_same_run_gives_the_same_report_numbers(tiny_setup):
     log, ctx, cfg = tiny_setup
     features = exposure_features(log, cadence_seconds=CADENCE)
-    a = run_seed(0, log, ctx, cfg, SMALL, features)
-    b = run_seed(0, log, ctx, cfg, SMALL, features)
+    a = run_seed(0, 1, log, ctx, cfg, SMALL, features)
+    b = run_seed(0, 1, log, ctx, cfg, SMALL, features)
     assert a["table1"] == b["table1"]
     assert a["sweeps"] == b["sweeps"]
     assert a["curve"] == b["curve"]
@@ -55,24 +59,30 @@ def test_same_seed_gives_the_same_report_numbers(tiny_setup):
             np.testing.assert_array_equal(loss, b["row_losses"][task][name])
     summary = summarise([a], SMALL.n_boot)
     assert set(summary["table1"]) == {"like", "dislike", "neutral"}
-    assert summary["transfer_ratio"]["neutral"]["VM+KD"]["user_bootstrap_ci95"] is not None
+    assert summary["transfer_ratio"]["neutral"]["VM+KD"]["ci95"] is not None
     assert "VM+z (100% offline) − VM+FM logits" in summary["transfer_ratio"]["neutral"]
     np.testing.assert_equal(a["selector_auc"], b["selector_auc"])  # NaN on tiny data
     assert a["tier_coverage"] == b["tier_coverage"]
 
 
-def test_one_tiny_seed_renders_every_section_of_the_report(tiny_setup, tmp_path):
+def test_runs_in_two_windows_render_every_section_of_the_report(tiny_setup, tmp_path):
     log, ctx, cfg = tiny_setup
-    result = run_seed(0, log, ctx, cfg, SMALL, exposure_features(log, cadence_seconds=CADENCE))
-    summary = summarise([result], SMALL.n_boot)
+    features = exposure_features(log, cadence_seconds=CADENCE)
+    runs = [run_seed(0, w, log, ctx, cfg, SMALL, features) for w in (0, 1)]
+    assert runs[0]["split"]["test_end"] == runs[1]["split"]["val_end"]  # consecutive
+    assert runs[1]["split"]["test_end"] is None  # the last window ends with the log
+    summary = summarise(runs, SMALL.n_boot)
+    assert [w["window"] for w in summary["windows"]] == [0, 1]
     summary["bounds"] = bounds(log, cfg, SMALL)
     summary["shortfalls"] = shortfalls(summary)
+    summary["claims"] = claims(summary)
     prov = {
         "git_revision": "abc",
         "git_dirty": False,
         "recbole_version": "1.2.1",
         "data_sha256": {},
         "seeds": [0],
+        "windows": 2,
         "runtime_s": 1.0,
         "cpus": 2,
         "torch": "x",
@@ -83,6 +93,9 @@ def test_one_tiny_seed_renders_every_section_of_the_report(tiny_setup, tmp_path)
     }
     text = markdown(summary, prov)
     for heading in (
+        "## What holds, and what does not",
+        "## Windows",
+        "## The paper's comparison, row by row",
         "## Headline",
         "## Table 1 analogue",
         "## Transfer ratio",
@@ -97,12 +110,12 @@ def test_one_tiny_seed_renders_every_section_of_the_report(tiny_setup, tmp_path)
     assert len(plots(summary, tmp_path)) == 4
 
 
-def test_seeds_run_in_processes_give_the_numbers_of_one_process(tiny_setup):
+def test_runs_in_processes_give_the_numbers_of_one_process(tiny_setup):
     log, ctx, cfg = tiny_setup
     features = exposure_features(log, cadence_seconds=CADENCE)
-    both = SMALL.model_copy(update={"seeds": (0, 1), "processes": 2})
-    parallel = run_seeds(log, ctx, cfg, both, features)
-    serial = run_seeds(log, ctx, cfg, both.model_copy(update={"processes": 1}), features)
+    both = SMALL.model_copy(update={"seeds": (0, 1), "windows": 1, "processes": 2})
+    parallel = run_windows(log, ctx, cfg, both, features)
+    serial = run_windows(log, ctx, cfg, both.model_copy(update={"processes": 1}), features)
     assert [r["seed"] for r in parallel] == [0, 1]
     for p, s in zip(parallel, serial, strict=True):
         for task, variants in s["table1"].items():

@@ -1,29 +1,30 @@
-from solaris.examples.movielens.report.shortfalls import KD, LOGITS, PLACEBOS, Z, _transfer
+from solaris.examples.movielens.report.shortfalls import KD, PLACEBOS, _transfer
 
 
-def _row(mean: float, seed_half: float, user_half: float) -> dict:
-    return {
-        "mean": mean,
-        "seed_ci95": [mean - seed_half, mean + seed_half],
-        "user_bootstrap_ci95": [mean - user_half, mean + user_half],
-    }
+def _row(mean: float, half: float) -> dict:
+    return {"mean": mean, "ci95": [mean - half, mean + half]}
 
 
-def _summary(kd: dict) -> dict:
-    rows = {KD: kd, Z: _row(0.6, 0.05, 0.2)}
-    rows.update({name: _row(0.0, 0.05, 0.05) for name in PLACEBOS})
-    rows.update({f"{Z} − {other}": _row(0.2, 0.05, 0.05) for other in (LOGITS, KD)})
+def _summary(placebo: dict) -> dict:
+    rows = {KD: _row(0.4, 0.25)}
+    rows.update({name: placebo for name in PLACEBOS})
     return {"transfer_ratio": {"like": rows}}
 
 
-def test_a_stable_distillation_tr_is_not_a_shortfall():
-    assert _transfer(_summary(_row(0.4, 0.08, 0.09))) == []
+def test_distillation_is_quoted_with_its_joint_half_width():
+    out = _transfer(_summary(_row(0.0, 0.05)))
+    assert out == [
+        "On like the distillation TR is 40% [15, 65]: ±25 pp over seeds and users together, "
+        "wider than any interval over one of them."
+    ]
 
 
-def test_distillation_shortfalls_name_the_seed_and_the_user_interval_apart():
-    seed_wide = _transfer(_summary(_row(0.4, 0.15, 0.09)))
-    assert len(seed_wide) == 1 and "seed interval is ±15.0 pp" in seed_wide[0]
-    user_wide = _transfer(_summary(_row(0.4, 0.08, 0.25)))
-    assert len(user_wide) == 1
-    assert "±8.0 pp over seeds but ±25.0 pp over users" in user_wide[0]
-    assert "z's own user interval there is ±20.0 pp" in user_wide[0]
+def test_a_placebo_whose_interval_holds_zero_is_not_a_shortfall():
+    assert len(_transfer(_summary(_row(0.2, 0.3)))) == 1
+
+
+def test_a_placebo_away_from_zero_is_named_with_its_sign():
+    above = _transfer(_summary(_row(0.3, 0.1)))
+    assert any("Placebo above 0 on like" in x for x in above)
+    below = _transfer(_summary(_row(-0.3, 0.1)))
+    assert any("Placebo below 0 on like" in x for x in below)

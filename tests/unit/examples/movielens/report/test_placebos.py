@@ -1,0 +1,60 @@
+"""The causal placebo and the user control: every donor code is as of the row's time or
+earlier, and comes from another user (placebo) or the same user and part (control)."""
+
+import numpy as np
+import pandas as pd
+
+from solaris.examples.movielens.report.experiments import (
+    VMRows,
+    earlier_code_of_other_user,
+    earlier_code_of_same_user,
+)
+from solaris.examples.movielens.report.tiers import Tier
+
+
+def _rows(n: int = 400, seed: int = 0) -> tuple[VMRows, Tier]:
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, 10_000, n))
+    part = np.where(ts < 6_000, "train", np.where(ts < 8_000, "val", "test"))
+    frame = pd.DataFrame(
+        {"user_id": rng.integers(1, 12, n), "item_id": rng.integers(1, 50, n), "ts": ts}
+    ).assign(part=part)
+    # Each row's code is its own index, so a donor can be read back from the code.
+    z = np.repeat(np.arange(n, dtype=np.float32)[:, None], 3, axis=1)
+    return VMRows(frame), Tier(z, np.ones(n, bool))
+
+
+def test_another_users_code_is_causal_and_never_the_users_own():
+    rows, codes = _rows()
+    placebo = earlier_code_of_other_user(codes, rows, seed=3)
+    r = rows.rows
+    donor = placebo.z[placebo.present, 0].astype(int)
+    me = np.flatnonzero(placebo.present)
+    assert (r["ts"].to_numpy()[donor] <= r["ts"].to_numpy()[me]).all()
+    assert (r["user_id"].to_numpy()[donor] != r["user_id"].to_numpy()[me]).all()
+    assert placebo.present.mean() > 0.95  # only the very first rows lack a donor
+    assert (placebo.z[~placebo.present] == 0).all()
+
+
+def test_the_users_own_earlier_code_stays_in_the_user_and_part_and_is_causal():
+    rows, codes = _rows()
+    control = earlier_code_of_same_user(codes, rows, seed=3)
+    r = rows.rows
+    donor = control.z[control.present, 0].astype(int)
+    me = np.flatnonzero(control.present)
+    assert (donor != me).all()
+    assert (r["ts"].to_numpy()[donor] <= r["ts"].to_numpy()[me]).all()
+    assert (r["user_id"].to_numpy()[donor] == r["user_id"].to_numpy()[me]).all()
+    assert (r["part"].to_numpy()[donor] == r["part"].to_numpy()[me]).all()
+    # A user's first row in a part has no earlier row to borrow from.
+    first = ~r.duplicated(["user_id", "part"]).to_numpy()
+    assert not control.present[first].any()
+
+
+def test_the_donors_are_drawn_from_the_seed():
+    rows, codes = _rows()
+    a = earlier_code_of_other_user(codes, rows, seed=1)
+    b = earlier_code_of_other_user(codes, rows, seed=1)
+    c = earlier_code_of_other_user(codes, rows, seed=2)
+    np.testing.assert_array_equal(a.z, b.z)
+    assert not np.array_equal(a.z, c.z)

@@ -263,6 +263,7 @@ def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
     split = {
         "train_end": models.split.train_end,
         "val_end": models.split.val_end,
+        "test_end": models.split.test_end,
         "fm_version": models.fm_version,
         "vm_version": models.vm_version,
     }
@@ -290,7 +291,12 @@ def save_models(models: TrainedModels, folder: Path) -> dict[str, Path]:
 def load_split(folder: Path) -> TimeSplit:
     """The time split saved beside the checkpoints by ``save_models``."""
     saved = json.loads((folder / "split.json").read_text())
-    return TimeSplit(train_end=int(saved["train_end"]), val_end=int(saved["val_end"]))
+    end = saved.get("test_end")  # absent before rolling windows: the test ran to the end
+    return TimeSplit(
+        train_end=int(saved["train_end"]),
+        val_end=int(saved["val_end"]),
+        test_end=None if end is None else int(end),
+    )
 
 
 def load_models(folder: Path) -> tuple[FoundationModel, Autoencoder, VerticalModel, str]:

@@ -76,8 +76,8 @@ def table1(seeds: list[dict]) -> dict:
 
 def by_window(runs: list[dict]) -> list[list[dict]]:
     """The runs grouped by window, oldest window first."""
-    keys = sorted({r["window"] for r in runs})
-    return [[r for r in runs if r["window"] == k] for k in keys]
+    keys = sorted({r.get("window", 0) for r in runs})
+    return [[r for r in runs if r.get("window", 0) == k] for k in keys]
 
 
 def _ll(s: dict, task: str, name: str) -> np.float64:
@@ -317,6 +317,7 @@ def tier_value(seeds: list[dict], n_boot: int) -> dict:
         defined = real_ci[0] > 0  # a ratio to a gain that may be 0 or negative is noise
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio_draws = draws["imputed"] / draws["real"]
+        ratio_draws = ratio_draws[np.isfinite(ratio_draws)]
         ratios.append(
             {
                 "tier": name,
@@ -387,51 +388,68 @@ def sweeps(seeds: list[dict]) -> dict:
 
 
 def pool_distillation(seeds: list[dict]) -> list[dict]:
-    """The seeds with one distillation weight per task: the lowest validation log-loss
-    averaged over every seed and initialisation (never test). Chosen per seed, the weight
-    flips between neighbours whose validation losses differ by less than their noise, and
-    each flip moves that seed's TR: the spread then measures the choice, not the method.
-    Each seed's ``VM+KD`` figures become its fits at the pooled weight; its own choice is
-    kept as ``per_seed_choice``. Pure, and pooling pooled seeds changes nothing."""
+    """The runs with one distillation weight per task and window: the lowest validation
+    log-loss averaged over the window's runs and initialisations (never test). Each window
+    chooses on its own validation period only: the next window's validation period is this
+    window's test period, so a weight pooled over windows would be chosen partly on test.
+    Chosen per run, the weight flips between neighbours whose validation losses differ by
+    less than their noise, and each flip moves that run's TR: the spread then measures the
+    choice, not the method. Each run's ``VM+KD`` figures become its fits at its window's
+    weight; its own choice is kept as ``per_seed_choice``. Pure, and pooling pooled runs
+    changes nothing."""
     out = [{**s, "kd": dict(s["kd"]), "table1": dict(s["table1"])} for s in seeds]
     if "row_losses" in seeds[0]:
         for s in out:
             s["row_losses"] = dict(s["row_losses"])
+    windows = sorted({s.get("window", 0) for s in seeds})
     for task in seeds[0]["kd"]:
         weights = list(seeds[0]["kd"][task]["val_logloss"])
-        val = {w: float(np.mean([s["kd"][task]["val_logloss"][w] for s in seeds])) for w in weights}
-        best = min(val, key=val.__getitem__)
-        for s in out:
-            kd = s["kd"][task]
-            s["kd"][task] = {
-                **kd,
-                "per_seed_choice": kd.get("per_seed_choice", kd["chosen"]),
-                "chosen": float(best),
-                "at_edge": bool(float(best) == max(map(float, weights)) and float(best) > 0),
-                "pooled_val_logloss": val,
+        for window in windows:
+            mine = [k for k, s in enumerate(seeds) if s.get("window", 0) == window]
+            val = {
+                w: float(np.mean([seeds[k]["kd"][task]["val_logloss"][w] for k in mine]))
+                for w in weights
             }
-            s["table1"][task] = {**s["table1"][task], "VM+KD": s["kd_scores"][task][best]}
-            if "row_losses" in s:
-                s["row_losses"][task] = {
-                    **s["row_losses"][task],
-                    "VM+KD": s["kd_row_losses"][task][best],
+            best = min(val, key=val.__getitem__)
+            for k in mine:
+                s = out[k]
+                kd = s["kd"][task]
+                s["kd"][task] = {
+                    **kd,
+                    "per_seed_choice": kd.get("per_seed_choice", kd["chosen"]),
+                    "chosen": float(best),
+                    "at_edge": bool(float(best) == max(map(float, weights)) and float(best) > 0),
+                    "pooled_val_logloss": val,
                 }
+                s["table1"][task] = {**s["table1"][task], "VM+KD": s["kd_scores"][task][best]}
+                if "row_losses" in s:
+                    s["row_losses"][task] = {
+                        **s["row_losses"][task],
+                        "VM+KD": s["kd_row_losses"][task][best],
+                    }
     return out
 
 
 def kd_choices(seeds: list[dict]) -> dict:
-    """The pooled distillation weight per task (:func:`pool_distillation`'d seeds)."""
-    return {
-        task: {
-            "chosen": seeds[0]["kd"][task]["chosen"],
-            "at_edge": seeds[0]["kd"][task]["at_edge"],
-            "per_seed_choice": [s["kd"][task]["per_seed_choice"] for s in seeds],
+    """The distillation weight per task and window (:func:`pool_distillation`'d runs)."""
+    out = {}
+    for task in seeds[0]["kd"]:
+        per_window = [
+            {
+                "window": w[0].get("window", 0),
+                "chosen": w[0]["kd"][task]["chosen"],
+                "at_edge": w[0]["kd"][task]["at_edge"],
+                "val_logloss": w[0]["kd"][task]["pooled_val_logloss"],
+                "per_seed_choice": [s["kd"][task]["per_seed_choice"] for s in w],
+            }
+            for w in by_window(seeds)
+        ]
+        out[task] = {
+            "by_window": per_window,
             "n_inits": seeds[0]["kd"][task]["n_inits"],
             "n_runs": len(seeds),
-            "val_logloss": seeds[0]["kd"][task]["pooled_val_logloss"],
         }
-        for task in seeds[0]["kd"]
-    }
+    return out
 
 
 def windows(seeds: list[dict]) -> list[dict]:

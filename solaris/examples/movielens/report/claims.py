@@ -9,6 +9,8 @@ reports' claims are re-tested the same way.
 
 from __future__ import annotations
 
+import math
+
 from solaris.examples.movielens.report.seed import BLIND, CAUSAL_PLACEBO, SHUFFLED, USER_CONTROL
 
 __all__ = ["EARLIER", "claims"]
@@ -97,7 +99,9 @@ def _task(s: dict, task: str, holds: list[str], not_: list[str]) -> None:
             no.append(f"{label} is {verdict}: {_pp(f)}")
     placebo = tr[CAUSAL_PLACEBO]
     lo, hi = _interval(placebo)
-    if lo <= 0 <= hi:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        no.append(f"the causal placebo has no defined interval: {_pct(placebo)}")
+    elif lo <= 0 <= hi:
         yes.append(f"the causal placebo transfers {_pct(placebo)}, as a null should")
     else:
         no.append(f"the causal placebo is not null: {_pct(placebo)}")
@@ -129,7 +133,12 @@ def _earlier(s: dict) -> list[str]:
         f"“{EARLIER['z']}”: {_verdict(z_holds)}. Against the user-aware VM z transfers "
         f"{_pct(like[Z])} on rating>=4 and {_pct(neutral[Z])} on rating==3; measured "
         f"against the user-aware VM, the user-blind VM's own TR is {_pct(like[BLIND])} on "
-        "rating>=4 (below zero: it is that much further from the FM).",
+        "rating>=4 ("
+        + (
+            "below zero: knowing the user closes that much of the gap to the FM)."
+            if like[BLIND]["mean"] < 0
+            else "not below zero: the user-aware VM is no closer to the FM)."
+        ),
         f"“{EARLIER['logits']}”: {_verdict(_above(logits))}; z − logits on rating==3 is "
         f"{_pp(logits)} over seeds and users together.",
         f"“{EARLIER['tiers']}”: against the user-aware VM the served tiers transfer "

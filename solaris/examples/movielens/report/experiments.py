@@ -366,10 +366,11 @@ def earlier_code_of_other_user(tier: Tier, rows: VMRows, seed: int) -> Tier:
 
 
 def earlier_code_of_same_user(tier: Tier, rows: VMRows, seed: int) -> Tier:
-    """Control (causal): each row gets the code of a random earlier row of the same user in
-    the same part (the shuffle within user without its future codes). What the codes say
-    about the user survives, what they say about the item does not; a user's first row has
-    no donor and is missing."""
+    """Control (causal): each row gets the code of a random other row of the same user in
+    the same part at or before its time (often another item of the same request: the
+    shuffle within user without its future codes). What the codes say about the user
+    survives, what they say about the item does not; a row with no such donor (a user's
+    first request of one item) is missing."""
     return _earlier_donor(rows, tier, seed, same_user=True)
 
 

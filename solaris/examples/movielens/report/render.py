@@ -252,9 +252,9 @@ def _windows(s: dict) -> list[str]:
         "## Windows",
         "",
         "Rolling origin: each window trains its FM on everything before its validation "
-        "period, its VMs on the last 30% of that, early-stops on its validation period and "
-        "is scored on its test period (UTC). Per-window means are printed oldest first "
-        "(`a / b / c`).",
+        "period, its VMs on the latest part of that (`train.vm_window_share`), early-stops "
+        "on its validation period and is scored on its test period (UTC). Per-window means "
+        "are printed oldest first (`a / b / c`).",
         "",
         _table(header, rows),
         "",
@@ -321,13 +321,17 @@ def _table1(s: dict) -> list[str]:
         rows = [[name, pm(v["logloss"]), pm(v["ne"]), pm(v["auc"])] for name, v in variants.items()]
         lines.append(_table(["model", "log-loss", "NE", "AUC"], rows))
         kd = s["kd"][task]
+        chosen = "; ".join(
+            f"window {w['window']}: λ = {w['chosen']:g}"
+            + (" (the top of the grid)" if w["at_edge"] else "")
+            + f", per run {w['per_seed_choice']}"
+            for w in kd["by_window"]
+        )
         lines += [
             "",
-            f"Distillation weight λ = {kd['chosen']:g}, chosen on validation log-loss averaged "
-            f"over {kd['n_runs']} runs × {kd['n_inits']} VM initialisations (λ = 0: no "
-            "distillation)"
-            + ("; it is the top of the grid, which may be too narrow" if kd["at_edge"] else "")
-            + f". Chosen per run it would have been {kd['per_seed_choice']}.",
+            "Distillation weight chosen per window on that window's validation log-loss, "
+            f"averaged over its runs × {kd['n_inits']} VM initialisations (λ = 0: no "
+            f"distillation): {chosen}.",
             "",
         ]
     return lines
@@ -343,8 +347,9 @@ def _tr(s: dict) -> list[str]:
         "",
         f"- `{CAUSAL_PLACEBO}`: each row gets the code of a random other user's row at or "
         "before its own time: causal, and about neither this user nor this item (a null).",
-        f"- `{USER_CONTROL}`: each row gets the code of a random earlier row of the same "
-        "user (causal): what the codes say about the user, not the item.",
+        f"- `{USER_CONTROL}`: each row gets the code of a random other row of the same user "
+        "at or before its time (often another item of the same request; causal): what the "
+        "codes say about the user, not the item.",
         f"- `{SHUFFLED}`: each user's codes permuted within the period, as the earlier "
         "reports did; about half of its rows get a code computed after the row, from a "
         "history that holds the row's own rating, so it is neither causal nor a null.",
@@ -608,7 +613,7 @@ def _selection(s: dict) -> list[str]:
         "test periods and every validation period were not looked at while designing it: "
         "they are the held-out evidence. The user-aware VM's inputs and the history length "
         "were fixed before any figure of it was seen; the distillation weight is chosen on "
-        "validation, pooled over runs.",
+        "each window's own validation period.",
         "",
         f"Recurrence (6 h): {100 * b['recurrence']:.1f}% (paper: {PAPER['recurrence']}); "
         f"with a prior request: {100 * b['recurrence_with_prior']:.1f}%. Retrieval recall "

@@ -35,7 +35,7 @@ def _transfer(s: dict) -> list[str]:
         out.append(
             f"On {task} the distillation TR is {100 * kd['mean']:.0f}% "
             f"{_ci(kd['ci95'])}: ±{100 * _half(kd['ci95']):.0f} pp over seeds and users "
-            "together, wider than any interval over one of them."
+            "together."
         )
         for name in PLACEBOS:
             p = rows[name]

@@ -12,10 +12,16 @@ from solaris.config import SolarisConfig
 from solaris.evaluation.metrics import log_loss
 from solaris.examples.movielens.data import MovieLens
 from solaris.examples.movielens.features import FeatureContext
-from solaris.examples.movielens.models.training import Examples, predict_proba, predict_vm
+from solaris.examples.movielens.models.training import (
+    Examples,
+    TimeSplit,
+    predict_proba,
+    predict_vm,
+)
 from solaris.examples.movielens.train import (
     TierInputs,
     load_models,
+    load_split,
     save_models,
     train_models,
     train_vm,
@@ -91,3 +97,11 @@ def test_trained_models_round_trip_through_checkpoints(tiny_ml: MovieLens, tmp_p
             impressions.user_id[:20], impressions.item_id[:20], impressions.ts[:20]
         )
         torch.testing.assert_close(vm(vbatch), models.vm(vbatch))
+
+
+def test_a_saved_split_reads_back_with_its_test_end_and_without_one(tmp_path):
+    (tmp_path / "split.json").write_text('{"train_end": 10, "val_end": 20, "test_end": 30}')
+    assert load_split(tmp_path) == TimeSplit(10, 20, 30)
+    # Saved before rolling windows: the test period ran to the end of the log.
+    (tmp_path / "split.json").write_text('{"train_end": 10, "val_end": 20}')
+    assert load_split(tmp_path) == TimeSplit(10, 20)

@@ -71,9 +71,10 @@ def test_infinite_weight_trains_on_soft_labels_alone_and_only_for_the_task_head(
 # --- the weight chosen over all seeds ---------------------------------------------------
 
 
-def _seed(val: dict[str, float], chosen: float) -> dict:
+def _seed(val: dict[str, float], chosen: float, window: int = 0) -> dict:
     weights = list(val)
     return {
+        "window": window,
         "kd": {"like": {"val_logloss": val, "chosen": chosen, "at_edge": False, "n_inits": 5}},
         "kd_scores": {"like": {w: {"logloss": float(w)} for w in weights}},
         "table1": {"like": {"VM": {"logloss": 1.0}, "VM+KD": {"logloss": chosen}}},
@@ -82,7 +83,7 @@ def _seed(val: dict[str, float], chosen: float) -> dict:
     }
 
 
-def test_one_distillation_weight_is_chosen_over_all_runs_on_validation():
+def test_one_distillation_weight_is_chosen_over_a_windows_runs_on_validation():
     # Seed a alone prefers 10, seed b alone 100; on the mean 100 wins (0.50 < 0.51).
     a = _seed({"0.0": 0.60, "10.0": 0.50, "100.0": 0.51}, chosen=10.0)
     b = _seed({"0.0": 0.60, "10.0": 0.52, "100.0": 0.49}, chosen=100.0)
@@ -93,8 +94,20 @@ def test_one_distillation_weight_is_chosen_over_all_runs_on_validation():
         np.testing.assert_array_equal(s["row_losses"]["like"]["VM+KD"], np.full(3, 100.0))
         assert s["kd"]["like"]["at_edge"]  # the largest weight of the grid won
     choices = kd_choices(pooled)["like"]
-    assert choices["per_seed_choice"] == [10.0, 100.0] and choices["n_runs"] == 2
+    assert choices["by_window"][0]["per_seed_choice"] == [10.0, 100.0]
+    assert choices["n_runs"] == 2
     # Pure and idempotent: the inputs keep their own choice; pooling again changes nothing.
     assert a["table1"]["like"]["VM+KD"] == {"logloss": 10.0} and a["kd"]["like"]["chosen"] == 10.0
     again = pool_distillation(pooled)
     assert kd_choices(again)["like"] == choices
+
+
+def test_each_window_chooses_its_weight_on_its_own_validation_period_only():
+    # The next window's validation period is this window's test period: a weight pooled
+    # over windows would be chosen partly on test. Window 0 prefers 10, window 1 prefers 100
+    # (and would outvote window 0 on a pooled mean).
+    w0 = _seed({"0.0": 0.60, "10.0": 0.50, "100.0": 0.51}, chosen=10.0, window=0)
+    w1 = _seed({"0.0": 0.60, "10.0": 0.70, "100.0": 0.30}, chosen=100.0, window=1)
+    pooled = pool_distillation([w0, w1])
+    assert [s["kd"]["like"]["chosen"] for s in pooled] == [10.0, 100.0]
+    assert [w["chosen"] for w in kd_choices(pooled)["like"]["by_window"]] == [10.0, 100.0]

@@ -14,8 +14,7 @@ def _summary(placebo: dict) -> dict:
 def test_distillation_is_quoted_with_its_joint_half_width():
     out = _transfer(_summary(_row(0.0, 0.05)))
     assert out == [
-        "On like the distillation TR is 40% [15, 65]: ±25 pp over seeds and users together, "
-        "wider than any interval over one of them."
+        "On like the distillation TR is 40% [15, 65]: ±25 pp over seeds and users together."
     ]
 
 

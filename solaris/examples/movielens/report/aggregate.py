@@ -10,6 +10,8 @@ import pandas as pd
 from solaris.evaluation.metrics import summarize
 from solaris.examples.movielens.report.coverage import equal_cost_coverage
 from solaris.examples.movielens.report.seed import (
+    BLIND,
+    BLIND_Z,
     CAUSAL_PLACEBO,
     TR_VARIANTS,
     USER_CONTROL,
@@ -22,6 +24,7 @@ from solaris.examples.movielens.report.stats import (
 )
 
 __all__ = [
+    "BLIND_TR",
     "PAIRED",
     "by_window",
     "curve",
@@ -39,6 +42,7 @@ __all__ = [
 ]
 
 Z, TIERS = "VM+z (100% offline)", "VM+SOLARIS tiers (served)"
+BLIND_TR = "z on the user-blind VM, against it (before)"
 # Paired TR differences (a − b), each with its joint interval.
 # z − the user's own earlier code: what the code says about the item beyond what it says
 # about the user (causally); tiers − another user's code: the served tiers against the null.
@@ -84,8 +88,8 @@ def _ll(s: dict, task: str, name: str) -> np.float64:
     return np.float64(s["table1"][task][name]["logloss"])
 
 
-def _tr(s: dict, task: str, name: str) -> float:
-    return float(transfer_ratios(_ll(s, task, "VM"), _ll(s, task, name), _ll(s, task, "FM")))
+def _tr(s: dict, task: str, name: str, vm: str = "VM") -> float:
+    return float(transfer_ratios(_ll(s, task, vm), _ll(s, task, name), _ll(s, task, "FM")))
 
 
 def _row_losses(runs: list[dict], key: str, pick, **columns: str) -> list[WindowLosses]:
@@ -136,6 +140,13 @@ def transfer(seeds: list[dict], n_boot: int) -> dict:
             out[task][f"{a} − {b}"] = _figure(
                 seeds, lambda s, a=a, b=b, t=task: _tr(s, t, a) - _tr(s, t, b), boot
             )
+        # The earlier reports' figure: z on the user-blind VM, against the user-blind VM.
+        boot, _ = joint_bootstrap(
+            losses(vm=BLIND, x=BLIND_Z, fm="FM"),
+            lambda m: transfer_ratios(m["vm"], m["x"], m["fm"]),
+            n_boot=n_boot,
+        )
+        out[task][BLIND_TR] = _figure(seeds, lambda s, t=task: _tr(s, t, BLIND_Z, vm=BLIND), boot)
     return out
 
 

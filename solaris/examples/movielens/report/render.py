@@ -439,7 +439,8 @@ def _curve(s: dict) -> list[str]:
         "codes serving had (selection and staleness). The near-line rows select as serving "
         "logs the request (codes usable seconds later); with refresh on activity a code the "
         "user's requests have passed is selected again, on a refresh budget beside the "
-        "selection's (the FM passes column counts both).",
+        "selection's (the FM passes column counts both). The near-line rows are the latest "
+        "window's runs only; every other row is over every run.",
         "",
         "![coverage curve](coverage_curve.png)",
         "",
@@ -622,6 +623,11 @@ def _selection(s: dict) -> list[str]:
         "",
         "![selection](selection_share.png) ![cost](coverage_vs_cost.png) "
         "![cadence](coverage_vs_cadence.png)",
+        "",
+        "The share sweep is over every run. The TTL, cadence, near-line and activity-aware "
+        "TTL sweeps are over the latest window's runs only (`ReportSettings.sweep_windows`: "
+        "the cost curves barely move between windows), and the recall bounds and the "
+        "recurrence are the latest window's test period.",
         "",
     ]
     for sweep, unit, bound in (

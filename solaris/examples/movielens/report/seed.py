@@ -54,6 +54,7 @@ from solaris.pipeline.embed import encode_pairs
 
 __all__ = [
     "BLIND",
+    "BLIND_Z",
     "CAUSAL_PLACEBO",
     "SHUFFLED",
     "TIER_SETS",
@@ -73,6 +74,8 @@ TIER_SETS = {
     "all": ("pair", "nbr", "uagg", "iagg"),
 }
 BLIND = "VM user-blind (before)"
+# The earlier reports' z row: z on the user-blind VM (its TR is taken against BLIND).
+BLIND_Z = "VM user-blind+z (before)"
 CAUSAL_PLACEBO = "placebo: another user's earlier code"
 USER_CONTROL = "control: the user's own earlier code"
 SHUFFLED = "placebo: z shuffled within user (not causal)"
@@ -308,6 +311,8 @@ def run_seed(
         )
     split = window_split(log, window, cfg, st)
     log = log_until(log, split.test_end)  # nothing after the window's test period
+    # The cost curves (TTL, cadence, activity-aware TTL, near-line) in the latest windows only.
+    sweeps_here = window >= st.windows - st.sweep_windows
     features = features.iloc[: len(log.candidates)]
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"seed": seed})})
     tasks = (st.own_task, *st.unseen_tasks)
@@ -336,13 +341,13 @@ def run_seed(
         eval_from=split.val_end,
         seed=seed,
         shares=st.shares,
-        ttls_hours=st.ttls_hours,
-        cadences_minutes=st.cadences_minutes,
+        ttls_hours=st.ttls_hours if sweeps_here else (),
+        cadences_minutes=st.cadences_minutes if sweeps_here else (),
         base_share=st.base_share,
         base_ttl_hours=st.base_ttl_hours,
         base_cadence_minutes=st.base_cadence_minutes,
-        activity_powers=st.activity_powers,
-        nearline_seconds=st.nearline_seconds,
+        activity_powers=st.activity_powers if sweeps_here else (),
+        nearline_seconds=st.nearline_seconds if sweeps_here else None,
         hits_from=split.train_end,
     )
     selection_hits = _period_hits(share_hits, log.candidates, split)
@@ -396,6 +401,7 @@ def run_seed(
         kd = distillation_sweep(runner, task, t_probs, mode, st.kd_grid, st.n_inits)
         fits = {"VM": kd.pop("vm_test"), "VM+KD": kd.pop("test")}
         fits[BLIND] = blind.test_probs(task, n)
+        fits[BLIND_Z] = blind.test_probs(task, n, [offline])
         by_weight = kd.pop("test_by_weight")
         kd_scores[task] = {w: init_scores(y, p) for w, p in by_weight.items()}
         kd_row_losses[task] = {w: init_row_losses(y, p) for w, p in by_weight.items()}
@@ -409,7 +415,7 @@ def run_seed(
             fits[name] = runner.test_probs(task, n, [tier])
         table1[task] = {"FM": scores(y, p_fm[task])}
         row_losses[task] = {"FM": row_log_loss(y, p_fm[task])}
-        for name in ("VM", *TR_VARIANTS):
+        for name in ("VM", *TR_VARIANTS, BLIND_Z):
             table1[task][name] = init_scores(y, fits[name])
             row_losses[task][name] = init_row_losses(y, fits[name])
         bar.update()
@@ -443,13 +449,15 @@ def run_seed(
     # the user's requests; each request refreshes its best stale codes on a budget of its own).
     replays = [("", share, by_share[share]) for share in st.curve_shares]
     k = st.refresh_after_requests
-    paths: list[tuple[str, dict]] = [("near-line ", {})] + [
-        (
-            f"near-line + refresh after {k} request(s) on {r:.0%}, ",
-            {"refresh_after_requests": k, "refresh_share": r},
-        )
-        for r in st.refresh_shares
-    ]
+    paths: list[tuple[str, dict]] = []
+    if sweeps_here:
+        paths = [("near-line ", {})] + [
+            (
+                f"near-line + refresh after {k} request(s) on {r:.0%}, ",
+                {"refresh_after_requests": k, "refresh_share": r},
+            )
+            for r in st.refresh_shares
+        ]
     for path, refresh in paths:
         nearline = replay(
             log.candidates,

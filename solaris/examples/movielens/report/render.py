@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib
 
+from solaris.examples.movielens.report.aggregate import FM_GAP, FM_GAP_BLIND
 from solaris.examples.movielens.report.seed import BLIND, CAUSAL_PLACEBO, SHUFFLED, USER_CONTROL
 from solaris.files import atomic_write
 
@@ -60,6 +61,11 @@ def _windows_cell(tr: dict, digits: int = 1) -> str:
 
 def _ci(ci: list[float], scale: float = 100.0, digits: int = 1) -> str:
     return f"[{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]"
+
+
+def _gain_ci(x: dict) -> str:
+    """A gain in units of 1e-3 log-loss with its joint interval."""
+    return f"{1000 * x['mean']:.2f} {_ci(x['ci95'], 1000, 2)}"
 
 
 def _gain(x: dict) -> str:
@@ -342,8 +348,10 @@ def _tr(s: dict) -> list[str]:
         "## Transfer ratio TR = (LL_VM − LL_X) / (LL_VM − LL_FM)",
         "",
         "`VM` is the user-aware VM. Intervals: the joint seed × user bootstrap over every "
-        "window; `a − b` rows are paired differences of TR on the same draws. The windows "
-        "column is each window's mean, oldest first.",
+        "window; `a − b` rows are paired differences on the same draws (of TR, and in the "
+        "gain column of log-loss: how much lower `a`'s is than `b`'s). The windows column is "
+        "each window's mean TR, oldest first. The gain column is `LL_VM − LL_X` (for the "
+        "last row, over the user-blind VM).",
         "",
         f"- `{CAUSAL_PLACEBO}`: each row gets the code of a random other user's row at or "
         "before its own time: causal, and about neither this user nor this item (a null).",
@@ -357,11 +365,32 @@ def _tr(s: dict) -> list[str]:
         "trained autoencoder.",
         "",
     ]
+    gaps = "; ".join(
+        f"{TASK_LABEL.get(t, t)} {_gain_ci(g[FM_GAP])} over the VM, {_gain_ci(g[FM_GAP_BLIND])} "
+        "over the user-blind VM"
+        for t, g in s["gain"].items()
+    )
+    lines += [
+        "The FM's log-loss advantage left (×1e-3, joint 95%), the denominator of every TR: "
+        f"{gaps}. Where it is small a TR is a ratio of two small numbers and its interval is "
+        "wide; the gain column has no denominator, and the report's claims are decided on it.",
+        "",
+    ]
     rows = []
     for task in s["transfer_ratio"]:
         for name, tr in s["transfer_ratio"][task].items():
-            rows.append([TASK_LABEL.get(task, task), name, _tr_cell(tr), _windows_cell(tr)])
-    lines.append(_table(["VM task", "variant", "TR [joint 95%]", "windows (%)"], rows))
+            g = s["gain"][task].get(name)
+            rows.append(
+                [
+                    TASK_LABEL.get(task, task),
+                    name,
+                    _tr_cell(tr),
+                    _windows_cell(tr),
+                    "" if g is None else _gain_ci(g),
+                ]
+            )
+    header = ["VM task", "variant", "TR [joint 95%]", "windows (%)", "gain (×1e-3) [joint 95%]"]
+    lines.append(_table(header, rows))
     lines += [
         "",
         "On the FM's own task a lossless `z` carries the FM's prediction, so that row is a "

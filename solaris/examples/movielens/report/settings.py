@@ -35,9 +35,9 @@ class ReportSettings(BaseModel):
     n_inits: int = Field(3, ge=1)
     # Random-masking coverages; 0.2 → 0.5 and 0.6 → 1.0 are the paper's Table 2 steps.
     coverages: tuple[float, ...] = (0.2, 0.5, 0.6, 0.8, 1.0)
-    shares: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5)
+    shares: tuple[float, ...] = (0.05, 0.2, 0.5)
     # Shares whose real misses are also fitted by a VM (Table 2); the others are replays only.
-    curve_shares: tuple[float, ...] = (0.05, 0.2, 0.5)
+    curve_shares: tuple[float, ...] = (0.05, 0.2)
     ttls_hours: tuple[float, ...] = (1.0, 3.0, 6.0, 12.0, 24.0, 48.0)
     cadences_minutes: tuple[float, ...] = (5.0, 15.0, 60.0, 360.0, 1440.0)
     # The near-line path beside the cadences: codes usable this long after the request (the

@@ -163,6 +163,7 @@ class FeatureContext:
     def spec(self, model: str, vm_history: int = 0) -> FeatureSpec:
         """The ``FeatureSpec`` of ``model`` ("fm" or "vm"); for the VM, ``vm_history > 0`` is
         the user-aware VM of :meth:`vm_batch`."""
+        dense: tuple[str, ...]
         if model == "fm":
             dense, history = FM_DENSE, self.history_len
         else:

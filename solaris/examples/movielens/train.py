@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -131,7 +131,7 @@ def train_vm(
     task: str | None = None,
     distill: Distillation | None = None,
     history: int = 0,
-) -> tuple[VerticalModel, dict]:
+) -> tuple[VerticalModel, dict[str, Any]]:
     """Train a VM on its own features and, when ``tiers`` (train, val) are given, on the
     SOLARIS tiers with feature dropout at ``cfg.train.vm_tier_coverage``.
 
@@ -144,7 +144,7 @@ def train_vm(
     """
     task = task or cfg.model.tasks[0]
     n_tiers = 0 if tiers is None else tiers[0].z.shape[1]
-    init = {
+    init: dict[str, Any] = {
         "spec": ctx.spec("vm", history),
         "n_tiers": n_tiers,
         "z_dim": cfg.model.z_dim,

@@ -4,6 +4,8 @@ interval (:func:`solaris.examples.movielens.report.stats.joint_bootstrap`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -57,20 +59,20 @@ PAIRED = (
 )
 
 
-def _ms(values) -> dict:
+def _ms(values) -> dict[str, Any]:
     mean, std = summarize(list(values))
     return {"mean": mean, "std": std}
 
 
-def _ms_defined(values) -> dict:
+def _ms_defined(values) -> dict[str, Any]:
     """:func:`_ms` where every value is defined, else NaN (a figure the data cannot give,
     e.g. an AUC with one class in the labels)."""
     vals = list(values)
     return _ms(vals) if np.isfinite(vals).all() else {"mean": np.nan, "std": np.nan}
 
 
-def table1(seeds: list[dict]) -> dict:
-    out: dict = {}
+def table1(seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for task, variants in seeds[0]["table1"].items():
         out[task] = {
             name: {
@@ -81,21 +83,21 @@ def table1(seeds: list[dict]) -> dict:
     return out
 
 
-def by_window(runs: list[dict]) -> list[list[dict]]:
+def by_window(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """The runs grouped by window, oldest window first."""
     keys = sorted({r.get("window", 0) for r in runs})
     return [[r for r in runs if r.get("window", 0) == k] for k in keys]
 
 
-def _ll(s: dict, task: str, name: str) -> np.float64:
+def _ll(s: dict[str, Any], task: str, name: str) -> np.float64:
     return np.float64(s["table1"][task][name]["logloss"])
 
 
-def _tr(s: dict, task: str, name: str, vm: str = "VM") -> float:
+def _tr(s: dict[str, Any], task: str, name: str, vm: str = "VM") -> float:
     return float(transfer_ratios(_ll(s, task, vm), _ll(s, task, name), _ll(s, task, "FM")))
 
 
-def _row_losses(runs: list[dict], key: str, pick, **columns: str) -> list[WindowLosses]:
+def _row_losses(runs: list[dict[str, Any]], key: str, pick, **columns: str) -> list[WindowLosses]:
     """Each window's :class:`WindowLosses` of per-row arrays ``pick(run[key])[column]``."""
     return [
         WindowLosses(
@@ -106,18 +108,18 @@ def _row_losses(runs: list[dict], key: str, pick, **columns: str) -> list[Window
     ]
 
 
-def _figure(runs: list[dict], per_run, draws: np.ndarray) -> dict:
+def _figure(runs: list[dict[str, Any]], per_run, draws: np.ndarray) -> dict[str, Any]:
     """``per_run(run)`` of every run, with its estimate and the bootstrap ``draws``."""
     values = [[per_run(s) for s in w] for w in by_window(runs)]
     flat = [v for w in values for v in w]
     return {"per_run": flat, **estimate(values, draws).as_dict()}
 
 
-def transfer(seeds: list[dict], n_boot: int) -> dict:
+def transfer(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     """TR per task and variant, and the paired differences :data:`PAIRED`: per-run values,
     each window's mean and the joint seed × user interval (the same draws for every
     variant, so paired differences are paired)."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for task in seeds[0]["table1"]:
         out[task] = {}
 
@@ -156,16 +158,16 @@ def transfer(seeds: list[dict], n_boot: int) -> dict:
 FM_GAP, FM_GAP_BLIND = "FM", "FM over the user-blind VM"
 
 
-def gains(seeds: list[dict], n_boot: int) -> dict:
+def gains(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     """Log-loss gains with joint intervals: the FM's advantage left over the VM (``FM``),
     each variant's gain over the VM, the paired differences :data:`PAIRED` as gains
     (``a − b`` = how much lower ``a``'s log-loss is than ``b``'s), and the earlier reports'
     two (z's gain and the FM's advantage over the user-blind VM). Unlike a TR, a gain has
     no denominator, so it stays well defined where the VM is nearly as good as the FM."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for task in seeds[0]["table1"]:
 
-        def gain(base: str, x: str, _task: str = task) -> dict:
+        def gain(base: str, x: str, _task: str = task) -> dict[str, Any]:
             boot, _ = joint_bootstrap(
                 _row_losses(seeds, "row_losses", lambda r: r[_task], b=base, x=x),
                 lambda m: m["b"] - m["x"],
@@ -181,7 +183,7 @@ def gains(seeds: list[dict], n_boot: int) -> dict:
     return out
 
 
-def selection(seeds: list[dict], n_boot: int) -> dict:
+def selection(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     """Per selector: AUC against the oracle label (within a request, pooled) and, per
     budget, on the validation and the test period, the share of the random → oracle
     coverage gap it closes, with the joint seed × user interval."""
@@ -195,20 +197,22 @@ def selection(seeds: list[dict], n_boot: int) -> dict:
     }
     shares = sorted(seeds[0]["selection_hits"]["test"]["hits"]["random"])
 
-    def closed(m: dict) -> np.ndarray:
+    def closed(m: dict[str, Any]) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             return (m["x"] - m["y"]) / (m["o"] - m["r"])
 
     # (row, selector, baseline): a selector's gap closed is (x − random) / (oracle −
     # random); the paired row is the verifier's lead over retrieval in the same unit.
     rows = [(n, n, "random") for n in names] + [("verifier − retrieval", "verifier", "retrieval")]
-    gap: dict = {"val": {}, "test": {}}
+    gap: dict[str, Any] = {"val": {}, "test": {}}
     for part in gap:
         for row, sel, base in rows:
             gap[part][row] = []
             for share in shares:
 
-                def hits(s: dict, name: str, _p: str = part, _x: float = share) -> np.ndarray:
+                def hits(
+                    s: dict[str, Any], name: str, _p: str = part, _x: float = share
+                ) -> np.ndarray:
                     return s["selection_hits"][_p]["hits"][name][_x].astype(np.float64)
 
                 columns = (("x", sel), ("y", base), ("r", "random"), ("o", "oracle"))
@@ -221,7 +225,7 @@ def selection(seeds: list[dict], n_boot: int) -> dict:
                 ]
                 boot, _ = joint_bootstrap(windows, closed, n_boot=n_boot)
 
-                def one(s: dict, _h=hits, _c=columns) -> float:
+                def one(s: dict[str, Any], _h=hits, _c=columns) -> float:
                     m = {k: _h(s, name).mean() for k, name in _c}
                     return float(closed(m))
 
@@ -235,7 +239,7 @@ def selection(seeds: list[dict], n_boot: int) -> dict:
     }
 
 
-def curve(seeds: list[dict], n_boot: int) -> dict:
+def curve(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     """Table 2: gain vs coverage for random masking (fresh codes) and, per share, the
     replay's real misses with fresh codes and with the codes serving had; beside each real
     point, the random-masking gain interpolated at its coverage. The random ladder's gains
@@ -250,7 +254,7 @@ def curve(seeds: list[dict], n_boot: int) -> dict:
         for k, c in zip(real["run"], real["coverage"], strict=True)
     ]
 
-    def rel_gain(s: dict, target: str) -> float:
+    def rel_gain(s: dict[str, Any], target: str) -> float:
         vm = float(np.mean(s["tier_row_losses"]["vm"]))
         return (vm - float(np.mean(s["ladder_row_losses"][target]))) / vm
 
@@ -317,7 +321,7 @@ def curve(seeds: list[dict], n_boot: int) -> dict:
     }
 
 
-def tier_coverage(seeds: list[dict]) -> dict:
+def tier_coverage(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     """Coverage of the test rows per tier and rule (served, exact-time upper bound, ...),
     and the neighbour tier's diagnostics of pair misses."""
     df = pd.concat([pd.DataFrame(s["tier_coverage"]) for s in seeds])
@@ -330,7 +334,7 @@ def tier_coverage(seeds: list[dict]) -> dict:
     return {"rows": rows, "nbr_diagnostics": diag}
 
 
-def tier_value(seeds: list[dict], n_boot: int) -> dict:
+def tier_value(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     """Gain of each served tier set, and each imputed tier against the real code on the same
     rows: value ratio = mean gain imputed / mean gain real (means over runs), with joint
     intervals; the ratio is suppressed unless the real gain's interval is above 0."""
@@ -375,7 +379,7 @@ def tier_value(seeds: list[dict], n_boot: int) -> dict:
     return {"tiers": rows, "imputed_vs_real": ratios, "iagg_by_item": iagg}
 
 
-def dropout(seeds: list[dict]) -> dict:
+def dropout(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     names = list(seeds[0]["dropout"]["variants"])
     labels = ["no dropout", "dropout at served coverage", "trained on served misses"]
     return {
@@ -390,7 +394,7 @@ def dropout(seeds: list[dict]) -> dict:
     }
 
 
-def sweeps(seeds: list[dict]) -> dict:
+def sweeps(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     df = pd.concat([pd.DataFrame(s["sweeps"]).assign(run=k) for k, s in enumerate(seeds)])
     rows = [
         {
@@ -429,7 +433,7 @@ def sweeps(seeds: list[dict]) -> dict:
     return {"points": rows, "activity_ttl": activity}
 
 
-def pool_distillation(seeds: list[dict]) -> list[dict]:
+def pool_distillation(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs with one distillation weight per task and window: the lowest validation
     log-loss averaged over the window's runs and initialisations (never test). Each window
     chooses on its own validation period only: the next window's validation period is this
@@ -472,7 +476,7 @@ def pool_distillation(seeds: list[dict]) -> list[dict]:
     return out
 
 
-def kd_choices(seeds: list[dict]) -> dict:
+def kd_choices(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     """The distillation weight per task and window (:func:`pool_distillation`'d runs)."""
     out = {}
     for task in seeds[0]["kd"]:
@@ -494,7 +498,7 @@ def kd_choices(seeds: list[dict]) -> dict:
     return out
 
 
-def windows(seeds: list[dict]) -> list[dict]:
+def windows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each window's periods (epoch seconds), test rows and users, and seeds."""
     return [
         {
@@ -508,7 +512,7 @@ def windows(seeds: list[dict]) -> list[dict]:
     ]
 
 
-def summarise(seeds: list[dict], n_boot: int) -> dict:
+def summarise(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     seeds = pool_distillation(seeds)
     return {
         "windows": windows(seeds),

@@ -12,6 +12,7 @@ reports' claims are re-tested the same way.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from solaris.examples.movielens.report.aggregate import BLIND_TR, FM_GAP, FM_GAP_BLIND
 from solaris.examples.movielens.report.seed import CAUSAL_PLACEBO, SHUFFLED, USER_CONTROL
@@ -36,35 +37,35 @@ EARLIER = {
 }
 
 
-def _interval(f: dict) -> tuple[float, float]:
+def _interval(f: dict[str, Any]) -> tuple[float, float]:
     """The joint interval; NaN where no bootstrap draw was defined (tiny data)."""
     return tuple(f["ci95"]) if f["ci95"] is not None else (float("nan"), float("nan"))
 
 
-def _pct(f: dict) -> str:
+def _pct(f: dict[str, Any]) -> str:
     lo, hi = _interval(f)
     return f"{100 * f['mean']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
-def _pp(f: dict) -> str:
+def _pp(f: dict[str, Any]) -> str:
     lo, hi = _interval(f)
     return f"{100 * f['mean']:+.1f} pp [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
-def _above(f: dict) -> bool:
+def _above(f: dict[str, Any]) -> bool:
     return f["ci95"] is not None and f["ci95"][0] > 0
 
 
-def _below(f: dict) -> bool:
+def _below(f: dict[str, Any]) -> bool:
     return f["ci95"] is not None and f["ci95"][1] < 0
 
 
-def _gap(s: dict, part: str, selector: str, share: float) -> dict:
+def _gap(s: dict[str, Any], part: str, selector: str, share: float) -> dict[str, Any]:
     key = "gap_closed" if part == "test" else "gap_closed_val"
     return next(g for g in s["selection"][key][selector] if g["share"] == share)
 
 
-def _selection(s: dict, holds: list[str], not_: list[str]) -> None:
+def _selection(s: dict[str, Any], holds: list[str], not_: list[str]) -> None:
     test, val = _gap(s, "test", "verifier", 0.05), _gap(s, "val", "verifier", 0.05)
     diff = _gap(s, "test", "verifier − retrieval", 0.05)
     line = (
@@ -81,14 +82,14 @@ def _selection(s: dict, holds: list[str], not_: list[str]) -> None:
         )
 
 
-def _g(f: dict, signed: bool = True) -> str:
+def _g(f: dict[str, Any], signed: bool = True) -> str:
     """A log-loss gain in units of 1e-3 with its interval."""
     lo, hi = _interval(f)
     sign = "+" if signed else ""
     return f"{1000 * f['mean']:{sign}.1f}e-3 [{1000 * lo:{sign}.1f}, {1000 * hi:{sign}.1f}]"
 
 
-def _task(s: dict, task: str, holds: list[str], not_: list[str]) -> None:
+def _task(s: dict[str, Any], task: str, holds: list[str], not_: list[str]) -> None:
     """One task's claims. Each is decided on the log-loss gain's interval (no denominator,
     so it stays defined where the VM is nearly as good as the FM); the TR is quoted."""
     tr, gain = s["transfer_ratio"][task], s["gain"][task]
@@ -145,7 +146,7 @@ def _verdict(ok: bool) -> str:
     return "still holds" if ok else "no longer holds"
 
 
-def _earlier(s: dict) -> list[str]:
+def _earlier(s: dict[str, Any]) -> list[str]:
     tr, gain = s["transfer_ratio"], s["gain"]
     like, neutral = "like", "neutral" if "neutral" in tr else "like"
     test = _gap(s, "test", "verifier", 0.05)
@@ -189,7 +190,7 @@ def _earlier(s: dict) -> list[str]:
     ]
 
 
-def claims(s: dict) -> dict[str, list[str]]:
+def claims(s: dict[str, Any]) -> dict[str, list[str]]:
     """``holds``, ``does_not`` and ``earlier`` (the earlier reports' claims re-tested)."""
     holds: list[str] = []
     not_: list[str] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -36,7 +37,7 @@ TIERS = "VM+SOLARIS tiers (served)"
 SELECTORS = ("verifier", "retrieval", "VM P(like)", "random", "oracle")
 
 
-def pm(x: dict, digits: int = 4, pct: bool = False) -> str:
+def pm(x: dict[str, Any], digits: int = 4, pct: bool = False) -> str:
     if pct:
         return f"{100 * x['mean']:.1f} ± {100 * x['std']:.1f}%"
     return f"{x['mean']:.{digits}f} ± {x['std']:.{digits}f}"
@@ -48,13 +49,13 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _tr_cell(tr: dict, digits: int = 1) -> str:
+def _tr_cell(tr: dict[str, Any], digits: int = 1) -> str:
     """A percentage with its joint seed × user interval."""
     lo, hi = tr["ci95"]
     return f"{100 * tr['mean']:.{digits}f}% [{100 * lo:.{digits}f}, {100 * hi:.{digits}f}]"
 
 
-def _windows_cell(tr: dict, digits: int = 1) -> str:
+def _windows_cell(tr: dict[str, Any], digits: int = 1) -> str:
     """Each window's mean, oldest first (the spread over test periods)."""
     return " / ".join(f"{100 * m:.{digits}f}" for m in tr["window_means"])
 
@@ -63,24 +64,26 @@ def _ci(ci: list[float], scale: float = 100.0, digits: int = 1) -> str:
     return f"[{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]"
 
 
-def _gain_ci(x: dict) -> str:
+def _gain_ci(x: dict[str, Any]) -> str:
     """A gain in units of 1e-3 log-loss with its joint interval."""
     return f"{1000 * x['mean']:.2f} {_ci(x['ci95'], 1000, 2)}"
 
 
-def _gain(x: dict) -> str:
+def _gain(x: dict[str, Any]) -> str:
     """A gain in units of 1e-3 log-loss: mean ± std, or mean [joint CI]."""
     if "std" in x:
         return f"{1000 * x['mean']:.2f} ± {1000 * x['std']:.2f}"
     return f"{1000 * x['mean']:.2f} {_ci(x['ci95'], 1000, 2)}"
 
 
-def _gap_closed(s: dict, selector: str, share: float, part: str = "test") -> dict:
+def _gap_closed(
+    s: dict[str, Any], selector: str, share: float, part: str = "test"
+) -> dict[str, Any]:
     key = "gap_closed" if part == "test" else "gap_closed_val"
     return next(g for g in s["selection"][key][selector] if g["share"] == share)
 
 
-def plots(summary: dict, folder: Path) -> list[Path]:
+def plots(summary: dict[str, Any], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
 
@@ -179,7 +182,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def markdown(summary: dict, prov: dict) -> str:
+def markdown(summary: dict[str, Any], prov: dict[str, Any]) -> str:
     """The whole report: every figure is a mean over windows × seeds, with its joint
     interval or ± std over runs; the paper's beside it."""
     s = summary
@@ -211,7 +214,7 @@ def markdown(summary: dict, prov: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _claims(s: dict) -> list[str]:
+def _claims(s: dict[str, Any]) -> list[str]:
     c = s["claims"]
     return [
         "## What holds, and what does not",
@@ -240,7 +243,7 @@ def _day(ts: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
 
 
-def _windows(s: dict) -> list[str]:
+def _windows(s: dict[str, Any]) -> list[str]:
     rows = [
         [
             str(w["window"]),
@@ -267,11 +270,11 @@ def _windows(s: dict) -> list[str]:
     ]
 
 
-def _tr_at(s: dict, task: str, name: str) -> dict:
+def _tr_at(s: dict[str, Any], task: str, name: str) -> dict[str, Any]:
     return s["transfer_ratio"][task][name]
 
 
-def _headline(s: dict) -> list[str]:
+def _headline(s: dict[str, Any]) -> list[str]:
     lines = ["## Headline", ""]
     v5, v20 = _gap_closed(s, "verifier", 0.05), _gap_closed(s, "verifier", 0.2)
     val5 = _gap_closed(s, "verifier", 0.05, "val")
@@ -305,7 +308,7 @@ def _headline(s: dict) -> list[str]:
     return [*lines, ""]
 
 
-def _table1(s: dict) -> list[str]:
+def _table1(s: dict[str, Any]) -> list[str]:
     kd0 = next(iter(s["kd"].values()))
     lines = [
         "## Table 1 analogue: test log-loss, NE, AUC",
@@ -343,7 +346,7 @@ def _table1(s: dict) -> list[str]:
     return lines
 
 
-def _tr(s: dict) -> list[str]:
+def _tr(s: dict[str, Any]) -> list[str]:
     lines = [
         "## Transfer ratio TR = (LL_VM − LL_X) / (LL_VM − LL_FM)",
         "",
@@ -403,7 +406,7 @@ def _tr(s: dict) -> list[str]:
     return lines
 
 
-def _paper(s: dict) -> list[str]:
+def _paper(s: dict[str, Any]) -> list[str]:
     """The paper's figures beside the rows they compare with, each with its interval."""
     tr = s["transfer_ratio"]
     rows = []
@@ -458,7 +461,7 @@ def _paper(s: dict) -> list[str]:
     ]
 
 
-def _curve(s: dict) -> list[str]:
+def _curve(s: dict[str, Any]) -> list[str]:
     c = s["curve"]
     lines = [
         "## Table 2 analogue: log-loss gain vs pair coverage (rating>=4)",
@@ -517,13 +520,13 @@ def _curve(s: dict) -> list[str]:
     return lines
 
 
-def _rel(r: dict) -> str:
+def _rel(r: dict[str, Any]) -> str:
     """Mean gain as a percentage of the VM's log-loss (the paper's Table 2 unit)."""
     vm = r["logloss"]["mean"] + r["gain"]["mean"]
     return f"{100 * r['gain']['mean'] / vm:.2f}%"
 
 
-def _tiers(s: dict) -> list[str]:
+def _tiers(s: dict[str, Any]) -> list[str]:
     t, tc = s["tier_value"], s["tier_coverage"]
     lines = [
         "## Tiers as serving builds them (rating>=4, base replay: verifier, 20%, 6 h, 15 min)",
@@ -593,7 +596,7 @@ def _tiers(s: dict) -> list[str]:
     return [*lines, ""]
 
 
-def _selection(s: dict) -> list[str]:
+def _selection(s: dict[str, Any]) -> list[str]:
     pts, b, sel = s["sweeps"]["points"], s["bounds"], s["selection"]
     lines = [
         "## Selection: the verifier against its baselines",
@@ -712,7 +715,7 @@ def _selection(s: dict) -> list[str]:
     return lines
 
 
-def _dropout(s: dict) -> list[str]:
+def _dropout(s: dict[str, Any]) -> list[str]:
     d = s["dropout"]
     lines = [
         "## Placeholder handling (rating>=4)",
@@ -726,7 +729,7 @@ def _dropout(s: dict) -> list[str]:
     return [*lines, _table(["VM trained", "test log-loss at served coverage"], rows), ""]
 
 
-def _shortfalls(s: dict) -> list[str]:
+def _shortfalls(s: dict[str, Any]) -> list[str]:
     return [
         "## Where this falls short of the paper, and why",
         "",
@@ -735,7 +738,7 @@ def _shortfalls(s: dict) -> list[str]:
     ]
 
 
-def _provenance(p: dict) -> list[str]:
+def _provenance(p: dict[str, Any]) -> list[str]:
     lines = [
         "## Provenance",
         "",

@@ -3,6 +3,8 @@ FM, its VM variants, the replays)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
@@ -161,7 +163,7 @@ def _selectors(
 
 def _served_tiers(
     codes: CodeLog, rows: VMRows, log: RequestLog, cfg: SolarisConfig, st: ReportSettings
-) -> tuple[dict[str, Tier], list[dict], dict]:
+) -> tuple[dict[str, Tier], list[dict[str, Any]], dict]:
     """The tiers of the VM rows as serving builds them (the cycle's cadence), the
     coverage of every rule on the test rows (the exact-time one as the upper bound) and
     the neighbour tier's diagnostics."""
@@ -276,7 +278,7 @@ def log_until(log: RequestLog, end: int | None) -> RequestLog:
     )
 
 
-def _period_hits(hits: dict, cands: pd.DataFrame, split: TimeSplit) -> dict:
+def _period_hits(hits: dict[str, Any], cands: pd.DataFrame, split: TimeSplit) -> dict[str, Any]:
     """The share sweep's hits of labelled impressions from the validation period on, cut
     into the validation and test periods, with each row's user (for the bootstrap)."""
     labelled = cands["label"].notna().to_numpy() & (cands["ts"].to_numpy() >= split.train_end)
@@ -299,7 +301,7 @@ def run_seed(
     cfg: SolarisConfig,
     st: ReportSettings,
     features: pd.DataFrame,
-) -> dict:
+) -> dict[str, Any]:
     """All measurements of one seed in rolling-origin window ``window``
     (:func:`window_split`). ``features`` are the exposure features of ``log.candidates``
     (:func:`solaris.examples.movielens.exposure.exposure_features`). Per-row test losses

@@ -4,6 +4,7 @@ interval (:func:`solaris.examples.movielens.report.stats.joint_bootstrap`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,12 @@ from solaris.examples.movielens.report.seed import (
     BLIND,
     BLIND_Z,
     CAUSAL_PLACEBO,
+    KD,
+    LOGITS,
+    TIERS,
     TR_VARIANTS,
     USER_CONTROL,
+    Z,
 )
 from solaris.examples.movielens.report.stats import (
     WindowLosses,
@@ -46,14 +51,13 @@ __all__ = [
     "windows",
 ]
 
-Z, TIERS = "VM+z (100% offline)", "VM+SOLARIS tiers (served)"
 BLIND_TR = "z on the user-blind VM, against it (before)"
 # Paired TR differences (a − b), each with its joint interval.
 # z − the user's own earlier code: what the code says about the item beyond what it says
 # about the user (causally); tiers − another user's code: the served tiers against the null.
 PAIRED = (
-    (Z, "VM+FM logits"),
-    (Z, "VM+KD"),
+    (Z, LOGITS),
+    (Z, KD),
     (Z, USER_CONTROL),
     (TIERS, CAUSAL_PLACEBO),
 )
@@ -97,12 +101,17 @@ def _tr(s: dict[str, Any], task: str, name: str, vm: str = "VM") -> float:
     return float(transfer_ratios(_ll(s, task, vm), _ll(s, task, name), _ll(s, task, "FM")))
 
 
-def _row_losses(runs: list[dict[str, Any]], key: str, pick, **columns: str) -> list[WindowLosses]:
-    """Each window's :class:`WindowLosses` of per-row arrays ``pick(run[key])[column]``."""
+def _row_losses(
+    runs: list[dict[str, Any]],
+    pick: Callable[[dict[str, Any]], dict[str, np.ndarray]],
+    users: Callable[[dict[str, Any]], np.ndarray] = lambda run: run["test_users"],
+    **columns: str,
+) -> list[WindowLosses]:
+    """Each window's :class:`WindowLosses`: its rows' ``users(run)`` and, per ``column``,
+    the per-row arrays ``pick(run)[column]`` of its runs."""
     return [
         WindowLosses(
-            w[0]["test_users"],
-            {k: np.stack([pick(s[key])[c] for s in w]) for k, c in columns.items()},
+            users(w[0]), {k: np.stack([pick(s)[c] for s in w]) for k, c in columns.items()}
         )
         for w in by_window(runs)
     ]
@@ -124,7 +133,7 @@ def transfer(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
         out[task] = {}
 
         def losses(_task: str = task, **cols: str) -> list[WindowLosses]:
-            return _row_losses(seeds, "row_losses", lambda r: r[_task], **cols)
+            return _row_losses(seeds, lambda r: r["row_losses"][_task], **cols)
 
         for name in TR_VARIANTS:
             boot, _ = joint_bootstrap(
@@ -169,7 +178,7 @@ def gains(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
 
         def gain(base: str, x: str, _task: str = task) -> dict[str, Any]:
             boot, _ = joint_bootstrap(
-                _row_losses(seeds, "row_losses", lambda r: r[_task], b=base, x=x),
+                _row_losses(seeds, lambda r: r["row_losses"][_task], b=base, x=x),
                 lambda m: m["b"] - m["x"],
                 n_boot=n_boot,
             )
@@ -210,24 +219,21 @@ def selection(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
             gap[part][row] = []
             for share in shares:
 
-                def hits(
-                    s: dict[str, Any], name: str, _p: str = part, _x: float = share
-                ) -> np.ndarray:
-                    return s["selection_hits"][_p]["hits"][name][_x].astype(np.float64)
+                def hits(s: dict[str, Any], _p: str = part, _x: float = share) -> dict[str, Any]:
+                    return {
+                        n: h[_x].astype(np.float64)
+                        for n, h in s["selection_hits"][_p]["hits"].items()
+                    }
 
-                columns = (("x", sel), ("y", base), ("r", "random"), ("o", "oracle"))
-                windows = [
-                    WindowLosses(
-                        w[0]["selection_hits"][part]["users"],
-                        {k: np.stack([hits(s, name) for s in w]) for k, name in columns},
-                    )
-                    for w in by_window(seeds)
-                ]
+                columns = {"x": sel, "y": base, "r": "random", "o": "oracle"}
+                windows = _row_losses(
+                    seeds, hits, lambda r, _p=part: r["selection_hits"][_p]["users"], **columns
+                )
                 boot, _ = joint_bootstrap(windows, closed, n_boot=n_boot)
 
                 def one(s: dict[str, Any], _h=hits, _c=columns) -> float:
-                    m = {k: _h(s, name).mean() for k, name in _c}
-                    return float(closed(m))
+                    run = _h(s)
+                    return float(closed({k: run[name].mean() for k, name in _c.items()}))
 
                 gap[part][row].append({"share": float(share), **_figure(seeds, one, boot)})
     positive = _ms(s["selector_auc"]["_positive_rate"] for s in seeds)
@@ -258,19 +264,13 @@ def curve(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
         vm = float(np.mean(s["tier_row_losses"]["vm"]))
         return (vm - float(np.mean(s["ladder_row_losses"][target]))) / vm
 
+    def ladder(run: dict[str, Any]) -> dict[str, np.ndarray]:
+        return {"vm": run["tier_row_losses"]["vm"], **run["ladder_row_losses"]}
+
     targets = list(seeds[0]["ladder_row_losses"])
     random_rows = []
     for t in targets:
-        windows = [
-            WindowLosses(
-                w[0]["test_users"],
-                {
-                    "vm": np.stack([s["tier_row_losses"]["vm"] for s in w]),
-                    "x": np.stack([s["ladder_row_losses"][t] for s in w]),
-                },
-            )
-            for w in by_window(seeds)
-        ]
+        windows = _row_losses(seeds, ladder, vm="vm", x=t)
         boot, _ = joint_bootstrap(windows, lambda m: (m["vm"] - m["x"]) / m["vm"], n_boot=n_boot)
         v = rand[rand["target"] == float(t)]
         random_rows.append(
@@ -285,17 +285,7 @@ def curve(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
         a, b = f"{lo:g}", f"{hi:g}"
         if a not in targets or b not in targets:
             continue
-        windows = [
-            WindowLosses(
-                w[0]["test_users"],
-                {
-                    "vm": np.stack([s["tier_row_losses"]["vm"] for s in w]),
-                    "lo": np.stack([s["ladder_row_losses"][a] for s in w]),
-                    "hi": np.stack([s["ladder_row_losses"][b] for s in w]),
-                },
-            )
-            for w in by_window(seeds)
-        ]
+        windows = _row_losses(seeds, ladder, vm="vm", lo=a, hi=b)
         boot, _ = joint_bootstrap(windows, lambda m: (m["lo"] - m["hi"]) / m["vm"], n_boot=n_boot)
         steps.append(
             {
@@ -349,8 +339,10 @@ def tier_value(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
         for kind in ("imputed", "real"):
             windows = _row_losses(
                 seeds,
-                "tier_row_losses",
-                lambda r, n=name, k=kind: {"vm": r["vm"], "x": r[n][k]},
+                lambda r, n=name, k=kind: {
+                    "vm": r["tier_row_losses"]["vm"],
+                    "x": r["tier_row_losses"][n][k],
+                },
                 vm="vm",
                 x="x",
             )
@@ -467,11 +459,11 @@ def pool_distillation(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "at_edge": bool(float(best) == max(map(float, weights)) and float(best) > 0),
                     "pooled_val_logloss": val,
                 }
-                s["table1"][task] = {**s["table1"][task], "VM+KD": s["kd_scores"][task][best]}
+                s["table1"][task] = {**s["table1"][task], KD: s["kd_scores"][task][best]}
                 if "row_losses" in s:
                     s["row_losses"][task] = {
                         **s["row_losses"][task],
-                        "VM+KD": s["kd_row_losses"][task][best],
+                        KD: s["kd_row_losses"][task][best],
                     }
     return out
 

@@ -15,13 +15,19 @@ import math
 from typing import Any
 
 from solaris.examples.movielens.report.aggregate import BLIND_TR, FM_GAP, FM_GAP_BLIND
-from solaris.examples.movielens.report.seed import CAUSAL_PLACEBO, SHUFFLED, USER_CONTROL
+from solaris.examples.movielens.report.render import TASK_LABEL
+from solaris.examples.movielens.report.seed import (
+    CAUSAL_PLACEBO,
+    KD,
+    LOGITS,
+    SHUFFLED,
+    TIERS,
+    USER_CONTROL,
+    Z,
+)
 
 __all__ = ["EARLIER", "claims"]
 
-Z, KD, LOGITS = "VM+z (100% offline)", "VM+KD", "VM+FM logits"
-TIERS = "VM+SOLARIS tiers (served)"
-TASK = {"like": "rating>=4", "dislike": "rating<=2", "neutral": "rating==3"}
 
 EARLIER_Z = {"like": 0.857, "neutral": 0.678}
 # What the earlier reports (one window, the user-blind VM, intervals over seeds or over
@@ -93,7 +99,7 @@ def _task(s: dict[str, Any], task: str, holds: list[str], not_: list[str]) -> No
     """One task's claims. Each is decided on the log-loss gain's interval (no denominator,
     so it stays defined where the VM is nearly as good as the FM); the TR is quoted."""
     tr, gain = s["transfer_ratio"][task], s["gain"][task]
-    name = TASK.get(task, task)
+    name = TASK_LABEL.get(task, task)
     seen = "an FM task" if task == "like" else "a task the FM never trained on"
     yes, no = [], []
     for label, row in (
@@ -160,7 +166,7 @@ def _earlier(s: dict[str, Any]) -> list[str]:
         return lo > 0 and lo <= EARLIER_Z[task] <= hi
 
     z_verdict = "; ".join(
-        f"{TASK[t]}: {_verdict(z_holds(t))}" for t in dict.fromkeys((like, neutral))
+        f"{TASK_LABEL[t]}: {_verdict(z_holds(t))}" for t in dict.fromkeys((like, neutral))
     )
     return [
         f"“{EARLIER['z']}”: against the user-blind VM it reproduces in these windows "
@@ -198,7 +204,8 @@ def claims(s: dict[str, Any]) -> dict[str, list[str]]:
     for task in s["transfer_ratio"]:
         _task(s, task, holds, not_)
     shuffled = ", ".join(
-        f"{TASK.get(t, t)} {_pct(s['transfer_ratio'][t][SHUFFLED])}" for t in s["transfer_ratio"]
+        f"{TASK_LABEL.get(t, t)} {_pct(s['transfer_ratio'][t][SHUFFLED])}"
+        for t in s["transfer_ratio"]
     )
     not_.append(
         f"The placebo shuffled within user is not a null ({shuffled}): it is not causal, "

@@ -9,7 +9,16 @@ from typing import Any
 import matplotlib
 
 from solaris.examples.movielens.report.aggregate import FM_GAP, FM_GAP_BLIND
-from solaris.examples.movielens.report.seed import BLIND, CAUSAL_PLACEBO, SHUFFLED, USER_CONTROL
+from solaris.examples.movielens.report.seed import (
+    BLIND,
+    CAUSAL_PLACEBO,
+    KD,
+    LOGITS,
+    SHUFFLED,
+    TIERS,
+    USER_CONTROL,
+    Z,
+)
 from solaris.files import atomic_write
 
 matplotlib.use("Agg")
@@ -32,8 +41,6 @@ TASK_LABEL = {
     "dislike": "rating<=2",
     "neutral": "rating==3",
 }
-Z, KD, LOGITS = "VM+z (100% offline)", "VM+KD", "VM+FM logits"
-TIERS = "VM+SOLARIS tiers (served)"
 SELECTORS = ("verifier", "retrieval", "VM P(like)", "random", "oracle")
 
 
@@ -409,25 +416,19 @@ def _tr(s: dict[str, Any]) -> list[str]:
 def _paper(s: dict[str, Any]) -> list[str]:
     """The paper's figures beside the rows they compare with, each with its interval."""
     tr = s["transfer_ratio"]
-    rows = []
-    for task in tr:
-        rows.append(
-            [
-                f"TR, SOLARIS embeddings as served ({TASK_LABEL[task]})",
-                PAPER["tr_embeddings"],
-                _tr_cell(tr[task][TIERS]),
-                _windows_cell(tr[task][TIERS]),
-            ]
+    rows = [
+        [
+            f"TR, {label} ({TASK_LABEL[task]})",
+            PAPER[paper],
+            _tr_cell(tr[task][row]),
+            _windows_cell(tr[task][row]),
+        ]
+        for label, paper, row in (
+            ("SOLARIS embeddings as served", "tr_embeddings", TIERS),
+            ("soft-label distillation", "tr_distillation", KD),
         )
-    for task in tr:
-        rows.append(
-            [
-                f"TR, soft-label distillation ({TASK_LABEL[task]})",
-                PAPER["tr_distillation"],
-                _tr_cell(tr[task][KD]),
-                _windows_cell(tr[task][KD]),
-            ]
-        )
+        for task in tr
+    ]
     for r in s["curve"]["random"]:
         g = r["relative_gain"]
         rows.append(

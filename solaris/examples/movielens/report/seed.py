@@ -58,10 +58,14 @@ __all__ = [
     "BLIND",
     "BLIND_Z",
     "CAUSAL_PLACEBO",
+    "KD",
+    "LOGITS",
     "SHUFFLED",
+    "TIERS",
     "TIER_SETS",
     "TR_VARIANTS",
     "USER_CONTROL",
+    "Z",
     "log_until",
     "run_seed",
     "window_split",
@@ -75,6 +79,8 @@ TIER_SETS = {
     "pair+iagg": ("pair", "iagg"),
     "all": ("pair", "nbr", "uagg", "iagg"),
 }
+KD, LOGITS = "VM+KD", "VM+FM logits"
+Z, TIERS = "VM+z (100% offline)", "VM+SOLARIS tiers (served)"
 BLIND = "VM user-blind (before)"
 # The earlier reports' z row: z on the user-blind VM (its TR is taken against BLIND).
 BLIND_Z = "VM user-blind+z (before)"
@@ -84,10 +90,10 @@ SHUFFLED = "placebo: z shuffled within user (not causal)"
 # Every row is fitted on the user-aware VM except BLIND, the VM of the earlier reports.
 TR_VARIANTS = (
     BLIND,
-    "VM+KD",
-    "VM+FM logits",
-    "VM+z (100% offline)",
-    "VM+SOLARIS tiers (served)",
+    KD,
+    LOGITS,
+    Z,
+    TIERS,
     CAUSAL_PLACEBO,
     USER_CONTROL,
     SHUFFLED,
@@ -401,18 +407,16 @@ def run_seed(
         else:
             t_probs, mode = teacher, "auxiliary"
         kd = distillation_sweep(runner, task, t_probs, mode, st.kd_grid, st.n_inits)
-        fits = {"VM": kd.pop("vm_test"), "VM+KD": kd.pop("test")}
+        fits = {"VM": kd.pop("vm_test"), KD: kd.pop("test")}
         fits[BLIND] = blind.test_probs(task, n)
         fits[BLIND_Z] = blind.test_probs(task, n, [offline])
         by_weight = kd.pop("test_by_weight")
         kd_scores[task] = {w: init_scores(y, p) for w, p in by_weight.items()}
         kd_row_losses[task] = {w: init_row_losses(y, p) for w, p in by_weight.items()}
         kd_info[task] = kd
-        fits["VM+FM logits"] = runner.test_probs(task, n, [logits])
-        fits["VM+z (100% offline)"] = runner.test_probs(task, n, [offline])
-        fits["VM+SOLARIS tiers (served)"] = runner.test_probs(
-            task, n, [tiers[m] for m in TIER_SETS["all"]]
-        )
+        fits[LOGITS] = runner.test_probs(task, n, [logits])
+        fits[Z] = runner.test_probs(task, n, [offline])
+        fits[TIERS] = runner.test_probs(task, n, [tiers[m] for m in TIER_SETS["all"]])
         for name, tier in placebos.items():
             fits[name] = runner.test_probs(task, n, [tier])
         table1[task] = {"FM": scores(y, p_fm[task])}
@@ -436,8 +440,8 @@ def run_seed(
     curve, ladder_losses = [], {}
     for c in st.coverages:
         if c >= 1.0:
-            ll, cov = table1[task]["VM+z (100% offline)"]["logloss"], 1.0
-            ladder_losses[f"{c:g}"] = row_losses[task]["VM+z (100% offline)"]
+            ll, cov = table1[task][Z]["logloss"], 1.0
+            ladder_losses[f"{c:g}"] = row_losses[task][Z]
         else:
             keep = rng.random(len(rows.rows)) < c
             ll, ladder_losses[f"{c:g}"] = fitted([masked(offline, keep)])
@@ -501,8 +505,8 @@ def run_seed(
     for name, members in TIER_SETS.items():
         present = np.any([tiers[m].present[test_i] for m in members], axis=0)
         if name == "all":  # Table 1's tier row
-            ll = table1[task]["VM+SOLARIS tiers (served)"]["logloss"]
-            tier_losses[name] = row_losses[task]["VM+SOLARIS tiers (served)"]
+            ll = table1[task][TIERS]["logloss"]
+            tier_losses[name] = row_losses[task][TIERS]
         else:
             ll, tier_losses[name] = fitted([tiers[m] for m in members])
         tier_rows.append(

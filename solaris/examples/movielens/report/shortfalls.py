@@ -4,11 +4,10 @@ Every interval quoted is the joint seed × user interval over every window."""
 
 from __future__ import annotations
 
-from solaris.examples.movielens.report.seed import CAUSAL_PLACEBO
+from solaris.examples.movielens.report.seed import CAUSAL_PLACEBO, KD
 
 __all__ = ["shortfalls"]
 
-Z, KD, LOGITS = "VM+z (100% offline)", "VM+KD", "VM+FM logits"
 # Placebos whose TR a null should keep near zero; the shuffled one is not a null, and
 # the report says so where it prints it.
 PLACEBOS = (CAUSAL_PLACEBO, "placebo: untrained FM")

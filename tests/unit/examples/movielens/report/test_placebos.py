@@ -24,14 +24,22 @@ def _rows(n: int = 400, seed: int = 0) -> tuple[VMRows, Tier]:
     return VMRows(frame), Tier(z, np.ones(n, bool))
 
 
+def _donor_and_row(rows: VMRows, tier: Tier, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """``column`` of each present row's donor and of the row itself; the donor's time is
+    checked to be at or before the row's on the way."""
+    donor = tier.z[tier.present, 0].astype(int)  # each code is its row's index
+    me = np.flatnonzero(tier.present)
+    ts = rows.rows["ts"].to_numpy()
+    assert (ts[donor] <= ts[me]).all()
+    values = rows.rows[column].to_numpy()
+    return values[donor], values[me]
+
+
 def test_another_users_code_is_causal_and_never_the_users_own():
     rows, codes = _rows()
     placebo = earlier_code_of_other_user(codes, rows, seed=3)
-    r = rows.rows
-    donor = placebo.z[placebo.present, 0].astype(int)
-    me = np.flatnonzero(placebo.present)
-    assert (r["ts"].to_numpy()[donor] <= r["ts"].to_numpy()[me]).all()
-    assert (r["user_id"].to_numpy()[donor] != r["user_id"].to_numpy()[me]).all()
+    donor, me = _donor_and_row(rows, placebo, "user_id")
+    assert (donor != me).all()
     assert placebo.present.mean() > 0.95  # only the very first rows lack a donor
     assert (placebo.z[~placebo.present] == 0).all()
 
@@ -40,12 +48,11 @@ def test_the_users_own_earlier_code_stays_in_the_user_and_part_and_is_causal():
     rows, codes = _rows()
     control = earlier_code_of_same_user(codes, rows, seed=3)
     r = rows.rows
-    donor = control.z[control.present, 0].astype(int)
-    me = np.flatnonzero(control.present)
-    assert (donor != me).all()
-    assert (r["ts"].to_numpy()[donor] <= r["ts"].to_numpy()[me]).all()
-    assert (r["user_id"].to_numpy()[donor] == r["user_id"].to_numpy()[me]).all()
-    assert (r["part"].to_numpy()[donor] == r["part"].to_numpy()[me]).all()
+    donor_index = control.z[control.present, 0].astype(int)
+    assert (donor_index != np.flatnonzero(control.present)).all()  # never the row itself
+    for column in ("user_id", "part"):
+        donor, me = _donor_and_row(rows, control, column)
+        assert (donor == me).all(), column
     # A row has a donor exactly when another row of its user and part is at or before it.
     ts, key = r["ts"].to_numpy(), r["user_id"].astype(str) + r["part"]
     others = np.array([((key == k) & (ts <= t)).sum() - 1 for k, t in zip(key, ts, strict=True)])

@@ -5,6 +5,7 @@ interval (:func:`solaris.examples.movielens.report.stats.joint_bootstrap`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -104,8 +105,8 @@ def _tr(s: dict[str, Any], task: str, name: str, vm: str = "VM") -> float:
 def _row_losses(
     runs: list[dict[str, Any]],
     pick: Callable[[dict[str, Any]], dict[str, np.ndarray]],
+    columns: dict[str, str],
     users: Callable[[dict[str, Any]], np.ndarray] = lambda run: run["test_users"],
-    **columns: str,
 ) -> list[WindowLosses]:
     """Each window's :class:`WindowLosses`: its rows' ``users(run)`` and, per ``column``,
     the per-row arrays ``pick(run)[column]`` of its runs."""
@@ -115,6 +116,18 @@ def _row_losses(
         )
         for w in by_window(runs)
     ]
+
+
+def _hit_users(run: dict[str, Any], part: str) -> np.ndarray:
+    """The users of a run's labelled impressions in ``part`` (validation or test)."""
+    users: np.ndarray = run["selection_hits"][part]["users"]
+    return users
+
+
+def _imputed_or_real(run: dict[str, Any], tier: str, kind: str) -> dict[str, np.ndarray]:
+    """The VM's per-row losses and those of an imputed tier or its real codes."""
+    losses = run["tier_row_losses"]
+    return {"vm": losses["vm"], "x": losses[tier][kind]}
 
 
 def _figure(runs: list[dict[str, Any]], per_run, draws: np.ndarray) -> dict[str, Any]:
@@ -133,7 +146,7 @@ def transfer(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
         out[task] = {}
 
         def losses(_task: str = task, **cols: str) -> list[WindowLosses]:
-            return _row_losses(seeds, lambda r: r["row_losses"][_task], **cols)
+            return _row_losses(seeds, lambda r: r["row_losses"][_task], cols)
 
         for name in TR_VARIANTS:
             boot, _ = joint_bootstrap(
@@ -178,7 +191,7 @@ def gains(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
 
         def gain(base: str, x: str, _task: str = task) -> dict[str, Any]:
             boot, _ = joint_bootstrap(
-                _row_losses(seeds, lambda r: r["row_losses"][_task], b=base, x=x),
+                _row_losses(seeds, lambda r: r["row_losses"][_task], {"b": base, "x": x}),
                 lambda m: m["b"] - m["x"],
                 n_boot=n_boot,
             )
@@ -226,9 +239,7 @@ def selection(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
                     }
 
                 columns = {"x": sel, "y": base, "r": "random", "o": "oracle"}
-                windows = _row_losses(
-                    seeds, hits, lambda r, _p=part: r["selection_hits"][_p]["users"], **columns
-                )
+                windows = _row_losses(seeds, hits, columns, partial(_hit_users, part=part))
                 boot, _ = joint_bootstrap(windows, closed, n_boot=n_boot)
 
                 def one(s: dict[str, Any], _h=hits, _c=columns) -> float:
@@ -270,7 +281,7 @@ def curve(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     targets = list(seeds[0]["ladder_row_losses"])
     random_rows = []
     for t in targets:
-        windows = _row_losses(seeds, ladder, vm="vm", x=t)
+        windows = _row_losses(seeds, ladder, {"vm": "vm", "x": t})
         boot, _ = joint_bootstrap(windows, lambda m: (m["vm"] - m["x"]) / m["vm"], n_boot=n_boot)
         v = rand[rand["target"] == float(t)]
         random_rows.append(
@@ -285,7 +296,7 @@ def curve(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
         a, b = f"{lo:g}", f"{hi:g}"
         if a not in targets or b not in targets:
             continue
-        windows = _row_losses(seeds, ladder, vm="vm", lo=a, hi=b)
+        windows = _row_losses(seeds, ladder, {"vm": "vm", "lo": a, "hi": b})
         boot, _ = joint_bootstrap(windows, lambda m: (m["lo"] - m["hi"]) / m["vm"], n_boot=n_boot)
         steps.append(
             {
@@ -337,15 +348,8 @@ def tier_value(seeds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     for name in [r["tier"] for r in seeds[0]["imputed_vs_real"]]:
         draws = {}
         for kind in ("imputed", "real"):
-            windows = _row_losses(
-                seeds,
-                lambda r, n=name, k=kind: {
-                    "vm": r["tier_row_losses"]["vm"],
-                    "x": r["tier_row_losses"][n][k],
-                },
-                vm="vm",
-                x="x",
-            )
+            pick = partial(_imputed_or_real, tier=name, kind=kind)
+            windows = _row_losses(seeds, pick, {"vm": "vm", "x": "x"})
             draws[kind], _ = joint_bootstrap(windows, lambda m: m["vm"] - m["x"], n_boot=n_boot)
         per = [next(r for r in s["imputed_vs_real"] if r["tier"] == name) for s in seeds]
         gain_imp = float(np.mean([r["gain_imputed"] for r in per]))

@@ -79,8 +79,15 @@ fi
 # (solaris.orchestration.warm): without it every task spends seconds importing Feast and torch.
 # The Celery variant (scripts/airflow_celery.sh) sets CeleryExecutor and the warm Celery config.
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-solaris.orchestration.warm.WarmLocalExecutor}"
-# The LocalExecutor forks this many workers when it starts (Airflow's default is 32).
+# Task slots. The LocalExecutor forks this many workers when it starts (Airflow's default is
+# 32): 4 on one 2-core machine, two CPU-bound tasks a core at most (each task process stays
+# under 1.5 GB: docs/scaling.md), and one DAG may use them all (Airflow's default per DAG is
+# 16). A cluster's scheduler ships 32 (docker/compose.yaml, deploy/helm/values.yaml).
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+export AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG="${AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG:-$AIRFLOW__CORE__PARALLELISM}"
+# The most mapped task instances Airflow accepts for one task (its default, spelled out): the
+# cycle's plans stay within cycle.max_mapped_tasks (256), and refuse a cap above this.
+export AIRFLOW__CORE__MAX_MAP_LENGTH="${AIRFLOW__CORE__MAX_MAP_LENGTH:-1024}"
 # A scheduler loop that found nothing to do sleeps this long (Airflow's default 1 s); every
 # hop of an interval's chain of short tasks (about six) waits for the next loop.
 export AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="${AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME:-0.2}"

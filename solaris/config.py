@@ -515,6 +515,16 @@ class CycleConfig(Section):
         description="codes of the aggregates' window per mapped enrichment task: quiet "
         "partitions share a task, a busier one has its own (a partition is never split)",
     )
+    max_mapped_tasks: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="the most mapped tasks one stage of one run starts (selection groups, "
+        "embedding shards, enrichment groups): when an interval's rows need more units of "
+        "select_requests, shard_rows or enrich_rows, the units grow until the stage fits; "
+        "under Airflow the plan refuses a value above [core] max_map_length (1,024 by "
+        "default), which Airflow would refuse at run time",
+    )
     embed_retries: int = Field(3, ge=0, description="retries of a failed embedding task")
     retry_delay_seconds: float = Field(
         30.0, gt=0, le=86_400, description="first retry delay (doubles)"
@@ -537,6 +547,17 @@ class CycleConfig(Section):
     )
     training_cron: str = Field(
         "30 0 * * *", description="training DAG schedule (cron or an Airflow preset)"
+    )
+    maintenance_cron: str = Field(
+        "15 3 * * *",
+        description="maintenance DAG schedule (cron or an Airflow preset): prunes the cycle's "
+        "state, Feast's offline rows and Airflow's metadata older than retention_days",
+    )
+    retention_days: Days = Field(
+        45.0,
+        description="what the maintenance DAG keeps: per-interval state files, run records, "
+        "Feast's offline rows (whole dates) and Airflow's metadata rows younger than this; "
+        "at least training_window_days plus the longest window the cycle reads (checked)",
     )
     wait_previous_minutes: Minutes = Field(
         60.0,
@@ -561,6 +582,14 @@ class CycleConfig(Section):
         description="refresh cadence of the demo's Airflow window (coarser than production "
         "so that the window needs fewer DAG runs)",
     )
+
+    @property
+    def retention_seconds(self) -> int:
+        return whole_seconds(self.retention_days, 86_400)
+
+    @property
+    def training_window_seconds(self) -> int:
+        return whole_seconds(self.training_window_days, 86_400)
 
     @property
     def wait_previous_seconds(self) -> int:
@@ -597,7 +626,7 @@ class CycleConfig(Section):
             )
         return parsed
 
-    @field_validator("clustering_cron", "training_cron")
+    @field_validator("clustering_cron", "training_cron", "maintenance_cron")
     @classmethod
     def _valid_schedule(cls, value: str) -> str:
         return _check_cron(value)
@@ -643,6 +672,32 @@ class SolarisConfig(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where the FM runs: auto is CUDA when present"
     )
+
+    @property
+    def read_back_seconds(self) -> int:
+        """How far back the cycle reads its own state and Feast's offline rows: the training
+        window plus the longest window of codes or views behind one training row (what
+        ``cycle.retention_days`` must keep)."""
+        store = self.store
+        windows = (
+            self.selection.ttl_seconds,
+            store.uagg_window_seconds + store.uagg_ttl_seconds,
+            store.iagg_ttl_seconds,
+            store.unn_ttl_seconds,
+        )
+        return self.cycle.training_window_seconds + max(windows)
+
+    @model_validator(mode="after")
+    def _retention_keeps_what_is_read(self) -> SolarisConfig:
+        if self.cycle.retention_seconds < self.read_back_seconds:
+            raise ValueError(
+                f"cycle.retention_days {self.cycle.retention_days:g} keeps less than the cycle "
+                f"reads back, {self.read_back_seconds / 86_400:g} days (cycle."
+                "training_window_days plus the longest of selection.ttl_hours, store."
+                "uagg_window_hours + uagg_ttl_hours, iagg_ttl_hours and unn_ttl_hours): raise "
+                "it, or shorten those"
+            )
+        return self
 
     def __init__(self, **values: Any) -> None:
         # pydantic-settings drops SOLARIS_ variables whose top-level name it does not know

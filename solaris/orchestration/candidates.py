@@ -33,6 +33,7 @@ from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
     cycle_redis,
+    mapped_task_budget,
     read_parquet,
     write_parquet,
 )
@@ -533,7 +534,8 @@ def prepare_interval(cfg: SolarisConfig, interval: Interval) -> tuple[dict, list
         sizes = np.array(pipe.execute(), dtype=np.int64)
     finally:
         client.close()
-    units = pack(np.maximum(sizes, 1), cfg.cycle.select_requests, split=False)
+    budget = mapped_task_budget(cfg, 1, f"interval {interval.key}: the selection")
+    units = pack(np.maximum(sizes, 1), cfg.cycle.select_requests, split=False, max_units=budget)
     served["prepare_seconds"] = time.perf_counter() - began
     return served, [[u.first, u.last] for u in units]
 

@@ -35,8 +35,10 @@ from solaris.orchestration.handoff import Scope, Shard, results_in, span
 from solaris.orchestration.layout import CycleLayout, Interval, shard_coverage, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
+    PlanError,
     cycle_redis,
     feature_store,
+    mapped_task_budget,
     read_parquet,
 )
 from solaris.orchestration.runs import (
@@ -76,10 +78,15 @@ _CANDIDATE_COLUMNS = ["request_id", "user_id", "item_id", "ts", "label"]
 
 def plan(params: Params, events: Any = None) -> list[dict[str, Any]]:
     """The shards of the selections that triggered the run: one mapped task each."""
+    runs = list(task_runs(params, events, CANDIDATES))
     return [
         shard.to_json()
-        for run in task_runs(params, events, CANDIDATES)
-        for shard in plan_shards(run.cfg, run.intervals)
+        for run in runs
+        for shard in plan_shards(
+            run.cfg,
+            run.intervals,
+            max_shards=mapped_task_budget(run.cfg, len(runs), "the embedding plan"),
+        )
     ]
 
 
@@ -108,8 +115,13 @@ def publish(
     )
 
 
-def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[Shard]:
-    """Split each interval's distinct selected pairs into shards of ``cycle.shard_rows``.
+def plan_shards(
+    cfg: SolarisConfig, intervals: Sequence[Interval], *, max_shards: int | None = None
+) -> list[Shard]:
+    """Split each interval's distinct selected pairs into shards of ``cycle.shard_rows``,
+    or of more rows when the run's intervals would need more than ``max_shards`` (default
+    ``cycle.max_mapped_tasks``) shards: one bound for every interval of the run, the
+    smallest that fits (:func:`~solaris.store.partitions.pack_within`).
 
     Every interval's ledger is opened (its pairs' ids read and counted per partition) before
     anything is written: one that is missing or unreadable fails the run with
@@ -126,24 +138,41 @@ def plan_shards(cfg: SolarisConfig, intervals: Sequence[Interval]) -> list[Shard
     enrichment of one partition reads only its shards.
 
     Returns the shards, one mapped task each.
+
+    Raises:
+        PlanError: more intervals with pairs than ``max_shards`` (a shard holds one
+            interval's pairs); nothing is planned or removed.
     """
     import pyarrow as pa
 
     from solaris.data.schemas import write_table
-    from solaris.store.partitions import Partitioning, pack
+    from solaris.store.partitions import PartitionError, Partitioning, pack_within
 
     layout = CycleLayout(Namespace.of(cfg))
     scope = Scope.of(cfg)
     partitioning = Partitioning(cfg.cycle.partitions)
     # Every interval's ledger is opened (its pairs counted per partition) before any write.
     ledgers = {i: _Ledger.open(layout, i, partitioning) for i in work_intervals(cfg, intervals)}
-    generation = uuid.uuid4().hex[:12]
-    shards = []
-    for interval, ledger in ledgers.items():
-        _remove_other_generations(layout, interval)  # earlier runs' unfinished work: never read
+    limit = cfg.cycle.max_mapped_tasks if max_shards is None else max_shards
+    try:
         # Pairs in partition order: a shard holds whole partitions, or a piece of one, so a
         # partition's readers open only the shards that hold it.
-        chunks = pack(ledger.sizes, cfg.cycle.shard_rows, split=True)
+        plans = pack_within(
+            [ledger.sizes for ledger in ledgers.values()],
+            cfg.cycle.shard_rows,
+            split=True,
+            max_units=limit,
+        )
+    except PartitionError as exc:
+        raise PlanError(
+            f"the embedding plan of {len(ledgers)} intervals: {exc}, and a shard holds one "
+            f"interval's pairs: raise cycle.max_mapped_tasks (now {cfg.cycle.max_mapped_tasks:,}) "
+            "or let the scheduler hand fewer intervals to one run; nothing was planned"
+        ) from None
+    generation = uuid.uuid4().hex[:12]
+    shards = []
+    for (interval, ledger), chunks in zip(ledgers.items(), plans, strict=True):
+        _remove_other_generations(layout, interval)  # earlier runs' unfinished work: never read
         for index, chunk in enumerate(chunks):
             rows = ledger.rows(chunk.start, chunk.stop).sort_values("ts", kind="stable")
             part = pa.Table.from_pandas(rows, preserve_index=False)  # a shard is in time order

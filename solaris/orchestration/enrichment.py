@@ -35,6 +35,7 @@ from solaris.orchestration.resources import (
     CycleInputError,
     cycle_redis,
     feature_store,
+    mapped_task_budget,
     read_parquet,
 )
 from solaris.orchestration.runs import (
@@ -93,8 +94,10 @@ def enrich(params: Params, events: Any = None, outlet: Any = None) -> list[dict[
     Otherwise the groups are returned, one mapped :func:`partition_aggregates` task each."""
     units = []
     done: dict[str, list[dict[str, Any]]] = {"uagg": [], "iagg": [], "nbr": []}
-    for run in task_runs(params, events, PAIR_EMBEDDINGS):
-        groups = partition_groups(run.cfg, run.as_of)
+    runs = list(task_runs(params, events, PAIR_EMBEDDINGS))
+    for run in runs:
+        budget = mapped_task_budget(run.cfg, len(runs), "the enrichment plan")
+        groups = partition_groups(run.cfg, run.as_of, max_groups=budget)
         if len(groups) == 1:
             for view, record in enrich_inline(run.cfg, run.as_of).items():
                 done[view].append(run.extra(record))
@@ -184,11 +187,15 @@ def enrich_inline(cfg: SolarisConfig, as_of: int) -> dict[str, dict[str, Any]]:
     return {"uagg": uagg, "iagg": iagg, "nbr": nbr}
 
 
-def partition_groups(cfg: SolarisConfig, as_of: int) -> list[list[int]]:
+def partition_groups(
+    cfg: SolarisConfig, as_of: int, *, max_groups: int | None = None
+) -> list[list[int]]:
     """Groups ``[first, last]`` of consecutive partitions whose codes in the aggregates'
     window add up to at most ``cycle.enrich_rows`` (a busier partition is a group of its
     own), read from the window's completion markers, not the codes: so a quiet interval is
-    one task whatever ``cycle.partitions`` is. Every partition is in one group."""
+    one task whatever ``cycle.partitions`` is. Every partition is in one group, and there
+    are at most ``max_groups`` (default ``cycle.max_mapped_tasks``) groups: when the rows
+    need more, the groups grow (:func:`~solaris.store.partitions.pack`)."""
     import numpy as np
 
     from solaris.store.partitions import pack
@@ -205,7 +212,8 @@ def partition_groups(cfg: SolarisConfig, as_of: int) -> list[list[int]]:
             sizes[first : last + 1] += rows // (last - first + 1)  # a shared shard: evenly
     if not sizes.any():
         sizes[:] = 1  # nothing counted: one unit over every partition
-    units = pack(sizes, cfg.cycle.enrich_rows, split=False)
+    limit = cfg.cycle.max_mapped_tasks if max_groups is None else max_groups
+    units = pack(sizes, cfg.cycle.enrich_rows, split=False, max_units=limit)
     groups = [[u.first, u.last] for u in units]
     groups[0][0], groups[-1][1] = 0, count - 1  # empty partitions at either end
     for before, after in itertools.pairwise(groups):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -27,9 +28,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CycleInputError",
     "LiveNamespaceError",
+    "PlanError",
+    "airflow_max_map_length",
     "cycle_redis",
     "feature_store",
     "live_state",
+    "mapped_task_budget",
     "read_parquet",
     "refuse_live",
     "reset_namespace",
@@ -44,6 +48,48 @@ class CycleInputError(SolarisError, RuntimeError):
 class LiveNamespaceError(CycleInputError):
     """A reset or a replay was aimed at a namespace that holds live state (see
     :func:`live_state`); nothing was deleted or written."""
+
+
+class PlanError(CycleInputError):
+    """A run's plan of mapped tasks that Airflow would refuse (the message names the
+    setting); nothing was planned or written."""
+
+
+def airflow_max_map_length() -> int | None:
+    """Airflow's ``[core] max_map_length`` when this process runs under Airflow (a task,
+    ``dag.test()``), else None (the local runner maps nothing)."""
+    if "airflow" not in sys.modules:
+        return None
+    from airflow.configuration import conf
+
+    return conf.getint("core", "max_map_length")
+
+
+def mapped_task_budget(cfg: SolarisConfig, runs: int, stage: str) -> int:
+    """How many mapped tasks each of ``runs`` runs (the namespaces one DAG run serves) may
+    plan for ``stage``: ``cycle.max_mapped_tasks`` shared evenly, so the DAG run's mapped
+    task stays within it. Under Airflow a cap above ``[core] max_map_length`` is refused
+    here, before anything is planned, whatever this interval's rows: Airflow would refuse
+    the first interval busy enough to reach it, at run time, with nothing said of why.
+
+    Raises:
+        PlanError: the cap is above Airflow's limit, or the runs outnumber it."""
+    cap = cfg.cycle.max_mapped_tasks
+    limit = airflow_max_map_length()
+    if limit is not None and cap > limit:
+        raise PlanError(
+            f"{stage}: cycle.max_mapped_tasks = {cap:,} is above Airflow's [core] "
+            f"max_map_length = {limit:,}, so a busy interval's mapped tasks would be refused "
+            "at run time: set cycle.max_mapped_tasks (SOLARIS_CYCLE__MAX_MAPPED_TASKS) to at "
+            f"most {limit:,}, or raise AIRFLOW__CORE__MAX_MAP_LENGTH (past a few thousand "
+            "mapped tasks the scheduler stalls); nothing was planned"
+        )
+    if runs > cap:
+        raise PlanError(
+            f"{stage}: {runs} namespaces in one run need a mapped task each, more than "
+            f"cycle.max_mapped_tasks = {cap:,}; nothing was planned"
+        )
+    return cap // max(runs, 1)
 
 
 def live_state(deployment: SolarisConfig, name: str) -> str | None:

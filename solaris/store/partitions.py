@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ __all__ = [
     "PartitionError",
     "Partitioning",
     "pack",
+    "pack_within",
     "user_slot",
     "user_slots",
 ]
@@ -215,7 +217,9 @@ class Chunk:
     last: int
 
 
-def pack(sizes: np.ndarray, max_rows: int, *, split: bool) -> list[Chunk]:
+def pack(
+    sizes: np.ndarray, max_rows: int, *, split: bool, max_units: int | None = None
+) -> list[Chunk]:
     """Units of work over partitions of ``sizes[k]`` rows, in partition order.
 
     Consecutive partitions share a unit while their rows add up to at most ``max_rows`` (so
@@ -223,10 +227,67 @@ def pack(sizes: np.ndarray, max_rows: int, *, split: bool) -> list[Chunk]:
     with more rows is a unit of its own, cut into pieces of ``max_rows`` rows when ``split``
     (embedding shards) or kept whole when not (a partition's enrichment). Units without rows
     are left out. ``start``/``stop`` count rows of the partition-ordered table.
+
+    With ``max_units``, a plan that would need more units grows them: ``max_rows`` becomes
+    the smallest bound that packs into ``max_units`` (:func:`pack_within`).
     """
+    if max_units is None:
+        return _pack(np.asarray(sizes, dtype=np.int64), _rows_bound(max_rows), split)
+    return pack_within([sizes], max_rows, split=split, max_units=max_units)[0]
+
+
+def pack_within(
+    sizes: Sequence[np.ndarray], max_rows: int, *, split: bool, max_units: int
+) -> list[list[Chunk]]:
+    """:func:`pack` of several tables at once (one per interval of a run), with one row
+    bound for all, the smallest at or above ``max_rows`` whose units add up to at most
+    ``max_units`` (a run's mapped tasks: Airflow refuses a mapped task of more than
+    ``[core] max_map_length``). A unit never holds two tables' rows, so a run of more
+    tables with rows than ``max_units`` cannot fit: :class:`PartitionError`.
+
+    The count of units falls as the bound grows (greedy packing of consecutive partitions,
+    pieces of a split partition), so the bound is found by bisection: about log2 of the
+    rows passes over the partitions.
+    """
+    if isinstance(max_units, bool) or not isinstance(max_units, numbers.Integral):
+        raise PartitionError(f"max_units must be a positive integer, got {max_units!r}")
+    if max_units <= 0:
+        raise PartitionError(f"max_units must be a positive integer, got {max_units!r}")
+    tables = [np.asarray(s, dtype=np.int64) for s in sizes]
+    bound = _rows_bound(max_rows)
+
+    def packed(rows: int) -> list[list[Chunk]]:
+        return [_pack(table, rows, split) for table in tables]
+
+    def count(plan: list[list[Chunk]]) -> int:
+        return sum(len(units) for units in plan)
+
+    plan = packed(bound)
+    if count(plan) <= max_units:
+        return plan
+    busy = sum(1 for table in tables if table.sum() > 0)
+    if busy > max_units:
+        raise PartitionError(
+            f"{busy} tables with rows need a unit each, more than max_units = {max_units}"
+        )
+    # count(packed(hi)) <= max_units: a bound of a table's whole rows packs it into one unit.
+    low, high = bound, max(bound, max(int(t.sum()) for t in tables))
+    while high - low > 1:
+        middle = (low + high) // 2
+        if count(packed(middle)) <= max_units:
+            high = middle
+        else:
+            low = middle
+    return packed(high)
+
+
+def _rows_bound(max_rows: object) -> int:
     if isinstance(max_rows, bool) or not isinstance(max_rows, numbers.Integral) or max_rows <= 0:
         raise PartitionError(f"max_rows must be a positive integer, got {max_rows!r}")
-    sizes = np.asarray(sizes, dtype=np.int64)
+    return int(max_rows)
+
+
+def _pack(sizes: np.ndarray, max_rows: int, split: bool) -> list[Chunk]:
     bounds = np.r_[0, np.cumsum(sizes)].tolist()
     units: list[Chunk] = []
 

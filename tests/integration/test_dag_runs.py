@@ -86,8 +86,9 @@ def cycle(
 def partitioned_cycle(
     tmp_path_factory: pytest.TempPathFactory, write_movielens, tiny_config
 ) -> Iterator[tuple[SolarisConfig, dict]]:
-    """The same demo with 8 partitions and small enrichment units (several mapped
-    aggregates tasks per interval)."""
+    """The same demo with 8 partitions and small units (several mapped selection,
+    embedding and aggregates tasks per interval), more than the mapped-task cap of 3
+    allows, so the plans grow their units to fit."""
     cfg, summary = _demo(
         tmp_path_factory.mktemp("partitioned"),
         write_movielens,
@@ -96,9 +97,13 @@ def partitioned_cycle(
         shard_rows=10,
         select_requests=3,
         enrich_rows=20,
+        max_mapped_tasks=MAPPED_TASK_CAP,
     )
     yield cfg, summary
     delete_project_keys(redis_client(REDIS), Namespace.of(cfg).project)
+
+
+MAPPED_TASK_CAP = 3
 
 
 def _intervals(summary: dict) -> int:
@@ -475,6 +480,9 @@ def test_eight_partitions_serve_the_features_and_coverage_of_one(cycle, partitio
     tasks = [r["tasks"] for r in records["solaris_enrichment"] if r.get("view") == "uagg"]
     assert tasks and max(tasks) > 1  # the busy intervals' partitions were spread over tasks
     assert max(r["tasks"] for r in records["solaris_candidates"]) > 1  # selection too
+    # ... and no stage mapped more tasks than the cap, though its units' rows asked for more.
+    assert max(tasks) <= MAPPED_TASK_CAP
+    assert max(r["tasks"] for r in records["solaris_candidates"]) <= MAPPED_TASK_CAP
     interval = Interval(*max(_interval(r) for r in eight["airflow"]["candidates_intervals"]))
     files = layout.interval_files("selections", interval)[0]  # a ledger per partition
     assert [p.name for p in files] == [f"{k:05d}.parquet" for k in range(8)]
@@ -486,6 +494,13 @@ def test_eight_partitions_serve_the_features_and_coverage_of_one(cycle, partitio
     ]
     assert coverage and all(c is not None for c in coverage)
     assert any(len({first for first, _ in c}) > 1 for c in coverage)  # shards by partition
+    assert max(len(c) for c in coverage) <= MAPPED_TASK_CAP
+    rows = [
+        codes.rows
+        for r in eight["airflow"]["candidates_intervals"]
+        if (codes := layout.published_codes(Interval(r["interval_start"], r["interval_end"])))
+    ]
+    assert max(max(r) for r in rows if r) > 10  # shards grew past cycle.shard_rows to fit
 
 
 def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(

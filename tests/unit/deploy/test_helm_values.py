@@ -302,3 +302,15 @@ def test_the_near_line_embedder_runs_on_the_gpu_nodes_with_the_workers_settings(
     claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]}
     assert claims == {v["persistentVolumeClaim"]["claimName"] for v in values["volumes"]}
     assert "password" not in NEARLINE_FILE.read_text().lower()
+
+
+def test_the_scheduler_and_workers_ship_the_capacity_tables_concurrency(values, celery):
+    """32 tasks at once, all of one DAG if need be, the cycle's mapped tasks within Airflow's
+    limit, and default workers of two tasks each on 2-core pods, more than one of them
+    (docs/scaling.md, "Capacity")."""
+    core = values["config"]["core"]
+    assert int(core["parallelism"]) == int(core["max_active_tasks_per_dag"]) == 32
+    assert int(core["max_map_length"]) >= CycleConfig().max_mapped_tasks
+    assert _option(_worker_command(celery["args"]), "--concurrency") == "2"
+    assert celery["resources"]["requests"]["cpu"] == "2"
+    assert celery["replicas"] >= 2

@@ -729,3 +729,16 @@ def test_the_near_line_embedder_runs_solaris_nearline_beside_the_gpu_worker(serv
     assert "ports" not in nearline
     assert nearline["healthcheck"]["test"][:2] == ["CMD", "python"]
     assert {"redis", "airflow-init"} <= set(nearline["depends_on"])
+
+
+def test_the_scheduler_admits_the_capacity_tables_concurrency_and_the_cycles_mapped_tasks(
+    common_env,
+):
+    """32 tasks at once, all of one DAG if need be (docs/scaling.md, "Capacity": 16 two-core
+    workers of 2 tasks each), and a mapped task as long as the cycle's plans can make."""
+    from solaris.config import CycleConfig
+
+    assert int(common_env["AIRFLOW__CORE__PARALLELISM"]) == 32
+    assert int(common_env["AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG"]) == 32
+    assert int(common_env["AIRFLOW__CORE__MAX_MAP_LENGTH"]) >= CycleConfig().max_mapped_tasks
+    assert common_env["AIRFLOW__CELERY__WORKER_CONCURRENCY"] == "2"

@@ -120,3 +120,52 @@ def test_ledger_files_repeating_pairs_across_files_give_shards_true_to_their_par
     for frame, (first, last) in zip(frames, coverage, strict=True):
         held = parts.of(frame["user_id"].to_numpy())
         assert ((held >= first) & (held <= last)).all()
+
+
+def test_a_busy_interval_is_planned_within_the_mapped_task_cap(tmp_path) -> None:
+    """Rows that need more shards of ``cycle.shard_rows`` than ``cycle.max_mapped_tasks``
+    give bigger shards, at most the cap, holding every pair once."""
+    ledger = _ledger(3, n=2_000)
+    interval = Interval(0, 900)
+    distinct = len(ledger.drop_duplicates(["user_id", "item_id"]))
+    for cap in (None, 5):
+        cycle = {"partitions": 8, "shard_rows": 20} | ({"max_mapped_tasks": cap} if cap else {})
+        cfg = SolarisConfig(namespace="t_cap", artifacts_dir=tmp_path / str(cap), cycle=cycle)
+        write_parquet(ledger, CycleLayout(Namespace.of(cfg)).selections(interval))
+        frames, _ = _shards(cfg, interval)
+        assert sum(len(f) for f in frames) == distinct
+        if cap is None:  # the default cap (256) leaves shards of shard_rows: more than 5
+            assert len(frames) > 5 and max(len(f) for f in frames) <= 20
+        else:
+            assert len(frames) <= cap
+            assert max(len(f) for f in frames) > 20
+
+
+def test_a_cap_above_airflows_map_length_is_refused_by_name_before_any_write(
+    tmp_path, monkeypatch
+) -> None:
+    """Under Airflow, a ``cycle.max_mapped_tasks`` above ``[core] max_map_length`` fails
+    the plan with an error naming both, whatever the interval's rows, and nothing is
+    written: Airflow would otherwise refuse the first busy interval at run time."""
+    import pytest
+
+    pytest.importorskip("airflow")
+    from solaris.orchestration.embeddings import plan
+    from solaris.orchestration.resources import PlanError
+
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "64")
+    cfg = SolarisConfig(
+        namespace="t_refuse", artifacts_dir=tmp_path, cycle={"max_mapped_tasks": 100}
+    )
+    interval = Interval(0, 900)
+    layout = CycleLayout(Namespace.of(cfg))
+    write_parquet(_ledger(4), layout.selections(interval))
+    before = sorted(p for p in tmp_path.rglob("*"))
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path))
+    monkeypatch.setenv("SOLARIS_CYCLE__MAX_MAPPED_TASKS", "100")
+    conf = {"namespace": "t_refuse", **interval.as_dict()}
+    with pytest.raises(PlanError, match=r"cycle.max_mapped_tasks = 100 .* max_map_length = 64"):
+        plan(conf)
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "1024")
+    assert len(plan(conf)) == 1  # the same run within the limit

@@ -16,6 +16,7 @@ from solaris.store.partitions import (
     PartitionError,
     Partitioning,
     pack,
+    pack_within,
     user_slot,
     user_slots,
 )
@@ -128,3 +129,42 @@ def test_pack_covers_every_row_once_in_order() -> None:
             bounds = np.r_[0, np.cumsum(sizes)]
             for u in units:  # a unit's rows are exactly those of its partitions (or a piece)
                 assert bounds[u.first] <= u.start < u.stop <= bounds[u.last + 1]
+
+
+def test_a_plan_over_the_unit_cap_grows_its_units_to_the_smallest_bound_that_fits() -> None:
+    """Airflow refuses a mapped task of more than ``max_map_length``: a plan whose rows need
+    more units than ``max_units`` gets bigger units (every row still once, in order), with
+    the smallest bound that fits; one that fits already is the plan without a cap."""
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        sizes = rng.integers(0, 50, rng.integers(1, 30))
+        max_rows = int(rng.integers(1, 20))
+        cap = int(rng.integers(1, 12))
+        for split in (True, False):
+            plain = pack(sizes, max_rows, split=split)
+            units = pack(sizes, max_rows, split=split, max_units=cap)
+            assert len(units) <= max(cap, 0 if not sizes.sum() else 1)
+            assert [r for u in units for r in range(u.start, u.stop)] == list(
+                range(int(sizes.sum()))
+            )
+            if len(plain) <= cap:
+                assert units == plain
+                continue
+            # The plan of the smallest bound that fits, found by brute force.
+            smallest = next(
+                b
+                for b in range(max_rows, int(sizes.sum()) + 1)
+                if len(pack(sizes, b, split=split)) <= cap
+            )
+            assert units == pack(sizes, smallest, split=split)
+
+
+def test_pack_within_shares_one_bound_and_refuses_more_busy_tables_than_units() -> None:
+    busy = np.array([40, 0, 40])
+    plans = pack_within([busy, busy, np.zeros(3, np.int64)], 10, split=True, max_units=4)
+    assert [len(p) for p in plans] == [2, 2, 0]
+    assert {u.stop - u.start for p in plans for u in p} == {40}  # whole partitions: 4 units
+    with pytest.raises(PartitionError, match="3 tables with rows need a unit each"):
+        pack_within([busy, busy, busy], 10, split=True, max_units=2)
+    with pytest.raises(PartitionError, match="max_units"):
+        pack(busy, 10, split=True, max_units=0)

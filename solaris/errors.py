@@ -17,7 +17,8 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── AggregateError         (ValueError)    solaris.pipeline.aggregate: bad aggregate input
     ├── PartitionError         (ValueError)    solaris.store.partitions: a bad partition count
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
-    │   └── LiveNamespaceError                  a reset or replay aimed at live state
+    │   ├── LiveNamespaceError                  a reset or replay aimed at live state
+    │   └── PlanError                           mapped tasks Airflow would refuse
     ├── LayoutError            (ValueError)    solaris.orchestration.layout: interval, marker
     ├── HandoffError           (ValueError)    solaris.orchestration.handoff: a task's unit
     ├── CodesError             (RuntimeError)  solaris.manifest: autoencoder artifacts

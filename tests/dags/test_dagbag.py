@@ -19,6 +19,7 @@ DAG_IDS = {
     "solaris_enrichment",
     "solaris_clustering",
     "solaris_training",
+    "solaris_maintenance",
 }
 
 # Parses dags/ in a fresh interpreter and reports what the parse cost and pulled in.
@@ -61,7 +62,7 @@ def parsed(tmp_path: Path) -> dict:
     return result
 
 
-def test_dag_files_import_without_errors_and_define_the_five_dags(parsed: dict) -> None:
+def test_dag_files_import_without_errors_and_define_the_six_dags(parsed: dict) -> None:
     assert parsed["errors"] == {}
     assert set(parsed["dag_ids"]) == DAG_IDS
 
@@ -77,6 +78,7 @@ def dags(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SOLARIS_SELECTION__CADENCE_MINUTES", "7")
     monkeypatch.setenv("SOLARIS_CYCLE__EMBED_RETRIES", "4")
     monkeypatch.setenv("SOLARIS_CYCLE__CLUSTERING_CRON", "15 3 * * *")
+    monkeypatch.setenv("SOLARIS_CYCLE__MAINTENANCE_CRON", "45 4 * * *")
     monkeypatch.delenv("SOLARIS_CONFIG", raising=False)
     from airflow.dag_processing.dagbag import DagBag
 
@@ -152,6 +154,22 @@ def test_enrichment_follows_pair_embeddings_and_daily_dags_follow_their_crons(da
         "enrichment_published"
     }
     assert dags["solaris_training"].timetable.expression == "30 0 * * *"
+
+
+def test_maintenance_runs_on_its_cron_one_run_at_a_time_with_three_independent_tasks(
+    dags,
+) -> None:
+    dag = dags["solaris_maintenance"]
+    assert dag.timetable.expression == "45 4 * * *"  # cycle.maintenance_cron
+    assert not dag.catchup and dag.max_active_runs == 1 and "solaris" in dag.tags
+    assert sorted(t.task_id for t in dag.tasks) == [
+        "clean_airflow_db",
+        "prune_offline",
+        "prune_state",
+    ]
+    # One failing (the metadata DB unreachable) does not keep the others from their part.
+    assert all(not t.upstream_task_ids and not t.outlets for t in dag.tasks)
+    assert set(dag.params) == {"namespace", "replay", "interval_start", "interval_end", "intervals"}
 
 
 def test_every_task_body_is_one_call_into_solaris() -> None:

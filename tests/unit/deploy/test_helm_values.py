@@ -290,7 +290,7 @@ def test_the_near_line_embedder_runs_on_the_gpu_nodes_with_the_workers_settings(
     shared = {e["name"]: e["value"] for e in values["env"]}
     for name in ("SOLARIS_STORE__REDIS", "SOLARIS_ARTIFACTS_DIR", "SOLARIS_STORE__OFFLINE_URI"):
         assert env[name]["value"] == shared[name], name
-    (registry,) = values["secret"]
+    (registry,) = [s for s in values["secret"] if s["envName"] == "SOLARIS_STORE__REGISTRY"]
     assert env["SOLARIS_STORE__REGISTRY"]["valueFrom"]["secretKeyRef"] == {
         "name": registry["secretName"],
         "key": registry["secretKey"],

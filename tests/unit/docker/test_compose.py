@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from solaris.config import CycleConfig, SolarisConfig
+from solaris.config import NON_SETTING_ENV, CycleConfig, SolarisConfig
 from solaris.connection import RedisTarget
 from solaris.examples.movielens.settings import environment as example_environment
 
@@ -625,7 +625,7 @@ def test_solaris_settings_in_the_environment_are_read_by_solaris_config(
             for key in [k for k in os.environ if k.startswith("SOLARIS_")]:
                 patch.delenv(key)
             for key, value in env.items():
-                if key.startswith("SOLARIS_"):
+                if key.startswith("SOLARIS_") and key not in NON_SETTING_ENV:
                     patch.setenv(key, _interpolate(value))
             cfg = SolarisConfig()
         assert cfg.store.redis == RedisTarget.parse("redis:6379"), name

@@ -69,9 +69,9 @@ bench: $(STAMP)
 bench-scale: $(STAMP)
 	$(BIN)/python -m bench.scale
 
-# The cycle's steady state against its first interval: three days of synthetic traffic
+# The cycle's steady state against its first interval: 3.2 days of synthetic traffic
 # through the DAGs (dag.test), the production windows, the same rows every interval (about
-# 15 minutes); rewrites the table in docs/scaling.md.
+# 22 minutes); rewrites the table in docs/scaling.md.
 bench-steady: $(STAMP)
 	$(BIN)/python -m bench.steady
 

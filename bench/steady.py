@@ -1,18 +1,19 @@
 """The cycle's steady state against its first interval, through Airflow DAG runs.
 
-Run: ``.venv/bin/python -m bench.steady`` (about 15 minutes on 2 cores; ``--quick`` for a
-smoke run of a few minutes). Redis at ``127.0.0.1:6379``, database 7 (``--redis``), under a
-namespace of its own (``bsteady<pid>``), reset before and deleted after; everything else in
-a temporary directory.
+Run: ``.venv/bin/python -m bench.steady`` (about 22 minutes on 2 cores; ``--quick`` for a
+smoke run of a few minutes: 300 rows, 60-minute intervals). Redis at ``127.0.0.1:6379``,
+database 7 (``--redis``), under a namespace of its own (``bsteady<pid>``), reset before and
+deleted after; everything else in a temporary directory.
 
 Why: ``make bench-scale`` measures the first interval of an empty deployment. A deployment
 that has run longer than its longest window holds a full window of codes, ledgers, request
 logs and neighbour tables, and every stage that reads a window reads all of it. This bench
 runs the cycle's own DAGs (``dag.test()``, every task in this process, as ``make demo`` and
 ``solaris cycle`` do) over the synthetic example's traffic, interval after interval, from an
-empty namespace until it has run ``--days`` after a warm-up day (default 2.2: past the longest window the cycle reads,
-``store.unn_ttl_hours`` = 48 h with the per-interval neighbour index), at a
-constant ``--rows`` candidate rows per interval, with the production windows (15-minute
+empty namespace until it has run ``--days`` after a warm-up day (default 2.2: past the
+longest window the cycle reads, ``store.unn_ttl_hours`` = 48 h with the per-interval
+neighbour index), at a constant ``--rows`` candidate rows per interval (default 10,000),
+with the production windows (15-minute
 cadence, 6 h TTL, 24 h user aggregates, 48 h neighbour window). So every interval's inputs
 are what the cycle wrote before it, and the last intervals are the steady state.
 

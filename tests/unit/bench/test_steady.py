@@ -62,7 +62,7 @@ def test_the_docs_block_is_replaced_between_its_markers_and_nothing_else(tmp_pat
     assert page.read_text() == f"before\n{BEGIN}\n| new |\n{END}\nafter\n"
     bare = tmp_path / "bare.md"
     bare.write_text("no markers\n")
-    with pytest.raises(SystemExit, match="no <!-- bench.steady"):
+    with pytest.raises(SystemExit, match=r"no <!\-\- bench\.steady"):
         write_block(bare, "| new |\n")
     assert bare.read_text() == "no markers\n"
 

@@ -500,7 +500,10 @@ class CycleConfig(Section):
         description="partitions of the users (solaris.store.partitions: contiguous ranges of "
         "the Redis Cluster slot of each user's {u:<id>} tag); the embedding shards and the "
         "enrichment's per-user work are split by partition, so a task holds one partition's "
-        "rows; a multiple of the cluster's node count keeps a partition's writes on one node",
+        "rows; a multiple of the cluster's node count keeps a partition's writes on one node; "
+        "the namespace records it at first use (<namespace>:partitions) and serving, the "
+        "near-line embedder and every task refuse another count (a reset of the namespace "
+        "clears it)",
     )
     shard_rows: int = Field(2_000, gt=0, description="pairs per mapped embedding task")
     select_requests: int = Field(

@@ -12,6 +12,7 @@ request-log stream     ``<name>:requests``
 embed stream           ``<name>:embed`` (the near-line path, ``solaris nearline``)
 serving metrics        ``<name>:serving_metrics``
 live traffic marker    ``<name>:live`` (serving logged a request on live traffic)
+partition count        ``<name>:partitions`` (``cycle.partitions``, recorded at first use)
 cycle state            ``<state root>/namespaces/<name>/`` (ledgers, codes, run records)
 offline feature rows   ``<offline root>/<name>/<view>/``
 =====================  ==================================================================
@@ -146,6 +147,14 @@ class Namespace:
         run records one (:func:`solaris.orchestration.resources.live_state`). A reset of
         the namespace deletes it with the rest."""
         return f"{self.name}:live"
+
+    @property
+    def partitions_key(self) -> str:
+        """The namespace's partition count (``cycle.partitions``), recorded by the first
+        process that uses the namespace and checked by every other
+        (:func:`solaris.store.partitions.record_partition_count`). A reset of the namespace
+        deletes it with the rest."""
+        return f"{self.name}:partitions"
 
     @property
     def serving_metrics_stream(self) -> str:

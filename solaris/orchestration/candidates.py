@@ -32,6 +32,7 @@ from solaris.orchestration.handoff import SelectionGroup, span
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 from solaris.orchestration.resources import (
     CycleInputError,
+    check_partition_count,
     cycle_redis,
     mapped_task_budget,
     read_parquet,
@@ -518,6 +519,8 @@ def prepare_interval(cfg: SolarisConfig, interval: Interval) -> tuple[dict, list
     began = time.perf_counter()
     namespace = Namespace.of(cfg)
     redis = cycle_redis(cfg)
+    # Before any stream is read: serving appends by the namespace's recorded count.
+    check_partition_count(cfg, f"interval {interval.key}: the selection")
     served: dict[str, Any] = {"began": time.time()}
     if cfg.replay:
         from solaris.orchestration.resources import feature_store
@@ -559,6 +562,7 @@ def select_partitions(
     parts = Partitioning(cfg.cycle.partitions)
     ttl_s = cfg.selection.ttl_seconds
     redis = cycle_redis(cfg)
+    check_partition_count(cfg, f"interval {interval.key}: the selection")
     verifier = adapters.verifier(cfg)
     path = layout.misses(interval)
     drained_misses = read_parquet(path) if path.is_file() else pd.DataFrame(columns=_KEY)

@@ -141,6 +141,7 @@ class NearlineEmbedder:
         from solaris.orchestration.resources import feature_store
         from solaris.pipeline.codes import load_autoencoder
         from solaris.store.contract import PAIR
+        from solaris.store.partitions import record_partition_count
 
         self.cfg = cfg
         self.namespace = Namespace.of(cfg)
@@ -159,6 +160,13 @@ class NearlineEmbedder:
         )
         self._store = feature_store(cfg, redis)
         self._redis = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=30.0)
+        # One partition count per namespace, whoever uses it (refused by name otherwise).
+        record_partition_count(
+            self._redis,
+            self.namespace.partitions_key,
+            cfg.cycle.partitions,
+            who=f"the near-line embedder in namespace {self.namespace.name!r}",
+        )
         self._ensure_group()
 
     # -- the loop ----------------------------------------------------------------------------

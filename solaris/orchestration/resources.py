@@ -30,6 +30,7 @@ __all__ = [
     "LiveNamespaceError",
     "PlanError",
     "airflow_max_map_length",
+    "check_partition_count",
     "cycle_redis",
     "feature_store",
     "live_state",
@@ -90,6 +91,24 @@ def mapped_task_budget(cfg: SolarisConfig, runs: int, stage: str) -> int:
             f"cycle.max_mapped_tasks = {cap:,}; nothing was planned"
         )
     return cap // max(runs, 1)
+
+
+def check_partition_count(cfg: SolarisConfig, who: str) -> int:
+    """``cycle.partitions`` against the count the namespace recorded in the cycle's Redis
+    (recorded now if none is: :func:`~solaris.store.partitions.record_partition_count`).
+
+    Raises:
+        PartitionCountError: another count is recorded; ``who`` names the task."""
+    from solaris.connection import redis_client
+    from solaris.namespace import Namespace
+    from solaris.store.partitions import record_partition_count
+
+    client = redis_client(cycle_redis(cfg), redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        key = Namespace.of(cfg).partitions_key
+        return record_partition_count(client, key, cfg.cycle.partitions, who=who)
+    finally:
+        client.close()
 
 
 def live_state(deployment: SolarisConfig, name: str) -> str | None:

@@ -54,7 +54,11 @@ from solaris.orchestration.layout import (
     CycleLayout,
     Interval,
 )
-from solaris.orchestration.resources import CycleInputError, refuse_live
+from solaris.orchestration.resources import (
+    CycleInputError,
+    check_partition_count,
+    refuse_live,
+)
 from solaris.store.contract import MAX_EPOCH_S
 from solaris.times import TimeInputError, epoch_of
 
@@ -592,5 +596,7 @@ def _task_run(
         interval = Interval(start, end)
         intervals = [on_cadence_grid(interval, cadence, snap=True) if grid else interval]
     run = TaskRun(cfg, tuple(intervals))
+    if cfg.store.redis is not None:  # every task agrees with the namespace's partitions
+        check_partition_count(cfg, f"a task in namespace {cfg.namespace!r}")
     log.info("%s; intervals %s", run.namespace.describe(), [i.key for i in run.intervals])
     return run

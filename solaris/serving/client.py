@@ -86,10 +86,12 @@ from solaris.store.contract import (
     USER_ID,
     epoch_seconds,
 )
-from solaris.store.partitions import Partitioning
+from solaris.store.partitions import PartitionCountError, Partitioning, record_partition_count
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+    from redis import Redis
+    from redis.cluster import RedisCluster
 
     from solaris.store.online import SolarisOnlineStore
 
@@ -455,6 +457,7 @@ class SolarisFeatures:
         }
         self._last_warning = -math.inf
         self._live_marked = cfg.replay  # only the writer thread reads and sets it
+        self._partitions_checked = False  # set once the namespace's count agreed
         self._nearline = (
             NearlineSelector(
                 self.namespace,
@@ -502,21 +505,42 @@ class SolarisFeatures:
         then cached on disk), and make one one-row read on the request path, which opens its
         connection; the result is discarded (the read may fail while Redis is down,
         harmlessly; it is not counted in :attr:`stats`). Configuration or registry errors
-        raise."""
+        raise, and so does a ``cycle.partitions`` other than the namespace's recorded count
+        (:class:`~solaris.store.partitions.PartitionCountError`): requests logged by that
+        count would go to streams the cycle does not drain."""
         store, service = self._ensure_store()
-        self._misses_client()
+        client = self._misses_client()
         load_assembly(self.z_dim, self.fm_version, self.cfg.store.nbr_strategy)
+        try:
+            self._check_partitions(client)
+        except PartitionCountError:
+            raise  # a process that would log requests no cycle drains does not start
+        except Exception as exc:  # Redis down: the writer checks before its first entry
+            log.info("warm-up partition check failed (%s: %s)", type(exc).__name__, exc)
         try:
             self._read(store, service, 0, np.zeros(1, np.int64), int(time.time()))
         except Exception as exc:  # Redis down at start-up is not an error here
             log.info("warm-up read failed (%s: %s)", type(exc).__name__, exc)
+
+    def _check_partitions(self, client: Redis | RedisCluster) -> None:
+        """This client's ``cycle.partitions`` against the namespace's recorded count (once
+        it agreed, never again): :func:`~solaris.store.partitions.record_partition_count`."""
+        if self._partitions_checked:
+            return
+        record_partition_count(
+            client,
+            self.namespace.partitions_key,
+            self.cfg.cycle.partitions,
+            who=f"serving in namespace {self.namespace.name!r}",
+        )
+        self._partitions_checked = True
 
     @property
     def store(self):
         """The ``feast.FeatureStore`` (built on first access)."""
         return self._ensure_store()[0]
 
-    def _misses_client(self):
+    def _misses_client(self) -> Redis | RedisCluster:
         """The Redis client of the stream writes and metrics windows (built once; the writer
         and the metrics publisher threads may both ask first)."""
         if self._miss_client is None:
@@ -746,7 +770,9 @@ class SolarisFeatures:
         ``store.request_log_maxlen`` entries. The
         arguments are checked here, on the calling thread; the ``XADD`` runs on the writer
         thread of the miss stream (:meth:`flush` waits for it), so a slow or dead Redis never
-        delays the caller: the entry is dropped and counted (``stats.requests_dropped``). On
+        delays the caller: the entry is dropped and counted (``stats.requests_dropped``), and
+        so is every entry of a client whose ``cycle.partitions`` is not the namespace's
+        recorded count (warned, never appended to a stream no cycle drains). On
         live traffic (``replay: false``) the first entry also marks the namespace as holding
         live state (:attr:`~solaris.namespace.Namespace.live_key`), which a reset or a replay
         into it must then be forced past.
@@ -799,6 +825,9 @@ class SolarisFeatures:
             else:
                 self._bump(nearline_logged=int(len(nearline) > 0))
         try:
+            # Never append to a stream the cycle does not drain: a request refused here is
+            # dropped, counted and warned about, not lost without a word.
+            self._check_partitions(client)
             if not self._live_marked:  # live traffic: the namespace holds live state
                 marker = json.dumps({"first_request_ts": ts, "request_id": rid})
                 client.set(self.namespace.live_key, marker, nx=True)

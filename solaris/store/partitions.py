@@ -27,6 +27,7 @@ import functools
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +37,12 @@ from solaris.store.contract import USER
 __all__ = [
     "SLOTS",
     "Chunk",
+    "PartitionCountError",
     "PartitionError",
     "Partitioning",
     "pack",
     "pack_within",
+    "record_partition_count",
     "user_slot",
     "user_slots",
 ]
@@ -52,6 +55,42 @@ _MAX_DIGITS = 20  # decimal digits of |int64|, at most 9223372036854775808 (19) 
 
 class PartitionError(SolarisError, ValueError):
     """A partition count or index the cycle cannot use (the message names it)."""
+
+
+class PartitionCountError(PartitionError):
+    """A process configured with another partition count than the one its namespace
+    recorded (:func:`record_partition_count`); it wrote and read nothing partitioned."""
+
+
+def record_partition_count(client: Any, key: str, count: int, *, who: str) -> int:
+    """Check ``count`` against the partition count recorded under ``key`` (a namespace's
+    :attr:`~solaris.namespace.Namespace.partitions_key`), recording it first when there is
+    none (``SET NX``: the first process to use the namespace decides). Returns the count.
+
+    Why one recorded fact: serving appends a request to its user's partition's stream and
+    the cycle drains the streams of its own count; the ledgers and state files are split by
+    partition too. A serving process with one count and a cycle with another leave requests
+    in streams nobody drains, and a cycle whose count changed between intervals reads the
+    old split's ledger ``k`` as the new partition ``k``, both without a word.
+
+    Raises:
+        PartitionCountError: the namespace records another count (``who`` names the
+            process, the message the setting and the key).
+    """
+    checked = Partitioning(count).count
+    client.set(key, checked, nx=True)
+    raw = client.get(key)
+    recorded = int(raw) if raw is not None else checked
+    if recorded != checked:
+        raise PartitionCountError(
+            f"{who}: cycle.partitions is {checked}, but the namespace records {recorded} "
+            f"(Redis key {key}): its request streams, ledgers and state files are split "
+            f"into {recorded}, and a process splitting them into {checked} would leave "
+            "requests in streams no one drains and read other partitions' ledgers; set "
+            f"cycle.partitions (SOLARIS_CYCLE__PARTITIONS) to {recorded}, or reset the "
+            "namespace (solaris namespace reset) to start it with another count"
+        )
+    return recorded
 
 
 def _crc16_table() -> np.ndarray:

@@ -572,7 +572,8 @@ def select_partitions(
         misses = _interval_misses(cfg, interval, drained_misses, partition)
         marks = layout.nearline(interval, _part(parts, partition))
         earlier = read_parquet(marks) if marks.is_file() else None  # a retried attempt's
-        batch, nearline = _without_nearline(with_misses(logged, misses, partition), ttl_s, earlier)
+        candidates = with_misses(logged, misses, partition)
+        batch, nearline = _without_nearline(candidates, ttl_s, earlier)
         if len(nearline):
             write_parquet(nearline, marks)
         scores = verifier.score(batch) if len(batch) else np.zeros(0, np.float32)
@@ -581,6 +582,13 @@ def select_partitions(
         selected = select_candidates(
             batch.drop(columns="score"), scores, share=cfg.selection.share, cache=cache
         )
+        # What serving selected near-line but no embedder wrote (its embed-stream entry was
+        # trimmed, or is not read yet) is selected here, not left "fresh" for a whole TTL.
+        back = _taken_back(cfg, redis, interval, nearline)
+        if len(back):
+            taken = candidates.merge(back, on=["request_id", "item_id"])[list(selected.columns)]
+            selected = pd.concat([selected, taken], ignore_index=True)
+            selected = selected.sort_values("ts", kind="stable", ignore_index=True)
         ledger = selected.assign(
             computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
         )
@@ -592,6 +600,7 @@ def select_partitions(
         figures["miss_candidates_added"] += len(batch) - len(logged)
         figures["selected"] += len(ledger)
         figures["nearline_selected"] += len(nearline)
+        figures["nearline_taken_back"] += len(back)
         figures["fm_passes"] += int(ledger[["user_id", "item_id"]].drop_duplicates().shape[0])
     return {
         **interval.as_dict(),
@@ -605,11 +614,46 @@ _DRAIN_FIGURES = ("requests", "rows", "late", "stale_dropped", "left_for_later",
 _SELECT_FIGURES = (
     "candidates",
     "nearline_selected",
+    "nearline_taken_back",
     "misses_drained",
     "miss_candidates_added",
     "selected",
     "fm_passes",
 )
+
+
+def _taken_back(
+    cfg: SolarisConfig, redis: str | RedisTarget, interval: Interval, nearline: pd.DataFrame
+) -> pd.DataFrame:
+    """``request_id, item_id`` of the near-line pairs that have no code of the current FM
+    version written at or after their request and fresh at the interval's end
+    (:func:`~solaris.serving.nearline.written_codes`): the embedder never wrote them (their
+    embed-stream entry was trimmed at ``nearline.stream_maxlen``, or it is behind), so the
+    cycle embeds them itself. One pipelined ``HMGET`` per user."""
+    import numpy as np
+
+    from solaris.connection import redis_client
+    from solaris.manifest import current_fm_version
+    from solaris.serving.nearline import written_codes
+    from solaris.store.contract import PAIR
+
+    if not len(nearline):
+        return nearline[["request_id", "item_id"]]
+    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        written = written_codes(
+            client,
+            Namespace.of(cfg).project,
+            PAIR.params(cfg),
+            current_fm_version(cfg),
+            nearline["user_id"].to_numpy(np.int64),
+            nearline["item_id"].to_numpy(np.int64),
+            interval.end,
+            nearline["ts"].to_numpy(np.int64),
+        )
+    finally:
+        client.close()
+    return nearline.loc[~written, ["request_id", "item_id"]].reset_index(drop=True)
 
 
 def _without_nearline(

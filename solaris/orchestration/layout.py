@@ -509,6 +509,8 @@ RUN_METRIC_FIGURES = (
     "selected",
     "fm_passes",
     "misses_drained",
+    "nearline_selected",
+    "nearline_taken_back",
     "freshness_s",
     "pairs_per_second",
     "labelled",

@@ -46,7 +46,7 @@ import numpy as np
 
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
-from solaris.serving.nearline import EmbedEntry, fresh_codes, parse_entry, pending_key
+from solaris.serving.nearline import EmbedEntry, parse_entry, pending_key, written_codes
 from solaris.serving.streams import as_bytes, stream_error
 
 if TYPE_CHECKING:
@@ -331,18 +331,18 @@ class NearlineEmbedder:
 
     def _fresh(self, pairs: pd.DataFrame, now: int, written_from: np.ndarray) -> np.ndarray:
         """``[N]`` pairs whose code is fresh at ``now`` for the current ``fm_version`` and
-        written at or after ``written_from`` (epoch seconds): one pipelined ``HMGET`` per
-        user."""
-        from solaris.store.contract import PAIR
-        from solaris.store.keys import member_field_list, partition_key, view_key
-
-        prefix = view_key(self.namespace.project, PAIR)
-        items = pairs["item_id"].to_numpy(np.int64)
-        pipe = self._redis.pipeline(transaction=False)
-        for user, rows in _user_runs(pairs["user_id"].to_numpy(np.int64)):
-            pipe.hmget(partition_key(prefix, PAIR, user), member_field_list(items[rows]))
-        replies = [r for reply in pipe.execute() for r in reply]
-        return fresh_codes(replies, now, self._pair, self.fm_version.encode(), written_from)
+        written at or after ``written_from`` (epoch seconds):
+        :func:`~solaris.serving.nearline.written_codes`."""
+        return written_codes(
+            self._redis,
+            self.namespace.project,
+            self._pair,
+            self.fm_version,
+            pairs["user_id"].to_numpy(np.int64),
+            pairs["item_id"].to_numpy(np.int64),
+            now,
+            written_from,
+        )
 
     def _write(self, pairs: pd.DataFrame, first_id: bytes) -> int:
         """FM → autoencoder → ``pair`` view for ``pairs`` (sorted by user), pending marks

@@ -28,6 +28,7 @@ every entry with :func:`parse_entry`: anyone who can write to Redis can write on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import redis
@@ -39,6 +40,9 @@ from solaris.store.codec import decode_records
 from solaris.store.contract import FM_VERSION, PAIR, ViewParams
 from solaris.store.keys import member_field_list, partition_key, view_key
 
+if TYPE_CHECKING:
+    from redis.cluster import RedisCluster
+
 __all__ = [
     "EmbedEntry",
     "NearlineSelector",
@@ -46,6 +50,7 @@ __all__ = [
     "fresh_codes",
     "parse_entry",
     "pending_key",
+    "written_codes",
 ]
 
 _NO_MARK = b"\x00" * 8
@@ -77,6 +82,40 @@ def fresh_codes(
     if written_from is not None:
         fresh &= rows.event_us >= np.multiply(written_from, 1_000_000, dtype=np.int64)
     return fresh
+
+
+def written_codes(
+    client: redis.Redis | RedisCluster,
+    project: str,
+    pair: ViewParams,
+    fm_version: str,
+    users: np.ndarray,
+    items: np.ndarray,
+    now: int,
+    written_from: np.ndarray,
+) -> np.ndarray:
+    """``[N]`` bool: which ``(users[k], items[k])`` pairs have a ``pair`` code fresh at
+    ``now`` for ``fm_version`` and written at or after ``written_from[k]`` (epoch seconds):
+    one pipelined ``HMGET`` per user (:func:`fresh_codes`). The embedder skips those; the
+    cycle marks only those of the pairs serving selected near-line as fresh (the rest were
+    trimmed from the embed stream, or not embedded yet, and the cycle takes them back)."""
+    users = np.asarray(users, dtype=np.int64)
+    items = np.asarray(items, dtype=np.int64)
+    if not len(users):
+        return np.zeros(0, dtype=bool)
+    order = np.argsort(users, kind="stable")
+    sorted_users = users[order]
+    bounds = np.flatnonzero(np.diff(sorted_users)) + 1
+    prefix = view_key(project, PAIR)
+    pipe = client.pipeline(transaction=False)
+    for rows in np.split(order, bounds):
+        pipe.hmget(partition_key(prefix, PAIR, int(users[rows[0]])), member_field_list(items[rows]))
+    replies = [r for reply in pipe.execute() for r in reply]
+    written_from = np.broadcast_to(np.asarray(written_from, dtype=np.int64), users.shape)
+    fresh = fresh_codes(replies, now, pair, fm_version.encode(), written_from[order])
+    out = np.empty(len(users), dtype=bool)
+    out[order] = fresh
+    return out
 
 
 @dataclass(frozen=True)

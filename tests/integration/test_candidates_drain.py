@@ -67,11 +67,22 @@ def test_a_retried_drain_keeps_what_it_stored_and_adds_nothing_twice(
 def test_the_cycle_spends_no_budget_on_what_serving_selected_near_line_and_skips_its_pairs(
     cfg, redis_connection: str, redis_client
 ) -> None:
+    """Serving selected item 1 near-line for request 2: the cycle selects nothing more for
+    that request and skips the pair in later requests; and since no embedder wrote its
+    code (none runs here: its embed-stream entry could have been trimmed), the cycle takes
+    the pair back into its own selection rather than leave it marked fresh for a TTL."""
+    import json
+
+    from solaris.manifest import CODES_MANIFEST
     from solaris.orchestration.candidates import select_partitions
     from solaris.orchestration.resources import read_parquet
 
     target = RedisTarget.parse(redis_connection)
     cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"redis": target})})
+    models = Namespace.of(cfg).models_dir
+    models.mkdir(parents=True)
+    manifest = {"fm_version": "fm-1", "fm": "fm", "z_dim": 32, "shared_dim": 8}
+    (models / CODES_MANIFEST).write_text(json.dumps(manifest))
     stream = Namespace.of(cfg).request_stream
     scores = [0.9, 0.8, 0.7, 0.6, 0.5]
     # Request 2 spent its budget (ceil(0.2 * 5) = 1) near-line on item 1; request 3 of the
@@ -83,12 +94,13 @@ def test_the_cycle_spends_no_budget_on_what_serving_selected_near_line_and_skips
 
     layout = CycleLayout(Namespace.of(cfg))
     ledger = read_parquet(layout.selections(INTERVAL))
-    assert list(zip(ledger["request_id"], ledger["item_id"], strict=True)) == [(3, 6)]
+    assert list(zip(ledger["request_id"], ledger["item_id"], strict=True)) == [(2, 1), (3, 6)]
     nearline = read_parquet(layout.nearline(INTERVAL))
     assert nearline[["user_id", "item_id", "computed_at", "expires_at"]].values.tolist() == [
         [5, 1, 87_000, 87_000 + 21_600]
     ]
-    assert (figures["nearline_selected"], figures["selected"]) == (1, 1)
+    assert (figures["nearline_selected"], figures["nearline_taken_back"]) == (1, 1)
+    assert figures["selected"] == 2
 
     # The next interval skips the near-line pair too, as a cached one.
     append_request(redis_client, stream, 100, 4, 5, [1, 7], [0.9, 0.1], 90_100)

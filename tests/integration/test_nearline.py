@@ -430,3 +430,47 @@ def test_an_embed_stream_key_of_another_type_is_an_error_naming_it(
     embedder.close()
     assert redis_client.lrange(stream, 0, -1) == [b"a list now"]  # left as it was
     redis_client.delete(stream)
+
+
+def test_pairs_whose_embed_entries_were_trimmed_are_taken_back_by_the_cycle(
+    models, repo_copy, feast_project, redis_connection, redis_client
+) -> None:
+    """The embedders are behind and the embed stream keeps 5 entries: of 30 requests' near-
+    line selections, 25 entries are trimmed before any embedder reads them. The cycle's
+    selection of the interval then finds no code for those pairs and selects them itself
+    (counted as ``nearline_taken_back``), instead of marking them fresh for a whole TTL;
+    the pairs the embedder did write are not selected again."""
+    from solaris.orchestration.candidates import select_partitions
+    from solaris.orchestration.layout import CycleLayout, Interval
+    from solaris.orchestration.resources import read_parquet
+
+    cfg = _cfg(models, feast_project, repo_copy, redis_connection, stream_maxlen=5, batch_ms=50)
+    feature_store(cfg, redis_connection)
+    namespace = Namespace.of(cfg)
+    try:
+        version = read_manifest(namespace.models_dir).fm_version
+        _log_requests(cfg, redis_connection, version)
+        assert redis_client.xlen(namespace.embed_stream) == 5  # 25 entries trimmed
+        embedder = NearlineEmbedder(cfg, redis_connection, consumer="behind")
+        _run_until_drained([embedder], redis_client, namespace, cfg.nearline.group)
+        embedded = embedder.stats.embedded
+        assert embedded == 5 * 10
+
+        now = int(time.time()) + 1
+        interval = Interval(now - 900, now)
+        figures = select_partitions(cfg, interval, [0])
+        ledger = read_parquet(CycleLayout(namespace).selections(interval))
+        marks = read_parquet(CycleLayout(namespace).nearline(interval))
+        assert figures["nearline_selected"] == len(marks) == N_REQUESTS * 10
+        assert figures["nearline_taken_back"] == N_REQUESTS * 10 - embedded
+        # Every near-line pair is either written by the embedder or in the cycle's ledger,
+        # never both, and the ledger holds nothing else (every request spent its budget).
+        taken = set(zip(ledger["user_id"], ledger["item_id"], strict=True))
+        marked = set(zip(marks["user_id"], marks["item_id"], strict=True))
+        assert taken < marked and len(taken) == N_REQUESTS * 10 - embedded
+        for user in {u for u, _ in marked}:
+            items = np.array(sorted(i for u, i in marked if u == user), dtype=np.int64)
+            written = _pair_event_seconds(redis_client, cfg, user, items) > 0
+            assert all(((user, int(i)) in taken) != w for i, w in zip(items, written, strict=True))
+    finally:
+        delete_project_keys(redis_client, feast_project)

@@ -45,12 +45,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 REPO = Path(__file__).resolve().parents[1]
 DAY = 86_400
@@ -91,20 +91,6 @@ def _peak_mb() -> float:
     with open("/proc/self/status") as f:
         line = next(line for line in f if line.startswith("VmHWM:"))
     return int(line.split()[1]) / 1024
-
-
-@contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _settings(work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -212,7 +198,7 @@ def replay(
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
     }
     figures: list[IntervalFigures] = []
-    with _environ(env):
+    with patch.dict(os.environ, env):  # the task runs read their settings from it
         reset_namespace(cfg, cfg.store.redis, force=True)
         configure_airflow(Path(cfg.cycle.airflow_home), Path(cfg.cycle.dags_folder))
         airflow = LocalAirflow(Path(cfg.cycle.dags_folder), gpu_pool=cfg.cycle.gpu_pool)

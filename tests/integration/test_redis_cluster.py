@@ -191,8 +191,9 @@ def test_reads_writes_expiry_misses_and_teardown_work_across_the_cluster(
 
     store.teardown()
     # Teardown removes the views' rows; the namespace's streams (misses, serving's metric
-    # windows written on close) are the namespace's, removed by `solaris namespace reset`.
-    streams = {b"tcl:misses", b"tcl:serving_metrics"}
+    # windows written on close) and its recorded partition count (serving's warm-up) are the
+    # namespace's, removed by `solaris namespace reset`.
+    streams = {b"tcl:misses", b"tcl:serving_metrics", b"tcl:partitions"}
     assert [k for k in client.scan_iter(match="tcl:*") if k not in streams] == []
     client.delete(*streams)
     client.close()
@@ -255,6 +256,7 @@ def served(cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     # Serving logged requests on live traffic: the namespace's live marker is on the cluster.
     assert client.exists(ns.live_key) == 1
     client.delete(ns.miss_stream, ns.request_stream, ns.serving_metrics_stream, ns.live_key)
+    client.delete(ns.partitions_key)  # recorded by serving's warm-up (one slot a key)
     assert list(client.scan_iter(match="tcs:*")) == []
     client.close()
 

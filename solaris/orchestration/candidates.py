@@ -459,13 +459,7 @@ def ledger_cache(
     from solaris.store.partitions import Partitioning
 
     frames = []
-    earlier = [
-        (kind, i)
-        for kind in _LEDGERS
-        for i in layout.intervals(
-            kind, ending_after=interval.start - ttl_s - 1, ending_by=interval.start
-        )
-    ]
+    earlier = _earlier_ledgers(layout, interval, ttl_s)
     for kind, i in earlier:
         files, mixed = layout.interval_files(kind, i, partition)
         for path in files:
@@ -484,6 +478,45 @@ def ledger_cache(
 
 # The ledgers whose pairs the selection skips while fresh: the cycle's own, and near-line's.
 _LEDGERS = ("selections", "nearline")
+
+
+def _earlier_ledgers(
+    layout: CycleLayout, interval: Interval, ttl_s: int
+) -> list[tuple[str, Interval]]:
+    """``(kind, interval)`` of the ledgers :func:`ledger_cache` reads for ``interval``."""
+    return [
+        (kind, i)
+        for kind in _LEDGERS
+        for i in layout.intervals(
+            kind, ending_after=interval.start - ttl_s - 1, ending_by=interval.start
+        )
+    ]
+
+
+def _check_ledgers(
+    layout: CycleLayout, interval: Interval, ttl_s: int, partitions: Iterable[int]
+) -> None:
+    """Every selection ledger the selection of ``partitions`` will read is there: an
+    earlier interval split by partition has one file per partition (an empty one when it
+    selected nothing), so a missing one was lost, and without it the partition's fresh
+    pairs would be taken for stale and selected again, without a word. Checked before
+    anything of the interval is drained or written (file existence only).
+
+    Raises:
+        CycleInputError: naming the missing file and the interval."""
+    for kind, earlier in _earlier_ledgers(layout, interval, ttl_s):
+        if kind != "selections" or layout.selections(earlier).is_file():
+            continue  # near-line marks exist only where serving selected; one whole file
+        for partition in partitions:
+            path = layout.selections(earlier, partition)
+            if not path.is_file():
+                raise CycleInputError(
+                    f"interval {interval.key}: the selection ledger of partition {partition} "
+                    f"for the earlier interval {earlier.key} is missing ({path}) while its "
+                    "other partitions' are there; without it that partition's fresh pairs "
+                    "would be selected again. Restore the file (or rerun that interval's "
+                    "candidates run); nothing of this interval was drained or written"
+                )
 
 
 def code_age(layout: CycleLayout, interval: Interval, ttl_s: int) -> int | None:
@@ -567,6 +600,9 @@ def select_partitions(
     path = layout.misses(interval)
     drained_misses = read_parquet(path) if path.is_file() else pd.DataFrame(columns=_KEY)
     figures: dict[str, Any] = dict.fromkeys(_DRAIN_FIGURES + _SELECT_FIGURES, 0)
+    partitions = list(partitions)
+    if parts.count > 1:  # before any partition's stream is drained
+        _check_ledgers(layout, interval, ttl_s, partitions)
     for partition in partitions:
         logged, drained = drain_request_log(cfg, redis, interval, partition)
         misses = _interval_misses(cfg, interval, drained_misses, partition)

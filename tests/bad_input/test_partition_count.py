@@ -18,6 +18,7 @@ import pytest
 from solaris.config import SolarisConfig
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import Interval
+from solaris.orchestration.resources import CycleInputError
 from solaris.store.partitions import PartitionCountError
 
 INTERVAL = Interval(1_700_000_100, 1_700_001_000)  # 900 s, on the 15-minute grid
@@ -126,3 +127,29 @@ def test_a_task_of_a_changed_count_is_refused_at_its_edge_before_any_work(
     reset_namespace(four, redis_url, force=True)
     assert task_run(conf).cfg.cycle.partitions == 2
     assert redis_client.get(Namespace.of(four).partitions_key) == b"2"
+
+
+def test_a_lost_ledger_file_of_an_earlier_interval_stops_the_selection_before_any_drain(
+    tmp_path, namespace, redis_url, redis_client, snapshot_files, snapshot_redis
+) -> None:
+    """An earlier interval was selected in 4 partitions; one partition's ledger file is
+    gone. The next selection would take that partition's fresh pairs for stale and select
+    them again: it is refused naming the file, before any stream is drained or file
+    written."""
+    from solaris.orchestration.candidates import select_partitions
+    from solaris.orchestration.layout import CycleLayout
+
+    cfg = _cfg(tmp_path, namespace, redis_url, 4)
+    _serve(cfg, redis_url, requests=20)
+    earlier = Interval(INTERVAL.start - 900, INTERVAL.start)
+    select_partitions(cfg, earlier, range(4))  # writes the four ledgers (some empty)
+    lost = CycleLayout(Namespace.of(cfg)).selections(earlier, 2)
+    assert lost.is_file()
+    lost.unlink()
+    _serve(cfg, redis_url, requests=20)
+    snap = snapshot_files(tmp_path / "artifacts")
+    keys = snapshot_redis(redis_client, f"{namespace}:*")
+    before = snap(), keys()
+    with pytest.raises(CycleInputError, match=r"partition 2 .* is missing \(.*00002\.parquet\)"):
+        select_partitions(cfg, INTERVAL, range(4))
+    assert (snap(), keys()) == before

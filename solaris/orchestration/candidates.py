@@ -505,11 +505,17 @@ def _check_ledgers(
     Raises:
         CycleInputError: naming the missing file and the interval."""
     for kind, earlier in _earlier_ledgers(layout, interval, ttl_s):
-        if kind != "selections" or layout.selections(earlier).is_file():
-            continue  # near-line marks exist only where serving selected; one whole file
+        if kind != "selections":
+            continue  # near-line marks exist only where serving selected
+        # One listing of the interval's ledgers (not a look-up per partition: on an object
+        # store each would be a request).
+        files, _ = layout.interval_files(kind, earlier)
+        if layout.selections(earlier) in files:
+            continue  # one file for the whole interval
+        there = {path.name for path in files}
         for partition in partitions:
             path = layout.selections(earlier, partition)
-            if not path.is_file():
+            if path.name not in there:
                 raise CycleInputError(
                     f"interval {interval.key}: the selection ledger of partition {partition} "
                     f"for the earlier interval {earlier.key} is missing ({path}) while its "

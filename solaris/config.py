@@ -548,6 +548,12 @@ class CycleConfig(Section):
         "are minutes old have neighbours (a daily table misses them); False: the fill uses "
         "the clustering DAG's newest table",
     )
+    incremental_windows: bool = Field(
+        True,
+        description="the enrichment carries its windows' sums from one interval to the next "
+        "(an interval reads its own codes, those leaving a window and those it supersedes); "
+        "False: every interval recomputes them from the window's codes",
+    )
     training_cron: str = Field(
         "30 0 * * *", description="training DAG schedule (cron or an Airflow preset)"
     )

@@ -51,6 +51,7 @@ from solaris.orchestration.runs import (
     task_runs,
     unit_run,
 )
+from solaris.orchestration.window_state import pair_history
 from solaris.store.contract import N_NBRS
 
 if TYPE_CHECKING:
@@ -248,37 +249,6 @@ def recent_requests(
     return pa.concat_tables(tables).to_pandas()
 
 
-def pair_history(cfg: SolarisConfig, as_of: int, window_s: int, partition: int | None = None):
-    """:class:`~solaris.pipeline.enrich.PairHistory` of the codes computed in
-    ``(as_of - window_s, as_of]``; only partition ``partition``'s users' codes when given
-    (only the shards that hold it are read)."""
-
-    from solaris.data.schemas import read_table
-    from solaris.pipeline.enrich import PairHistory
-    from solaris.store.partitions import Partitioning
-
-    layout = CycleLayout(Namespace.of(cfg))
-    count = cfg.cycle.partitions
-    intervals = layout.embedded_intervals(ending_after=as_of - window_s, ending_by=as_of)
-    # Exactly the files each marker counts: a generation being replaced fails the read on
-    # a missing file (the task's retry reads the new one), it is never read in part.
-    files, mixed = [], False
-    for interval in intervals:
-        codes = layout.published_codes(interval)
-        if codes is None:
-            continue
-        if partition is None:
-            files += codes.files
-        else:
-            mine, shared = codes.files_of(partition, count)
-            files += mine
-            mixed |= shared
-    table = read_table(files, "pair_embeddings", z_dim=cfg.model.z_dim)
-    if mixed:  # shards that hold other partitions too: keep this one's rows
-        table = table.filter(Partitioning(count).holds(table["user_id"].to_numpy(), partition))
-    return PairHistory.from_table(table)
-
-
 def _materialize(cfg: SolarisConfig, view: str, rows: pd.DataFrame, batch_id: str) -> float:
     from solaris.pipeline.materialize import materialize
 
@@ -297,6 +267,7 @@ def _record(
     codes_read: int,
     wrote: tuple[Path, ...] = (),
     tasks: int | None = None,
+    windows_rebuilt: int | None = None,
 ) -> dict[str, Any]:
     record = {
         INTERVAL_END: as_of,
@@ -307,55 +278,48 @@ def _record(
     }
     if tasks is not None:
         record["tasks"] = tasks
+    if windows_rebuilt is not None:  # partitions whose carried windows were rebuilt
+        record["windows_rebuilt"] = windows_rebuilt
     layout = CycleLayout(Namespace.of(cfg))
     write_run_record(layout, dag_id, f"{as_of:011d}-{view}", record, wrote=wrote)
     return record
 
 
 def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict:
-    """For each partition in turn (memory: one partition's window of codes): ``uagg`` of
-    its users, written to the store under the partition's keys only, its ``iagg`` partial
-    sums, kept as ``iagg_partials/<as_of>/<partition>.parquet`` for
-    :func:`reduce_aggregates`, and its codes fresh for the neighbour fill, sorted by user
+    """For each partition in turn (:func:`~solaris.orchestration.window_state.partition_windows`:
+    its windows advanced to ``as_of``, or recomputed): ``uagg`` of its users, written to the
+    store under the partition's keys only, its ``iagg`` partial sums, kept as
+    ``iagg_partials/<as_of>/<partition>.parquet`` for :func:`reduce_aggregates`, and its
+    codes fresh for the neighbour fill, sorted by user
     (``fill_codes/<as_of>/<partition>.arrow``, looked up by every partition's
     :func:`fill_partitions`). Returns the figures the reduction records."""
     from solaris.data.schemas import write_fill_codes
     from solaris.files import atomic_write_parquet
-    from solaris.pipeline.enrich import (
-        fill_codes,
-        item_partials,
-        user_aggregates,
-        user_embedding_table,
-    )
+    from solaris.orchestration.window_state import partition_windows
 
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
-    ttl = _fill_window(cfg)
-    # One read serves the aggregates, the fill's codes and (every interval) the index.
-    window = max(cfg.store.uagg_window_seconds, ttl)
-    if cfg.cycle.neighbours_every_interval:
-        window = max(window, _neighbour_window(cfg))
     version = current_fm_version(cfg)
     done: list[int] = []
-    uagg_rows = codes_read = 0
+    uagg_rows = codes_read = rebuilt = 0
     for partition in partitions:
-        history = pair_history(cfg, as_of, window, partition)
-        rows = user_aggregates(history, as_of, cfg, version)
-        _materialize(cfg, "uagg", rows, _batch_id(cfg, as_of, partition))
-        partials = item_partials(history, as_of, cfg, version)
-        atomic_write_parquet(layout.item_partials(as_of, partition), partials.to_table())
-        fresh = fill_codes(history, as_of, ttl, version)
-        write_fill_codes(layout.fill_codes(as_of, partition), fresh.users, fresh.items, fresh.z16)
-        if cfg.cycle.neighbours_every_interval:
-            embeddings = user_embedding_table(history, as_of, cfg, version)
-            atomic_write_parquet(layout.user_embeddings(as_of, partition), embeddings)
+        views = partition_windows(cfg, layout, as_of, partition, version)
+        _materialize(cfg, "uagg", views.uagg, _batch_id(cfg, as_of, partition))
+        table = views.item_partials.to_table()
+        atomic_write_parquet(layout.item_partials(as_of, partition), table)
+        fill = views.fill
+        write_fill_codes(layout.fill_codes(as_of, partition), fill.users, fill.items, fill.z16)
+        if views.embeddings is not None:
+            atomic_write_parquet(layout.user_embeddings(as_of, partition), views.embeddings)
         done.append(partition)
-        uagg_rows += len(rows)
-        codes_read += len(history.pairs)
+        uagg_rows += len(views.uagg)
+        codes_read += views.codes_read
+        rebuilt += views.rebuilt
     return {
         "partitions_run": [done[0], done[-1]] if done else [],
         "uagg_rows": uagg_rows,
         "codes_read": codes_read,
+        "windows_rebuilt": rebuilt,
         "seconds": round(time.perf_counter() - began, 3),
     }
 
@@ -367,6 +331,7 @@ def reduce_aggregates(
     memory at a time), written to the item view; then the run records of both aggregates
     (the next interval's candidates wait for them). Every partition must have its partials
     (a missing one fails the task, naming it: its mapped task did not finish)."""
+    from solaris.orchestration.window_state import remove_expired
     from solaris.pipeline.aggregate import ItemPartials, item_rows, reduce_item_partials
 
     began = time.perf_counter()
@@ -384,6 +349,7 @@ def reduce_aggregates(
     rows = item_rows(total, as_of=as_of, fm_version=current_fm_version(cfg))
     _materialize(cfg, "iagg", rows, f"cycle-{as_of}")
     _remove_older(layout, "iagg_partials", as_of)
+    remove_expired(cfg, layout, as_of)
     codes = sum(int(r["codes_read"]) for r in results)
     seconds = sum(float(r["seconds"]) for r in results)
     uagg = _record(
@@ -395,6 +361,7 @@ def reduce_aggregates(
         seconds,  # the partitions' tasks, summed
         codes_read=codes,
         tasks=len(results),
+        windows_rebuilt=sum(int(r.get("windows_rebuilt", 0)) for r in results),
     )
     iagg = _record(
         ENRICHMENT_DAG_ID,

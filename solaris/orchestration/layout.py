@@ -314,6 +314,21 @@ class CycleLayout:
         them)."""
         return self.root / "fill_codes" / f"{as_of:011d}" / f"{partition:05d}.arrow"
 
+    def window_state(self, as_of: int, partition: int) -> StatePath:
+        """Partition ``partition``'s window sums as of ``as_of``
+        (:mod:`~solaris.orchestration.window_state`: the next interval advances them)."""
+        return self.root / "window_state" / f"{as_of:011d}" / f"{partition:05d}.npz"
+
+    def window_codes(self, end: int, partition: int) -> StatePath:
+        """Interval ``end``'s codes of partition ``partition``, one per pair, sorted by
+        (user, item) (:func:`~solaris.data.schemas.write_fill_codes`' format)."""
+        return self.root / "window_codes" / f"{end:011d}" / f"{partition:05d}.arrow"
+
+    def retracted(self, origin: int, by: int, partition: int) -> StatePath:
+        """The codes of interval ``origin`` (partition ``partition``) that interval ``by``
+        superseded."""
+        return self.root / "retracted" / f"{origin:011d}" / f"{by:011d}-{partition:05d}.arrow"
+
     def neighbour_index(self, as_of: int) -> StatePath:
         """The user KNN index built as of ``as_of`` over every partition's users
         (:class:`~solaris.pipeline.neighbors.UserIndex`, one blob), queried per partition."""

@@ -18,7 +18,8 @@ later run reads is ever past the cutoff. Each task writes one run record,
   (what later intervals look up by time), the live marker (written first if the only
   evidence of live state is a record about to go), and anything not named by a time
   (reported as ``unknown``). The kinds enrichment prunes itself (``iagg_partials``,
-  ``user_embeddings``, ``fill_codes``, ``neighbour_index``) are left to it.
+  ``user_embeddings``, ``fill_codes``, ``neighbour_index`` and the carried windows'
+  ``window_state``, ``window_codes``, ``retracted``) are left to it.
 - :func:`prune_offline`: Feast's offline rows of the namespace, whole ``date=YYYY-MM-DD``
   folders of every view whose day ends at or before the cutoff (:func:`expired_dates`; a
   day partly within retention is kept), staged files in them included.
@@ -101,7 +102,15 @@ _LEDGERS = ("selections", "nearline", "request_log", "misses")
 _CODES = ("shards", "pair_embeddings")
 _AS_OF_KINDS = ("neighbours", "verifier", "training")
 # Pruned by the enrichment DAG as it goes (older than its own as_of): left to it.
-_ENRICHMENT_KINDS = ("iagg_partials", "user_embeddings", "fill_codes", "neighbour_index")
+_ENRICHMENT_KINDS = (
+    "iagg_partials",
+    "user_embeddings",
+    "fill_codes",
+    "neighbour_index",
+    "window_state",
+    "window_codes",
+    "retracted",
+)
 _RUNS = "runs"
 _UNKNOWN_SHOWN = 50  # unknown entries listed in a record (all are counted)
 

@@ -57,6 +57,7 @@ __all__ = [
     "reduce_item_partials",
     "select_window",
     "user_aggregate",
+    "user_rows",
     "vectors",
     "window_mask",
 ]
@@ -268,12 +269,28 @@ def user_aggregate(
         pairs, z, as_of=as_of, window_seconds=window_seconds, fm_version=fm_version
     )
     users, sums, counts = _group_sums(rows["user_id"].to_numpy(), z16)
+    return user_rows(
+        users, sums, counts, as_of=as_of, window_seconds=window_seconds, fm_version=fm_version
+    )
+
+
+def user_rows(
+    users: np.ndarray,
+    sums: np.ndarray,
+    counts: np.ndarray,
+    *,
+    as_of: int,
+    window_seconds: int,
+    fm_version: str,
+) -> pd.DataFrame:
+    """``uagg`` rows (see :func:`user_aggregate`) from per-user ``sums [U, d]`` (float64)
+    and ``counts [U]`` of the window ``(as_of − window_seconds, as_of]``."""
     n = len(users)
     return pd.DataFrame(
         {
-            USER_ID: users.astype(np.int64),
+            USER_ID: np.asarray(users).astype(np.int64),
             Z_SUM: vectors(sums),
-            COUNT: counts,
+            COUNT: np.asarray(counts, np.int64),
             WINDOW_START: np.full(n, int(as_of) - int(window_seconds), dtype=np.int64),
             FM_VERSION: np.full(n, fm_version, dtype=object),
             EVENT_TS: _event_ts(int(as_of), n),

@@ -512,7 +512,7 @@ def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
     """One partition's aggregates, rerun as of the last interval: it reads only the shards
     that hold that partition (the others are moved away and it still succeeds), writes
     only uagg keys of that partition's users (seen through Redis keyspace notifications)
-    and only that partition's files (its item sums and its fill codes)."""
+    and only that partition's files (its item sums, its fill codes, its carried windows)."""
     import shutil
 
     import numpy as np
@@ -556,6 +556,7 @@ def test_a_partitions_tasks_touch_only_that_partitions_files_and_keys(
     assert {Path(p).name for p in changed} <= {
         f"{mine:05d}.parquet",
         f"{mine:05d}.arrow",
+        f"{mine:05d}.npz",
         f"batch-cycle-{as_of}-p{mine:05d}.parquet",
     }, changed
     assert str(layout.item_partials(as_of, mine)) in changed

@@ -29,6 +29,7 @@ it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -146,8 +147,10 @@ class CycleLayout:
 
     namespace: Namespace
 
-    @property
+    @functools.cached_property
     def root(self) -> StatePath:
+        """The namespace's cycle root, made once per layout (a path every other path of the
+        layout is joined to: readers of a window ask for hundreds)."""
         return self.namespace.cycle_root
 
     @property
@@ -323,11 +326,6 @@ class CycleLayout:
         """Interval ``end``'s codes of partition ``partition``, one per pair, sorted by
         (user, item) (:func:`~solaris.data.schemas.write_fill_codes`' format)."""
         return self.root / "window_codes" / f"{end:011d}" / f"{partition:05d}.arrow"
-
-    def retracted(self, origin: int, by: int, partition: int) -> StatePath:
-        """The codes of interval ``origin`` (partition ``partition``) that interval ``by``
-        superseded."""
-        return self.root / "retracted" / f"{origin:011d}" / f"{by:011d}-{partition:05d}.arrow"
 
     def neighbour_index(self, as_of: int) -> StatePath:
         """The user KNN index built as of ``as_of`` over every partition's users

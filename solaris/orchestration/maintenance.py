@@ -19,7 +19,7 @@ later run reads is ever past the cutoff. Each task writes one run record,
   evidence of live state is a record about to go), and anything not named by a time
   (reported as ``unknown``). The kinds enrichment prunes itself (``iagg_partials``,
   ``user_embeddings``, ``fill_codes``, ``neighbour_index`` and the carried windows'
-  ``window_state``, ``window_codes``, ``retracted``) are left to it.
+  ``window_state``, ``window_codes``) are left to it.
 - :func:`prune_offline`: Feast's offline rows of the namespace, whole ``date=YYYY-MM-DD``
   folders of every view whose day ends at or before the cutoff (:func:`expired_dates`; a
   day partly within retention is kept), staged files in them included.
@@ -109,7 +109,6 @@ _ENRICHMENT_KINDS = (
     "neighbour_index",
     "window_state",
     "window_codes",
-    "retracted",
 )
 _RUNS = "runs"
 _UNKNOWN_SHOWN = 50  # unknown entries listed in a record (all are counted)

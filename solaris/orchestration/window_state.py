@@ -11,14 +11,14 @@ Without it, every interval recomputes them from the window's codes.
 
 The files, under the namespace's cycle root, per partition ``p``:
 
-- ``window_state/<as_of>/<p>.npz``: the sums of each window and what they hold (the FM
-  version, the windows, the intervals and their code generations);
+- ``window_state/<as_of>/<p>.npz``: the sums of each window, the pair index (the interval
+  of every pair's latest code in the widest window) and the retractions (the codes
+  superseded while their interval is in a window), with what they hold (the FM version,
+  the windows, the intervals and their code generations);
 - ``window_codes/<end>/<p>.arrow``: interval ``end``'s codes, one per pair (the serving
-  version's), sorted by (user, item) in the fill codes' format: looked up by the later
-  intervals that may supersede them, subtracted when the interval leaves a window, and
-  merged into the fill's codes while within the TTL;
-- ``retracted/<end>/<by>-<p>.arrow``: the codes of interval ``end`` that interval ``by``
-  superseded.
+  version's), sorted by (user, item) in the fill codes' format: read again when a later
+  interval supersedes some of them (only the intervals the pair index names), when the
+  interval leaves a window, and while it is within the TTL (the fill's codes).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from solaris.pipeline.aggregate import ItemPartials
     from solaris.pipeline.enrich import PairHistory
     from solaris.pipeline.neighbors import CodeIndex
-    from solaris.pipeline.window import Sums
+    from solaris.pipeline.window import PairIndex, Retractions, Sums
 
 __all__ = [
     "PartitionWindows",
@@ -121,6 +120,8 @@ def partition_windows(
 class _State:
     meta: dict[str, Any]
     sums: dict[str, Sums]
+    index: PairIndex
+    retracted: Retractions
 
     @property
     def as_of(self) -> int:
@@ -139,13 +140,18 @@ def _save(layout: CycleLayout, partition: int, state: _State) -> None:
         arrays[f"{name}.keys"] = sums.keys
         arrays[f"{name}.sums"] = sums.sums
         arrays[f"{name}.counts"] = sums.counts
+    arrays["index.users"] = state.index.users
+    arrays["index.items"] = state.index.items
+    arrays["index.origin"] = state.index.origin
+    for name in ("users", "items", "origin", "by"):
+        arrays[f"retracted.{name}"] = getattr(state.retracted, name)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub: allow_pickle
     atomic_write_bytes(layout.window_state(state.as_of, partition), buffer.getvalue())
 
 
 def _load(path: StatePath) -> _State | None:
-    from solaris.pipeline.window import Sums
+    from solaris.pipeline.window import PairIndex, Retractions, Sums
 
     try:
         with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
@@ -155,9 +161,13 @@ def _load(path: StatePath) -> _State | None:
                 for name in meta["spans"]
                 if name != "fill"
             }
+            index = PairIndex(data["index.users"], data["index.items"], data["index.origin"])
+            retracted = Retractions(
+                *(data[f"retracted.{name}"] for name in ("users", "items", "origin", "by"))
+            )
     except (OSError, ValueError, KeyError):
         return None  # unreadable (a torn copy, an older format): rebuilt
-    return _State(meta, sums)
+    return _State(meta, sums, index, retracted)
 
 
 def _previous_state(layout: CycleLayout, as_of: int, partition: int) -> _State | None:
@@ -176,12 +186,20 @@ def _previous_state(layout: CycleLayout, as_of: int, partition: int) -> _State |
 
 
 def _generations(layout: CycleLayout, as_of: int, widest: int) -> list[tuple[int, str]]:
-    """``(end, generation)`` of every interval embedded in ``(as_of − widest, as_of]``."""
+    """``(end, marker)`` of every interval embedded in ``(as_of − widest, as_of]``: the
+    digest of its completion marker, which a rerun of its embeddings rewrites (one listing
+    and one small read per interval, no shard paths)."""
+    import hashlib
+
     found = []
-    for interval in layout.embedded_intervals(ending_after=as_of - widest, ending_by=as_of):
-        codes = layout.published_codes(interval)
-        if codes is not None:
-            found.append((interval.end, codes.generation or ""))
+    for interval in layout.intervals(
+        "pair_embeddings", ending_after=as_of - widest, ending_by=as_of
+    ):
+        try:
+            text = layout.embeddings_done(interval).read_bytes()
+        except FileNotFoundError:
+            continue  # not embedded (yet)
+        found.append((interval.end, hashlib.sha1(text).hexdigest()[:16]))
     return found
 
 
@@ -273,23 +291,6 @@ def _write_codes(path: StatePath, codes: CodeIndex) -> None:
     write_fill_codes(path, np.asarray(codes.users), np.asarray(codes.items), codes.z16)
 
 
-def _retracted(
-    cfg: SolarisConfig, layout: CycleLayout, origin: int, before: int, partition: int
-) -> Iterator[CodeIndex]:
-    """The retractions of interval ``origin``'s codes recorded by intervals before
-    ``before``."""
-    from solaris.data.schemas import read_fill_codes
-    from solaris.pipeline.neighbors import CodeIndex
-
-    folder = layout.root / "retracted" / f"{origin:011d}"
-    suffix = f"-{partition:05d}.arrow"
-    names = sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
-    for name in names:
-        by = name.split("-", 1)[0]
-        if name.endswith(suffix) and by.isdigit() and int(by) < before:
-            yield CodeIndex(*read_fill_codes(folder / name, z_dim=cfg.model.z_dim))
-
-
 # --------------------------------------------------------------------------------------------
 # Advancing, rebuilding, recomputing
 # --------------------------------------------------------------------------------------------
@@ -306,65 +307,76 @@ def _advanced(
 ) -> PartitionWindows:
     """The state advanced interval by interval to ``as_of``: for each new interval, the
     codes leaving each window are subtracted, the codes the interval supersedes retracted
-    and its own codes added."""
+    and its own codes added (one merge per window and interval)."""
     from solaris.pipeline.window import find_pairs, without_pairs
 
     version = str(state.meta["fm_version"])
     sums = dict(state.sums)
+    index, retracted = state.index, state.retracted
+    widest = max(spans.values())
     held = list(state.intervals)
     now = state.as_of
-    read = {"own": 0, "expired": 0, "probed": 0, "retracted": 0}
+    read = {"own": 0, "expired": 0, "retracted": 0}
+    deltas: dict[str, list[tuple[np.ndarray, np.ndarray, int]]] = {name: [] for name in sums}
 
     def expire(to: int) -> None:
+        """Subtract the live codes of the intervals leaving each window by ``to``."""
         for name, span in spans.items():
-            if name == "fill":
-                continue
-            for end, _ in held:
+            for end, _ in held if name in sums else ():
                 if now - span < end <= to - span:  # in the window at ``now``, not at ``to``
                     live = _read_codes(cfg, layout, end, partition)
-                    for gone in _retracted(cfg, layout, end, end + span, partition):
-                        live = without_pairs(live, gone.users, gone.items)
+                    live = without_pairs(live, *retracted.of(end, before=end + span))
                     read["expired"] += len(live)
-                    sums[name] = sums[name].plus(_keys(name, live), live.z16, sign=-1)
+                    deltas[name].append((_keys(name, live), live.z16, -1))
+
+    def merge() -> None:
+        for name, parts in deltas.items():
+            sums[name] = sums[name].plus_all(parts)
+            parts.clear()
 
     try:
-        fresh = [(end, gen) for end, gen in expected if end > state.as_of]
-        for end, gen in fresh:
+        for end, gen in [(end, gen) for end, gen in expected if end > state.as_of]:
             expire(end)
             now = end
             codes, rows = _interval_codes(cfg, layout, end, partition, version)
             read["own"] += rows
             _write_codes(layout.window_codes(end, partition), codes)
-            left = np.ones(len(codes), np.bool_)
-            for origin, _ in sorted(held, reverse=True):  # the newest code of a pair first
-                if origin <= end - max(spans.values()) or not left.any():
-                    continue
-                k_left = np.flatnonzero(left)
+            # The codes it supersedes: the pairs the index holds, looked up once, then
+            # their codes in the files of the intervals they came from (those only).
+            index = index.after(end - widest)
+            found = find_pairs(np.asarray(codes.users), np.asarray(codes.items), index)
+            origins = index.origin[found[1]]
+            for origin in np.unique(origins).tolist():
+                mine = found[0][origins == origin]
                 earlier = _read_codes(cfg, layout, origin, partition)
-                k, rows_hit = find_pairs(
-                    np.asarray(codes.users)[k_left], np.asarray(codes.items)[k_left], earlier
-                )
-                read["probed"] += len(k_left)
-                if not len(k):
-                    continue
-                left[k_left[k]] = False
+                users, items = np.asarray(codes.users)[mine], np.asarray(codes.items)[mine]
+                k, rows_hit = find_pairs(users, items, earlier)
+                if len(k) != len(mine):
+                    raise SchemaError(
+                        str(layout.window_codes(origin, partition)),
+                        None,
+                        f"{len(mine) - len(k)} codes the window's pair index places here "
+                        "are not in it",
+                    )
                 gone = _take(earlier, rows_hit)
-                _write_codes(layout.retracted(origin, end, partition), gone)
+                retracted = retracted.plus(gone.users, gone.items, origin, end)
                 read["retracted"] += len(gone)
                 for name, span in spans.items():
-                    if name != "fill" and origin > end - span:
-                        sums[name] = sums[name].plus(_keys(name, gone), gone.z16, sign=-1)
+                    if name in sums and origin > end - span:
+                        deltas[name].append((_keys(name, gone), gone.z16, -1))
+            index = index.with_codes(codes, end, found)
             for name in sums:
-                sums[name] = sums[name].plus(_keys(name, codes), codes.z16)
+                deltas[name].append((_keys(name, codes), codes.z16, 1))
+            merge()
             held.append((end, gen))
         expire(as_of)
+        merge()
     except _NotByInterval:
         return _recomputed(cfg, as_of, partition, version)
-    now = as_of
-    widest = max(spans.values())
     held = [(end, gen) for end, gen in held if end > as_of - widest]
     meta = {**state.meta, "as_of": as_of, "intervals": held}
-    _save(layout, partition, _State(meta, sums))
+    kept = _State(meta, sums, index.after(as_of - widest), retracted.after(as_of - widest))
+    _save(layout, partition, kept)
     fill, fill_read = _fill_codes(cfg, layout, as_of, partition, held, spans["fill"])
     codes_read = read["own"] + read["expired"] + read["retracted"] + fill_read
     return _views(cfg, as_of, version, sums, fill, codes_read, rebuilt=False, figures=read)
@@ -379,10 +391,15 @@ def _rebuilt(
     expected: list[tuple[int, str]],
     meta: dict[str, Any],
 ) -> PartitionWindows:
-    """The state built from the window's codes, with each interval's codes and the
-    retractions a replay would have recorded written for the intervals to come."""
-    from solaris.files import remove_tree
-    from solaris.pipeline.window import Sums, interval_codes, supersessions
+    """The state built from the window's codes, with each interval's codes written and the
+    retractions a replay would have recorded, for the intervals to come."""
+    from solaris.pipeline.window import (
+        PairIndex,
+        Retractions,
+        Sums,
+        interval_codes,
+        supersessions,
+    )
 
     spans = meta["spans"]
     widest = max(spans.values())
@@ -398,22 +415,23 @@ def _rebuilt(
     for end, _ in expected:
         codes = interval_codes(users, items, history.z, keep=version_ok & (t == end))
         _write_codes(layout.window_codes(end, partition), codes)
-        folder = layout.root / "retracted" / f"{end:011d}"
-        for entry in folder.iterdir() if folder.is_dir() else ():
-            if entry.name.endswith(f"-{partition:05d}.arrow"):
-                remove_tree(entry) if entry.is_dir() else entry.unlink()
         per_interval.append((end, codes))
+    retracted = Retractions.empty()
+    by_end = dict(per_interval)
     for origin, by, rows in supersessions(per_interval):
-        codes = dict(per_interval)[origin]
-        _write_codes(layout.retracted(origin, by, partition), _take(codes, rows))
+        gone = _take(by_end[origin], rows)
+        retracted = retracted.plus(gone.users, gone.items, origin, by)
     sums = {}
     for name, span in spans.items():
-        if name == "fill":
-            continue
-        latest = _latest(per_interval, as_of - span)
-        sums[name] = Sums.of(_keys(name, latest), latest.z16)
-    state = _State({**meta, "as_of": as_of, "intervals": expected}, sums)
-    _save(layout, partition, state)
+        if name != "fill":
+            latest = _latest(per_interval, as_of - span)
+            sums[name] = Sums.of(_keys(name, latest), latest.z16)
+    index = PairIndex.of(per_interval)
+    _save(
+        layout,
+        partition,
+        _State({**meta, "as_of": as_of, "intervals": expected}, sums, index, retracted),
+    )
     fill = _latest(per_interval, as_of - spans["fill"])
     return _views(cfg, as_of, fm_version, sums, fill, len(pairs), rebuilt=True)
 
@@ -533,7 +551,7 @@ def remove_expired(cfg: SolarisConfig, layout: CycleLayout, as_of: int) -> None:
     from solaris.files import remove_tree
 
     widest = max(window_spans(cfg).values())
-    for kind in ("window_codes", "retracted"):
+    for kind in ("window_codes",):
         folder = layout.root / kind
         for entry in folder.iterdir() if folder.is_dir() else ():
             if entry.name.isdigit() and int(entry.name) <= as_of - widest:

@@ -37,6 +37,8 @@ from solaris.pipeline.neighbors import CodeIndex, _ranges
 from solaris.store.codec import f16_round
 
 __all__ = [
+    "PairIndex",
+    "Retractions",
     "Sums",
     "find_pairs",
     "interval_codes",
@@ -68,22 +70,167 @@ class Sums:
 
     def plus(self, keys: np.ndarray, z16: np.ndarray, *, sign: int = 1) -> Sums:
         """These sums with codes ``z16 [n, d]`` of ``keys [n]`` added (``sign`` 1) or
-        subtracted (``sign`` −1). The counts ride along as a last column of the sums
-        (float64, exact below 2^53), so one grouping merges both."""
-        if not len(keys):
+        subtracted (``sign`` −1)."""
+        return self.plus_all([(keys, z16, sign)])
+
+    def plus_all(self, parts: list[tuple[np.ndarray, np.ndarray, int]]) -> Sums:
+        """These sums with every ``(keys, z16, sign)`` of ``parts`` applied. The parts are
+        grouped first (the counts ride along as a last column, float64: exact below 2^53),
+        then merged into the sorted keys: a pass over the state, no sort of it."""
+        parts = [(k, z, s) for k, z, s in parts if len(k)]
+        if not parts:
             return self
         d = self.sums.shape[1]
-        delta = np.c_[np.asarray(z16, np.float64), np.ones(len(keys))] * sign
-        values = np.r_[np.c_[self.sums, self.counts], delta]
-        k, total, _ = _group_sums(np.r_[self.keys, np.asarray(keys, np.int64)], values)
-        counts = total[:, d].astype(np.int64)
+        keys = np.concatenate([np.asarray(k, np.int64) for k, _, _ in parts])
+        values = np.concatenate(
+            [np.c_[np.asarray(z, np.float64), np.ones(len(k))] * s for k, z, s in parts]
+        )
+        delta_keys, delta, _ = _group_sums(keys, values)
+        at = np.searchsorted(self.keys, delta_keys)
+        known = np.zeros(len(at), np.bool_)
+        if len(self.keys):
+            known = self.keys[np.minimum(at, len(self.keys) - 1)] == delta_keys
+        sums, counts = self.sums.copy(), self.counts.copy()
+        sums[at[known]] += delta[known, :d]
+        counts[at[known]] += delta[known, d].astype(np.int64)
+        new = ~known
+        keys = np.insert(self.keys, at[new], delta_keys[new])
+        sums = np.insert(sums, at[new], delta[new, :d], axis=0)
+        counts = np.insert(counts, at[new], delta[new, d].astype(np.int64))
         if (counts < 0).any():
             raise ValueError("a window's count fell below 0: a code was subtracted twice")
         live = counts > 0
-        return Sums(k[live].astype(np.int64), total[live, :d], counts[live])
+        if live.all():
+            return Sums(keys, sums, counts)
+        return Sums(keys[live], sums[live], counts[live])
 
     def __len__(self) -> int:
         return len(self.keys)
+
+
+@dataclass(frozen=True)
+class PairIndex:
+    """The interval of the latest code of every pair in the widest window: ``users [n]``
+    and ``items [n]`` int64 sorted by (user, item), each pair once, ``origin [n]`` int64
+    (the interval end). Carried with the sums, so that an interval finds the codes its own
+    supersede with one look-up instead of one per earlier interval: 24 bytes a pair, no
+    codes."""
+
+    users: np.ndarray
+    items: np.ndarray
+    origin: np.ndarray
+
+    @classmethod
+    def empty(cls) -> PairIndex:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    @classmethod
+    def of(cls, intervals: list[tuple[int, CodeIndex]]) -> PairIndex:
+        """The index of a history of intervals ``(end, codes)``."""
+        if not intervals:
+            return cls.empty()
+        ends = np.concatenate([np.full(len(c), end, np.int64) for end, c in intervals])
+        users = np.concatenate([np.asarray(c.users, np.int64) for _, c in intervals])
+        items = np.concatenate([np.asarray(c.items, np.int64) for _, c in intervals])
+        won = latest_per_pair(users, items, ends)
+        won = won[np.lexsort((items[won], users[won]))]
+        return cls(users[won], items[won], ends[won])
+
+    def after(self, end: int) -> PairIndex:
+        """Only the pairs whose latest code is of an interval ending after ``end``."""
+        keep = self.origin > end
+        return PairIndex(self.users[keep], self.items[keep], self.origin[keep])
+
+    def with_codes(
+        self, codes: CodeIndex, end: int, found: tuple[np.ndarray, np.ndarray]
+    ) -> PairIndex:
+        """This index after interval ``end`` embedded ``codes``: ``found`` (``(k, rows)``
+        of :func:`find_pairs`) are the codes whose pair it held, at those rows; their
+        origin moves on, and the other pairs are inserted."""
+        k, rows = found
+        origin = self.origin.copy()
+        origin[rows] = end
+        new = np.ones(len(codes), np.bool_)
+        new[k] = False
+        add_users = np.asarray(codes.users, np.int64)[new]
+        add_items = np.asarray(codes.items, np.int64)[new]
+        keys = _packed(self.users, self.items, add_users, add_items)
+        if keys is not None:  # both sorted by one int64: inserted, no sort
+            at = np.searchsorted(keys[0], keys[1])
+            return PairIndex(
+                np.insert(self.users, at, add_users),
+                np.insert(self.items, at, add_items),
+                np.insert(origin, at, np.full(len(at), end, np.int64)),
+            )
+        users = np.r_[self.users, add_users]
+        items = np.r_[self.items, add_items]
+        origin = np.r_[origin, np.full(len(add_users), end, np.int64)]
+        order = np.lexsort((items, users))
+        return PairIndex(users[order], items[order], origin[order])
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+
+@dataclass(frozen=True)
+class Retractions:
+    """Codes superseded while their interval is in a window: ``users [n]``, ``items [n]``,
+    ``origin [n]`` (the interval of the superseded code) and ``by [n]`` (the interval of
+    the code that superseded it), int64. Carried with the sums, so that an interval leaving
+    a window subtracts only its codes still in the sums."""
+
+    users: np.ndarray
+    items: np.ndarray
+    origin: np.ndarray
+    by: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Retractions:
+        return cls(*(np.zeros(0, np.int64) for _ in range(4)))
+
+    def plus(self, users: np.ndarray, items: np.ndarray, origin: int, by: int) -> Retractions:
+        """These and the codes of pairs ``(users, items)`` of interval ``origin``,
+        superseded by interval ``by``."""
+        n = len(users)
+        return Retractions(
+            np.r_[self.users, np.asarray(users, np.int64)],
+            np.r_[self.items, np.asarray(items, np.int64)],
+            np.r_[self.origin, np.full(n, origin, np.int64)],
+            np.r_[self.by, np.full(n, by, np.int64)],
+        )
+
+    def of(self, origin: int, *, before: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(users, items)`` of interval ``origin``'s codes superseded by an interval
+        ending before ``before``."""
+        mine = (self.origin == origin) & (self.by < before)
+        return self.users[mine], self.items[mine]
+
+    def after(self, end: int) -> Retractions:
+        """Only the codes of intervals ending after ``end`` (the others left every window)."""
+        keep = self.origin > end
+        return Retractions(self.users[keep], self.items[keep], self.origin[keep], self.by[keep])
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+
+def _packed(
+    users_a: np.ndarray, items_a: np.ndarray, users_b: np.ndarray, items_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Pairs of two sets as int64 keys ordered as (user, item) is, when the ids' spans let
+    one int64 hold both (else None)."""
+    if not len(users_a) or not len(users_b):
+        return None
+    u_lo = min(int(users_a[0]), int(users_b.min()))
+    u_hi = max(int(users_a[-1]), int(users_b.max()))
+    i_lo = min(int(items_a.min()), int(items_b.min()))
+    span = max(int(items_a.max()), int(items_b.max())) - i_lo + 1
+    if (u_hi - u_lo + 1) * span >= 1 << 62:
+        return None
+    return (
+        (users_a - u_lo) * span + (items_a - i_lo),
+        (users_b - u_lo) * span + (items_b - i_lo),
+    )
 
 
 def interval_codes(
@@ -101,7 +248,7 @@ def interval_codes(
 
 
 def find_pairs(
-    new_users: np.ndarray, new_items: np.ndarray, earlier: CodeIndex
+    new_users: np.ndarray, new_items: np.ndarray, earlier: CodeIndex | PairIndex
 ) -> tuple[np.ndarray, np.ndarray]:
     """Which pairs ``(new_users[k], new_items[k])`` (each pair once) ``earlier`` holds:
     ``(k, rows)``, positions in the new pairs and the matching rows of ``earlier``. Only

@@ -10,6 +10,8 @@ import pytest
 from solaris.pipeline.aggregate import user_aggregate
 from solaris.pipeline.neighbors import CodeIndex
 from solaris.pipeline.window import (
+    PairIndex,
+    Retractions,
     Sums,
     find_pairs,
     interval_codes,
@@ -85,3 +87,31 @@ def test_a_rebuilt_history_records_each_superseded_code_once_against_its_success
     latest = latest_codes([(100, a), (200, b), (300, c)])
     assert list(zip(latest.users, latest.items, strict=True)) == [(1, 1), (1, 2), (2, 1), (3, 3)]
     assert latest.z16[0].tobytes() == np.asarray(c.z16[0]).tobytes()
+
+
+@pytest.mark.parametrize("far", [0, 1 << 62])  # inserted by one int64 key, or sorted again
+def test_the_pair_index_names_the_interval_of_each_pairs_latest_code(far) -> None:
+    a = _codes([(1, 1), (1, 2), (2, far)], 1)
+    b = _codes([(1, 2), (3, 3)], 2)
+    index = PairIndex.of([(100, a)])
+    found = find_pairs(np.asarray(b.users), np.asarray(b.items), index)
+    assert index.origin[found[1]].tolist() == [100]  # (1, 2): its code of 100 superseded
+    index = index.with_codes(b, 200, found)
+    assert list(zip(index.users, index.items, index.origin, strict=True)) == [
+        (1, 1, 100),
+        (1, 2, 200),
+        (2, far, 100),
+        (3, 3, 200),
+    ]
+    rebuilt = PairIndex.of([(200, b), (100, a)])
+    assert rebuilt.origin.tolist() == index.origin.tolist()
+    assert index.after(100).origin.tolist() == [200, 200]
+
+
+def test_retractions_are_told_by_interval_and_by_the_time_they_were_made() -> None:
+    gone = Retractions.empty().plus(np.array([1, 2]), np.array([5, 6]), 100, 300)
+    gone = gone.plus(np.array([3]), np.array([7]), 200, 400)
+    users, items = gone.of(100, before=400)
+    assert users.tolist() == [1, 2] and items.tolist() == [5, 6]
+    assert gone.of(100, before=300)[0].tolist() == []  # made at 300: not before it
+    assert gone.after(100).origin.tolist() == [200]

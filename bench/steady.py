@@ -1,7 +1,7 @@
 """The cycle's steady state against its first interval, through Airflow DAG runs.
 
 Run: ``.venv/bin/python -m bench.steady`` (about 22 minutes on 2 cores; ``--quick`` for a
-smoke run of a few minutes: 300 rows, 60-minute intervals). Redis at ``127.0.0.1:6379``,
+smoke run of about 8 minutes: 300 rows, 60-minute intervals). Redis at ``127.0.0.1:6379``,
 database 7 (``--redis``), under a namespace of its own (``bsteady<pid>``), reset before and
 deleted after; everything else in a temporary directory.
 
@@ -27,6 +27,11 @@ of the last ``--steady`` intervals) and their ratio, and writes everything as JS
 (``--json``, default ``bench/results/steady.json``) and the summary as a Markdown table into
 the block between ``docs/scaling.md``'s two ``bench.steady`` markers (``--docs``): the docs'
 figures come from the run, never copied by hand.
+
+With the carried windows on (``cycle.incremental_windows``, the default), the steady
+intervals' aggregates are also recomputed from the window's codes right after each run
+(:func:`~solaris.orchestration.enrichment.aggregate_partitions` with the setting off: the
+same bytes written again), so the two are measured side by side in one run.
 
 What it does not measure: object-store requests (the state is on local disk here), several
 processes (every task runs in this one, so the peak RSS is this process's, imports included),

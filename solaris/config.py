@@ -100,6 +100,7 @@ NON_SETTING_ENV = frozenset(
         "SOLARIS_CELERY_BROKER_URL",
         "SOLARIS_CELERY_CONCURRENCY",
         "SOLARIS_SERVE_SETTINGS",  # solaris serve -> its workers (solaris.serving.http)
+        "SOLARIS_SERVE_TOKEN",  # solaris serve's bearer token (a secret: never a setting)
         "SOLARIS_TEST_BROKER",
         "SOLARIS_TEST_POSTGRES",
         "SOLARIS_TEST_REDIS",

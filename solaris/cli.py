@@ -226,7 +226,9 @@ def serve_command(
 
         fm_version = current_fm_version(cfg)
     from solaris.serving.http import run
+    from solaris.store.feast_store import require_applied
 
+    require_applied(cfg, connection)
     token = os.environ.get("SOLARIS_SERVE_TOKEN")
     if token_file is not None:
         try:
@@ -294,6 +296,9 @@ def nearline_command(
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
     connection = redis_option(redis, cfg)
     from solaris.orchestration.nearline import NearlineEmbedder
+    from solaris.store.feast_store import require_applied
+
+    require_applied(cfg, connection)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if threads is not None:

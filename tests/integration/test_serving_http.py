@@ -366,3 +366,40 @@ def test_with_a_token_features_need_it_and_the_health_check_does_not(
         output = server.communicate(timeout=30)[0].decode()
     assert server.returncode == 0 and "a bearer token" in output, output
     assert "s3cret-token" not in output
+
+
+@pytest.mark.parametrize("command", ["serve", "nearline"])
+def test_an_unknown_namespace_is_refused_in_one_line_writing_nothing(
+    command, solaris_cfg, redis_connection, redis_client, feast_store, tmp_path
+):
+    """A mistyped --namespace: refused before anything starts, no key created, the
+    registry and the repo's files untouched."""
+    import hashlib
+    import os
+
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))
+    repo = Path(solaris_cfg.store.repo_path)
+
+    def files() -> dict[str, str]:
+        return {
+            str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(repo.rglob("*"))
+            if p.is_file()
+        }
+
+    before, keys = files(), sorted(redis_client.keys("*"))
+    args = [f"--config={config}", "--namespace=nosuch", f"--redis={redis_connection}"]
+    if command == "serve":
+        args += [f"--fm-version={FM_VERSION}", f"--port={_free_port()}"]
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "solaris"), command, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "namespace 'nosuch' has no views" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert files() == before and sorted(redis_client.keys("*")) == keys

@@ -14,7 +14,7 @@ The files, under the namespace's cycle root, per partition ``p``:
 - ``window_state/<as_of>/<p>.npz``: the sums of each window, the pair index (the interval
   of every pair's latest code in the widest window) and the retractions (the codes
   superseded while their interval is in a window), with what they hold (the FM version,
-  the windows, the intervals and their code generations);
+  the windows, the intervals and their completion markers' digests);
 - ``window_codes/<end>/<p>.arrow``: interval ``end``'s codes, one per pair (the serving
   version's), sorted by (user, item) in the fill codes' format: read again when a later
   interval supersedes some of them (only the intervals the pair index names), when the

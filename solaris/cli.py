@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from solaris.config import SolarisConfig
-from solaris.connection import ConnectionStringError, RedisTarget
+from solaris.connection import ENDPOINT_PORT, ConnectionStringError, RedisTarget
 from solaris.errors import SolarisError
 from solaris.namespace import NamespaceError, check_name
 
@@ -179,7 +179,9 @@ def serve_command(
     host: Annotated[str, typer.Option(help="address to listen on (loopback by default)")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = (
+        ENDPOINT_PORT
+    ),
     workers: Annotated[
         int, typer.Option(min=1, max=256, help="worker processes on the one port")
     ] = 1,
@@ -194,11 +196,27 @@ def serve_command(
         Path | None,
         typer.Option(help="folder where the workers' metric counts meet (default: a temp one)"),
     ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="file holding the bearer token /v1/features and /metrics require "
+            "(or the SOLARIS_SERVE_TOKEN variable; never the token itself as a flag)"
+        ),
+    ] = None,
+    allow_unauthenticated: Annotated[
+        bool,
+        typer.Option(help="serve on a non-loopback --host without a token (refused otherwise)"),
+    ] = False,
+    max_connections: Annotated[
+        int, typer.Option(min=1, help="open connections per worker; more are answered 503")
+    ] = 1024,
     config: ConfigOption = None,
 ) -> None:
     """Serve features over HTTP to callers in any language: POST /v1/features answers one
     user x items as one Arrow IPC record batch (docs/serving_http.md); GET /metrics sums
     every worker's counts. Stops on Ctrl-C or SIGTERM."""
+    import os
+
     if namespace is not None:
         namespace_arg(namespace, "--namespace")
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
@@ -208,11 +226,23 @@ def serve_command(
 
         fm_version = current_fm_version(cfg)
     from solaris.serving.http import run
+    from solaris.store.feast_store import require_applied
 
-    typer.echo(
-        f"serving namespace {cfg.namespace!r} (fm_version {fm_version}) on "
-        f"http://{host}:{port}/v1/features with {workers} worker(s)"
-    )
+    require_applied(cfg, connection)
+    token = os.environ.get("SOLARIS_SERVE_TOKEN")
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise SolarisError(f"--token-file {token_file}: {exc.strerror or exc}") from None
+
+    def listening(bound: int) -> None:
+        guarded = "a bearer token" if token else "no token"
+        typer.echo(
+            f"serving namespace {cfg.namespace!r} (fm_version {fm_version}) on "
+            f"http://{host}:{bound}/v1/features with {workers} worker(s), {guarded}"
+        )
+
     run(
         cfg,
         redis=connection,
@@ -221,6 +251,10 @@ def serve_command(
         port=port,
         workers=workers,
         metrics_dir=metrics_dir,
+        token=token,
+        allow_unauthenticated=allow_unauthenticated,
+        max_connections=max_connections,
+        on_listening=listening,
     )
 
 
@@ -262,6 +296,9 @@ def nearline_command(
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
     connection = redis_option(redis, cfg)
     from solaris.orchestration.nearline import NearlineEmbedder
+    from solaris.store.feast_store import require_applied
+
+    require_applied(cfg, connection)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if threads is not None:

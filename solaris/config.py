@@ -100,6 +100,7 @@ NON_SETTING_ENV = frozenset(
         "SOLARIS_CELERY_BROKER_URL",
         "SOLARIS_CELERY_CONCURRENCY",
         "SOLARIS_SERVE_SETTINGS",  # solaris serve -> its workers (solaris.serving.http)
+        "SOLARIS_SERVE_TOKEN",  # solaris serve's bearer token (a secret: never a setting)
         "SOLARIS_TEST_BROKER",
         "SOLARIS_TEST_POSTGRES",
         "SOLARIS_TEST_REDIS",
@@ -548,6 +549,14 @@ class CycleConfig(Section):
         "are minutes old have neighbours (a daily table misses them); False: the fill uses "
         "the clustering DAG's newest table",
     )
+    neighbour_index_hours: float = Field(
+        24.0,
+        ge=0,
+        le=87_600,
+        description="with neighbours_every_interval, the user KNN index is rebuilt over every "
+        "user this often (and its neighbour lists with it); in between, each interval adds "
+        "the users it has not indexed yet and queries only them; 0: rebuilt every interval",
+    )
     incremental_windows: bool = Field(
         True,
         description="the enrichment carries its windows' sums from one interval to the next "
@@ -595,6 +604,10 @@ class CycleConfig(Section):
     @property
     def retention_seconds(self) -> int:
         return whole_seconds(self.retention_days, 86_400)
+
+    @property
+    def neighbour_index_seconds(self) -> int:
+        return round(self.neighbour_index_hours * 3600)
 
     @property
     def training_window_seconds(self) -> int:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMON_OPTIONS",
+    "ENDPOINT_PORT",
     "LOCAL_REDIS",
     "ConnectionStringError",
     "RedisTarget",
@@ -52,6 +53,9 @@ __all__ = [
     "redis_client",
     "unlink_matching",
 ]
+
+# Where `solaris serve` listens by default: not Airflow's 8080 nor Feast's 6566.
+ENDPOINT_PORT = 8650
 
 RedisType = Literal["redis", "redis_cluster"]
 _STRINGS = frozenset(

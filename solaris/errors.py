@@ -40,6 +40,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments
     ├── TierInputError         (ValueError)    solaris.serving.tiers: bad tier-assembly input
     ├── RequestError           (ValueError)    solaris.serving.http: a request refused (400)
+    │   └── UnsupportedMediaType                solaris.serving.http: a body's media type (415)
     ├── StreamError            (RuntimeError)  solaris.serving.streams: a stream key of another type
     ├── StreamEntryError       (ValueError)    solaris.serving.streams: a bad stream entry
     ├── ServingMetricsError    (ValueError)    solaris.serving.metrics: a bad metrics argument

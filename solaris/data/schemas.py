@@ -255,7 +255,7 @@ def _as_of_micros(as_of: object) -> tuple[int, str]:
     if isinstance(as_of, datetime):  # pd.Timestamp is a datetime subclass
         if as_of.tzinfo is None or as_of.utcoffset() is None:
             # A naive bound is ambiguous against UTC data; refuse rather than guess.
-            raise SchemaError(f"as_of must be timezone-aware, got naive {as_of!r}")
+            raise SchemaError("as_of", None, f"must be timezone-aware, got naive {as_of!r}")
         # Floor division: computed_at (whole us) > as_of  <=>  computed_at > floor(as_of in us),
         # which stays exact for pd.Timestamp values with nanoseconds.
         return (as_of - _EPOCH) // timedelta(microseconds=1), as_of.isoformat()
@@ -503,7 +503,7 @@ def validate_pair_embeddings(
     after it are rejected. Raises :class:`SchemaError` on the first broken rule.
     """
     if isinstance(z_dim, bool) or not isinstance(z_dim, numbers.Integral) or z_dim < 1:
-        raise SchemaError(f"z_dim must be a positive int, got {z_dim!r}")
+        raise SchemaError(source, None, f"z_dim must be a positive int, got {z_dim!r}")
     z_dim = int(z_dim)
     table = _require_table(table, source)
     bound = None if as_of is None else _as_of_micros(as_of)
@@ -541,9 +541,11 @@ def _schema_for(kind: TableKind, z_dim: int | None) -> pa.Schema:
         return REQUEST_LOG_SCHEMA
     if kind == "pair_embeddings":
         if z_dim is None:
-            raise SchemaError("z_dim is required for kind='pair_embeddings'")
+            raise SchemaError("pair_embeddings", None, "z_dim is required for kind='pair_embeddings'")
         return pair_embeddings_schema(z_dim)
-    raise SchemaError(f"unknown table kind {kind!r}; expected one of {get_args(TableKind)}")
+    raise SchemaError(
+        str(kind), None, f"unknown table kind {kind!r}; expected one of {get_args(TableKind)}"
+    )
 
 
 def validate(
@@ -667,7 +669,7 @@ def write_fill_codes(
     whole by each reader."""
     z16 = np.ascontiguousarray(z16, dtype=np.float16)
     if z16.ndim != 2 or not (len(users) == len(items) == len(z16)):
-        raise SchemaError(f"fill codes: users, items and z16 [n, d] differ in length ({path})")
+        raise SchemaError(str(path), None, "fill codes: users, items and z16 [n, d] differ in length")
     d = z16.shape[1]
     z = pa.FixedSizeListArray.from_arrays(pa.array(z16.reshape(-1)), d)
     table = pa.Table.from_arrays(

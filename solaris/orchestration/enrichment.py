@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import pandas as pd
+    import pyarrow as pa
 
 
 __all__ = [
@@ -241,7 +242,7 @@ def recent_requests(
         files, mixed = layout.interval_files("request_log", interval, partition)
         for path in files:
             table = read_table(path, "request_log")
-            if mixed:
+            if mixed and partition is not None:
                 table = table.filter(parts.holds(table["user_id"].to_numpy(), partition))
             tables.append(table)
     if not tables:
@@ -395,11 +396,16 @@ def build_neighbour_index(cfg: SolarisConfig, as_of: int) -> int | None:
     ascending id order, so the index does not depend on the partition count), kept as one
     blob (``neighbour_index/<as_of>.npz``) for the partitions' fills; returns the number of
     users (None: the fill uses the clustering DAG's table, ``neighbours_every_interval``
-    off). Memory: one ``[U, d]`` float32 matrix."""
+    off). Memory: one ``[U, d]`` float32 matrix.
+
+    The index is built over every user once per ``cycle.neighbour_index_hours`` (daily by
+    default); in between, the previous interval's index gains the users it does not hold
+    yet (:meth:`~solaris.pipeline.neighbors.UserIndex.with_users`), and the fill queries
+    only those. When it was built is kept beside it (``neighbour_index/<as_of>.json``)."""
     import numpy as np
     import pyarrow as pa
 
-    from solaris.files import atomic_write_bytes
+    from solaris.files import atomic_write_bytes, atomic_write_json
     from solaris.pipeline.neighbors import UserIndex
 
     if not cfg.cycle.neighbours_every_interval:
@@ -410,11 +416,59 @@ def build_neighbour_index(cfg: SolarisConfig, as_of: int) -> int | None:
     users = table["user_id"].to_numpy()
     emb = table["emb"].combine_chunks().flatten().to_numpy().reshape(len(users), cfg.model.z_dim)
     order = np.argsort(users, kind="stable")
-    index = UserIndex.build(users[order], emb[order])
+    users, emb = users[order], emb[order]
+    previous = _previous_index(layout, as_of, cfg.cycle.neighbour_index_seconds)
+    if previous is None:
+        index, built_at, added = UserIndex.build(users, emb), as_of, len(users)
+    else:
+        path, built_at = previous
+        index = UserIndex.from_bytes(path.read_bytes())
+        new = ~np.isin(users, index.user_ids)
+        index = index.with_users(users[new], emb[new])
+        added = int(new.sum())
     atomic_write_bytes(layout.neighbour_index(as_of), index.to_bytes())
+    built = {"built_at": built_at, "users": len(index), "added": added}
+    atomic_write_json(layout.neighbour_index_built(as_of), built)
     _remove_older(layout, "user_embeddings", as_of)
     _remove_older(layout, "neighbour_index", as_of)
     return len(users)
+
+
+def _previous_index(layout: CycleLayout, as_of: int, period: int) -> tuple[Any, int] | None:
+    """The newest index kept before ``as_of`` and when it was built, if that build is less
+    than ``period`` seconds old (None: time to build over every user)."""
+    import json
+
+    folder = layout.root / "neighbour_index"
+    kept = sorted(
+        int(entry.name.removesuffix(".json"))
+        for entry in (folder.iterdir() if folder.is_dir() else ())
+        if entry.name.endswith(".json") and entry.name.removesuffix(".json").isdigit()
+    )
+    earlier = [end for end in kept if end < as_of]
+    if not earlier or period <= 0:
+        return None
+    try:
+        built_at = int(
+            json.loads(layout.neighbour_index_built(earlier[-1]).read_text())["built_at"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable: built again
+    path = layout.neighbour_index(earlier[-1])
+    if as_of - built_at >= period or not path.is_file():
+        return None
+    return path, built_at
+
+
+def _built_at(layout: CycleLayout, as_of: int) -> int:
+    """When the index kept as of ``as_of`` was built over every user (``as_of`` itself for
+    an index kept before the record existed)."""
+    import json
+
+    try:
+        return int(json.loads(layout.neighbour_index_built(as_of).read_text())["built_at"])
+    except FileNotFoundError:
+        return as_of
 
 
 def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict:
@@ -437,8 +491,10 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     ttl = _fill_window(cfg)
     version = current_fm_version(cfg)
     index = table = None
+    built_at = as_of
     if cfg.cycle.neighbours_every_interval:
         index = UserIndex.from_bytes(layout.neighbour_index(as_of).read_bytes())
+        built_at = _built_at(layout, as_of)
     elif (newest := layout.latest_neighbours(as_of)) is not None:
         table = read_parquet(newest)
     if index is not None:
@@ -450,12 +506,11 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     for partition in partitions:
         done.append(partition)
         if index is not None:
-            users = index.user_ids[user_parts == partition]
-            unn = index.query(users, cfg.store.n_neighbors)
-            if len(unn):
-                stamped = unn.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
+            unn, queried = _neighbour_lists(cfg, layout, index, user_parts, partition, built_at)
+            if len(queried):
+                stamped = queried.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
                 _materialize(cfg, "unn", stamped, _batch_id(cfg, as_of, partition))
-            figures["unn_rows"] += len(unn)
+            figures["unn_rows"] += len(queried)
         elif table is not None:
             unn = table[user_parts == partition]
         else:
@@ -476,6 +531,36 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         **figures,
         "seconds": round(time.perf_counter() - began, 3),
     }
+
+
+def _neighbour_lists(
+    cfg: SolarisConfig,
+    layout: CycleLayout,
+    index: Any,
+    user_parts: Any,
+    partition: int,
+    built_at: int,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The partition's neighbour lists, and those queried now (to be written): every user's
+    in the interval that built the index (kept as ``neighbour_lists/<built_at>/<p>``), the
+    lists kept then and the users added since, queried, in the intervals after it."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from solaris.files import atomic_write_parquet
+
+    users = index.user_ids[user_parts == partition]
+    path = layout.neighbour_lists(built_at, partition)
+    kept = read_parquet(path) if path.is_file() else None
+    if kept is None:
+        unn = index.query(users, cfg.store.n_neighbors)
+        table = pa.Table.from_pandas(unn, preserve_index=False, schema=_neighbours_schema())
+        atomic_write_parquet(path, table)
+        return unn, unn
+    added = np.setdiff1d(users, kept["user_id"].to_numpy(np.int64))
+    queried = index.query(added, cfg.store.n_neighbors)
+    return pd.concat([kept, queried], ignore_index=True), queried
 
 
 def lookup_fill(
@@ -516,12 +601,13 @@ def lookup_fill(
 def record_neighbours(
     cfg: SolarisConfig, as_of: int, results: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """The run records of ``unn`` (rebuilt this interval) and ``nbr`` as of ``as_of``, from
-    the partitions' figures; returns the ``nbr`` record."""
+    """The run records of ``unn`` (the rows queried this interval: every user's when the
+    index was built over every user, the users added since otherwise) and ``nbr`` as of
+    ``as_of``, from the partitions' figures; returns the ``nbr`` record."""
     seconds = sum(float(r["seconds"]) for r in results)
     codes = sum(int(r["codes_read"]) for r in results)
+    layout = CycleLayout(Namespace.of(cfg))
     if cfg.cycle.neighbours_every_interval:
-        layout = CycleLayout(Namespace.of(cfg))
         unn_rows = sum(int(r["unn_rows"]) for r in results)
         _record(
             ENRICHMENT_DAG_ID,
@@ -534,7 +620,9 @@ def record_neighbours(
             wrote=(layout.neighbour_index(as_of),),
         )
     nbr_rows = sum(int(r["nbr_rows"]) for r in results)
-    _remove_older(CycleLayout(Namespace.of(cfg)), "fill_codes", as_of)
+    _remove_older(layout, "fill_codes", as_of)
+    if cfg.cycle.neighbours_every_interval:  # the lists of the builds before this index's
+        _remove_older(layout, "neighbour_lists", _built_at(layout, as_of))
     return _record(
         ENRICHMENT_DAG_ID,
         cfg,
@@ -626,7 +714,7 @@ def rebuild_user_neighbours(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
     )
 
 
-def _neighbours_schema():
+def _neighbours_schema() -> pa.Schema:
     """The kept neighbour table's columns (what ``nearest_users`` returns)."""
     import pyarrow as pa
 

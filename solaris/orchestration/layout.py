@@ -332,6 +332,17 @@ class CycleLayout:
         (:class:`~solaris.pipeline.neighbors.UserIndex`, one blob), queried per partition."""
         return self.root / "neighbour_index" / f"{as_of:011d}.npz"
 
+    def neighbour_index_built(self, as_of: int) -> StatePath:
+        """When the index kept as of ``as_of`` was built over every user, and how many
+        users it holds (JSON beside the blob: between builds each interval adds users)."""
+        return self.root / "neighbour_index" / f"{as_of:011d}.json"
+
+    def neighbour_lists(self, built_at: int, partition: int) -> StatePath:
+        """Partition ``partition``'s neighbour lists from the index built at ``built_at``
+        (its users' ``unn`` rows, kept so that the intervals until the next build query
+        only the users added since)."""
+        return self.root / "neighbour_lists" / f"{built_at:011d}" / f"{partition:05d}.parquet"
+
     def neighbours(self, as_of: int) -> StatePath:
         return self.root / "neighbours" / f"{as_of:011d}.parquet"
 

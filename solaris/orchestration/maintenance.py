@@ -18,8 +18,8 @@ later run reads is ever past the cutoff. Each task writes one run record,
   (what later intervals look up by time), the live marker (written first if the only
   evidence of live state is a record about to go), and anything not named by a time
   (reported as ``unknown``). The kinds enrichment prunes itself (``iagg_partials``,
-  ``user_embeddings``, ``fill_codes``, ``neighbour_index`` and the carried windows'
-  ``window_state``, ``window_codes``) are left to it.
+  ``user_embeddings``, ``fill_codes``, ``neighbour_index``, ``neighbour_lists`` and the carried
+  windows' ``window_state``, ``window_codes``) are left to it.
 - :func:`prune_offline`: Feast's offline rows of the namespace, whole ``date=YYYY-MM-DD``
   folders of every view whose day ends at or before the cutoff (:func:`expired_dates`; a
   day partly within retention is kept), staged files in them included.
@@ -107,6 +107,7 @@ _ENRICHMENT_KINDS = (
     "user_embeddings",
     "fill_codes",
     "neighbour_index",
+    "neighbour_lists",
     "window_state",
     "window_codes",
 )

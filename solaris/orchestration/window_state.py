@@ -14,7 +14,7 @@ The files, under the namespace's cycle root, per partition ``p``:
 - ``window_state/<as_of>/<p>.npz``: the sums of each window, the pair index (the interval
   of every pair's latest code in the widest window) and the retractions (the codes
   superseded while their interval is in a window), with what they hold (the FM version,
-  the windows, the intervals and their code generations);
+  the windows, the intervals and their completion markers' digests);
 - ``window_codes/<end>/<p>.arrow``: interval ``end``'s codes, one per pair (the serving
   version's), sorted by (user, item) in the fill codes' format: read again when a later
   interval supersedes some of them (only the intervals the pair index names), when the
@@ -257,25 +257,21 @@ def pair_history(
 
 def _interval_codes(
     cfg: SolarisConfig, layout: CycleLayout, end: int, partition: int, fm_version: str
-) -> tuple[CodeIndex, int]:
-    """Interval ``end``'s codes of the partition, one per pair, and the rows read. Raises
+) -> tuple[CodeIndex, int] | None:
+    """Interval ``end``'s codes of the partition, one per pair, and the rows read; None
     when a code's ``computed_at`` is not its interval's end (the windows count a code in
-    its interval's place)."""
+    its interval's place: such codes are recomputed with the window)."""
     from solaris.pipeline.window import interval_codes
 
     history = pair_history(cfg, end, 1, partition)  # the intervals ending in (end - 1, end]
     pairs = history.pairs
     if len(pairs) and (pairs["computed_at"].to_numpy() != end).any():
-        raise _NotByInterval
+        return None
     keep = (pairs["fm_version"] == fm_version).to_numpy()
     codes = interval_codes(
         pairs["user_id"].to_numpy(), pairs["item_id"].to_numpy(), history.z, keep=keep
     )
     return codes, len(pairs)
-
-
-class _NotByInterval(Exception):
-    """Codes whose ``computed_at`` is not their interval's end: the windows are recomputed."""
 
 
 def _read_codes(cfg: SolarisConfig, layout: CycleLayout, end: int, partition: int) -> CodeIndex:
@@ -334,45 +330,44 @@ def _advanced(
             sums[name] = sums[name].plus_all(parts)
             parts.clear()
 
-    try:
-        for end, gen in [(end, gen) for end, gen in expected if end > state.as_of]:
-            expire(end)
-            now = end
-            codes, rows = _interval_codes(cfg, layout, end, partition, version)
-            read["own"] += rows
-            _write_codes(layout.window_codes(end, partition), codes)
-            # The codes it supersedes: the pairs the index holds, looked up once, then
-            # their codes in the files of the intervals they came from (those only).
-            index = index.after(end - widest)
-            found = find_pairs(np.asarray(codes.users), np.asarray(codes.items), index)
-            origins = index.origin[found[1]]
-            for origin in np.unique(origins).tolist():
-                mine = found[0][origins == origin]
-                earlier = _read_codes(cfg, layout, origin, partition)
-                users, items = np.asarray(codes.users)[mine], np.asarray(codes.items)[mine]
-                k, rows_hit = find_pairs(users, items, earlier)
-                if len(k) != len(mine):
-                    raise SchemaError(
-                        str(layout.window_codes(origin, partition)),
-                        None,
-                        f"{len(mine) - len(k)} codes the window's pair index places here "
-                        "are not in it",
-                    )
-                gone = _take(earlier, rows_hit)
-                retracted = retracted.plus(gone.users, gone.items, origin, end)
-                read["retracted"] += len(gone)
-                for name, span in spans.items():
-                    if name in sums and origin > end - span:
-                        deltas[name].append((_keys(name, gone), gone.z16, -1))
-            index = index.with_codes(codes, end, found)
-            for name in sums:
-                deltas[name].append((_keys(name, codes), codes.z16, 1))
-            merge()
-            held.append((end, gen))
-        expire(as_of)
+    for end, gen in [(end, gen) for end, gen in expected if end > state.as_of]:
+        expire(end)
+        now = end
+        own = _interval_codes(cfg, layout, end, partition, version)
+        if own is None:
+            return _recomputed(cfg, as_of, partition, version)
+        codes, rows = own
+        read["own"] += rows
+        _write_codes(layout.window_codes(end, partition), codes)
+        # The codes it supersedes: the pairs the index holds, looked up once, then
+        # their codes in the files of the intervals they came from (those only).
+        index = index.after(end - widest)
+        found = find_pairs(np.asarray(codes.users), np.asarray(codes.items), index)
+        origins = index.origin[found[1]]
+        for origin in np.unique(origins).tolist():
+            mine = found[0][origins == origin]
+            earlier = _read_codes(cfg, layout, origin, partition)
+            users, items = np.asarray(codes.users)[mine], np.asarray(codes.items)[mine]
+            k, rows_hit = find_pairs(users, items, earlier)
+            if len(k) != len(mine):
+                raise SchemaError(
+                    str(layout.window_codes(origin, partition)),
+                    None,
+                    f"{len(mine) - len(k)} codes the window's pair index places here are not in it",
+                )
+            gone = _take(earlier, rows_hit)
+            retracted = retracted.plus(gone.users, gone.items, origin, end)
+            read["retracted"] += len(gone)
+            for name, span in spans.items():
+                if name in sums and origin > end - span:
+                    deltas[name].append((_keys(name, gone), gone.z16, -1))
+        index = index.with_codes(codes, end, found)
+        for name in sums:
+            deltas[name].append((_keys(name, codes), codes.z16, 1))
         merge()
-    except _NotByInterval:
-        return _recomputed(cfg, as_of, partition, version)
+        held.append((end, gen))
+    expire(as_of)
+    merge()
     held = [(end, gen) for end, gen in held if end > as_of - widest]
     meta = {**state.meta, "as_of": as_of, "intervals": held}
     kept = _State(meta, sums, index.after(as_of - widest), retracted.after(as_of - widest))

@@ -270,6 +270,31 @@ class UserIndex:
             index.add(unit)
         return cls(ids, kept, index)
 
+    def with_users(self, user_ids: np.ndarray, emb: np.ndarray) -> UserIndex:
+        """This index with users ``user_ids [n]`` (none of them indexed yet) added, their
+        embeddings ``emb [n, d]``: appended to the faiss index (flat or HNSW), not rebuilt,
+        so the users indexed before keep their vectors and neighbours. This object's
+        faiss index is extended in place (the blob it came from is not)."""
+        ids = _check_ids(np.asarray(user_ids))
+        x = np.asarray(emb)
+        if x.ndim != 2 or x.shape[0] != len(ids) or (len(ids) and x.shape[1] != self._xb.shape[1]):
+            raise NeighborsError(
+                f"emb must be [{len(ids)}, {self._xb.shape[1]}], got shape {x.shape}"
+            )
+        if not np.isfinite(x).all():
+            raise NeighborsError("emb contains NaN or ±inf")
+        known = np.isin(ids, self._ids)
+        if known.any():
+            raise NeighborsError(
+                f"user_ids has user_id {int(ids[np.argmax(known)])}, which is already indexed"
+            )
+        if not len(ids):
+            return self
+        kept, unit = _unit_rows(x)
+        if len(unit):
+            self._index.add(unit)
+        return UserIndex(np.r_[self._ids, ids], np.r_[self._kept, kept], self._index)
+
     def to_bytes(self) -> bytes:
         """The index as one blob (an uncompressed ``.npz``: ids, kept mask, the faiss
         serialised index), for one object in object storage; :meth:`from_bytes` reads it."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from solaris.pipeline.aggregate import _group_sums, latest_per_pair
+from solaris.pipeline.aggregate import AggregateError, _group_sums, latest_per_pair
 from solaris.pipeline.neighbors import CodeIndex, _ranges
 from solaris.store.codec import f16_round
 
@@ -98,7 +98,7 @@ class Sums:
         sums = np.insert(sums, at[new], delta[new, :d], axis=0)
         counts = np.insert(counts, at[new], delta[new, d].astype(np.int64))
         if (counts < 0).any():
-            raise ValueError("a window's count fell below 0: a code was subtracted twice")
+            raise AggregateError("a window's count fell below 0: a code was subtracted twice")
         live = counts > 0
         if live.all():
             return Sums(keys, sums, counts)

@@ -44,7 +44,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,7 @@ from urllib.parse import parse_qs
 import numpy as np
 import pyarrow as pa
 
-from solaris.connection import RedisTarget
+from solaris.connection import ENDPOINT_PORT, RedisTarget
 from solaris.errors import SolarisError
 from solaris.serving.tiers import NONE, TIERS, TierFeatures
 
@@ -64,13 +64,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARROW_STREAM",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_PORT",
     "METRICS_EVERY_S",
     "FeatureApp",
+    "RequestError",
     "ServeSettings",
+    "UnsupportedMediaType",
+    "check_port",
     "decode_request",
     "encode_response",
+    "is_loopback",
+    "media_type",
     "response_schema",
     "run",
+    "token_digest",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,11 +90,51 @@ _F16_TIERS = frozenset({"pair", "nbr"})  # stored float16: sent as they are kept
 _TIER_TYPE = pa.dictionary(pa.int8(), pa.utf8())
 _TIER_NAMES = pa.array([*TIERS, NONE], pa.utf8())
 _MAX_BODY = 1 << 20
+_BODY_TIMEOUT_S = 10.0  # a body that trickles in slower than this is answered 408
+_KEEP_ALIVE_S = 5.0  # an idle kept-alive connection is closed after this
+DEFAULT_PORT = ENDPOINT_PORT
+DEFAULT_MAX_CONNECTIONS = 1024  # per worker; more are answered 503
+_JSON, _BINARY = "application/json", "application/octet-stream"
+_LOOPBACK = ("127.", "::1", "localhost")
 _EARLY_EXIT_S, _EARLY_EXITS = 30.0, 3  # workers that keep dying at start stop the server
 
 
 class RequestError(SolarisError, ValueError):
     """A request the endpoint refuses (HTTP 400); the message names what is wrong."""
+
+    status = 400
+
+
+class UnsupportedMediaType(RequestError):
+    """A body of a media type the endpoint does not read (HTTP 415)."""
+
+    status = 415
+
+
+def media_type(content_type: str) -> str:
+    """The media type of a ``Content-Type`` value: parameters dropped, lower-cased (media
+    types are case-insensitive; ``application/octet-streamz`` is not ``octet-stream``)."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        raise RequestError(f"the body repeats the keys {repeated}: each is read once")
+    return dict(pairs)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine's loopback (only local processes reach it)."""
+    return host.startswith(_LOOPBACK)
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 of a bearer token, as the workers compare it."""
+    import hashlib
+
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -98,6 +146,8 @@ class ServeSettings:
     redis: str  # the connection string: each worker parses it once, in its own process
     fm_version: str
     metrics_dir: str | None = None
+    token_sha256: str | None = None  # the bearer token's digest: the token is never handed on
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -179,7 +229,8 @@ def decode_request(query: bytes, content_type: str, body: bytes) -> tuple[Any, A
     """``(user_id, item_ids, now)`` of a request (module docstring); the values go to
     :meth:`SolarisFeatures.fetch`, which checks them. :class:`RequestError` for a body or a
     query that cannot be read."""
-    if content_type.startswith("application/octet-stream"):
+    media = media_type(content_type)
+    if media == _BINARY:
         params = parse_qs(query.decode("latin-1"))
         if "user_id" not in params:
             raise RequestError("a binary body needs ?user_id=<id> in the query")
@@ -194,13 +245,15 @@ def decode_request(query: bytes, content_type: str, body: bytes) -> tuple[Any, A
             np.frombuffer(body, "<i8").astype(np.int64),
             _number(now[0], "now") if now else None,
         )
-    if content_type and not content_type.startswith("application/json"):
-        raise RequestError(
-            f"Content-Type {content_type!r}: send application/json or application/octet-stream"
-        )
+    if media not in ("", _JSON):
+        raise UnsupportedMediaType(f"Content-Type {content_type!r}: send {_JSON} or {_BINARY}")
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise RequestError("the body nests too deep: it is one object of three fields") from None
     except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, RequestError):
+            raise
         raise RequestError(f"the body is not JSON: {exc}") from None
     if not isinstance(doc, dict) or "user_id" not in doc or "item_ids" not in doc:
         raise RequestError('the body must be {"user_id": ..., "item_ids": [...], "now": ...}')
@@ -295,9 +348,25 @@ class FeatureApp:
     docstring). The fetch runs on the event loop's thread: a worker is CPU-bound on it,
     and more workers, not more threads, use more cores."""
 
-    def __init__(self, features: SolarisFeatures, metrics_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        features: SolarisFeatures,
+        metrics_dir: Path | None = None,
+        token_sha256: str | None = None,
+    ) -> None:
         self.features = features
         self.counts = _SharedCounts(metrics_dir, features) if metrics_dir else None
+        self.token_sha256 = token_sha256
+
+    def _authorized(self, headers: Mapping[bytes, bytes]) -> bool:
+        """Whether the request carries the bearer token (always, when none is set)."""
+        import hmac
+
+        if self.token_sha256 is None:
+            return True
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        given = token_digest(token.strip()) if scheme.lower() == "bearer" else ""
+        return hmac.compare_digest(given, self.token_sha256)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -306,12 +375,21 @@ class FeatureApp:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
+        headers = dict(scope["headers"])
+        if path in ("/v1/features", "/metrics") and not self._authorized(headers):
+            await _reply(
+                send, 401, b"a bearer token is needed\n", [(b"www-authenticate", b"Bearer")]
+            )
+            return
         if path == "/v1/features" and method == "POST":
-            body = await _body(receive)
+            try:
+                body = await _body(receive)
+            except TimeoutError:
+                await _reply(send, 408, b"the body did not arrive in time\n")
+                return
             if body is None:
                 await _reply(send, 413, b"request body over 1 MiB\n")
                 return
-            headers = dict(scope["headers"])
             status, extra, payload = self.answer(
                 scope.get("query_string", b""),
                 headers.get(b"content-type", b"").decode("latin-1"),
@@ -336,7 +414,9 @@ class FeatureApp:
         try:
             user, items, now = decode_request(query, content_type, body)
             out, statuses, outcome = self.features.fetch_with_statuses(user, items, now)
-        except (RequestError, FetchArgumentError) as exc:
+        except RequestError as exc:
+            return exc.status, [], f"{exc}\n".encode()
+        except FetchArgumentError as exc:
             return 400, [], f"{exc}\n".encode()
         payload = encode_response(np.asarray(items, np.int64), out, statuses)
         return 200, [(b"content-type", ARROW_STREAM.encode()), (b"solaris-fetch", outcome)], payload
@@ -358,9 +438,13 @@ class FeatureApp:
 
 
 async def _body(receive: Any) -> bytes | None:
+    """The request body (None: over the size limit); ``TimeoutError`` when a part of it
+    takes more than :data:`_BODY_TIMEOUT_S` to arrive."""
+    import asyncio
+
     parts, size = [], 0
     while True:
-        message = await receive()
+        message = await asyncio.wait_for(receive(), _BODY_TIMEOUT_S)
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > _MAX_BODY:
@@ -391,7 +475,7 @@ def app_from_environment() -> FeatureApp:
     ``solaris serve`` left in the environment."""
     settings = ServeSettings.from_env()
     folder = Path(settings.metrics_dir) if settings.metrics_dir else None
-    return FeatureApp(_features_of(settings), folder)
+    return FeatureApp(_features_of(settings), folder, settings.token_sha256)
 
 
 def _listener(host: str, port: int) -> socket.socket:
@@ -406,17 +490,38 @@ def _listener(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_port(host: str, port: int) -> int:
+    """``port`` (a free one for 0) if nothing listens on ``host:port``, else a
+    :class:`SolarisError` in one line. Bound without ``SO_REUSEPORT``: the workers' sockets
+    share the port with each other, and this makes sure with nothing else (another
+    ``solaris serve`` would silently take half the connections)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise SolarisError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server on "
+                "it? choose another --port)"
+            ) from None
+        return int(probe.getsockname()[1])
+
+
 def _serve_one(host: str, port: int, environment: str) -> None:
     """One worker process: its own listening socket, one uvicorn server until SIGTERM."""
     import uvicorn
 
     os.environ[_SETTINGS_ENV] = environment
+    settings = ServeSettings.from_env()
     config = uvicorn.Config(
         "solaris.serving.http:app_from_environment",
         factory=True,
         log_level="warning",
         access_log=False,
         lifespan="on",
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=int(_KEEP_ALIVE_S),
     )
     sock = _listener(host, port)
     # uvicorn stops gracefully on SIGINT/SIGTERM and then raises the signal again, to exit
@@ -432,19 +537,38 @@ def run(
     redis: str | RedisTarget,
     fm_version: str,
     host: str = "127.0.0.1",
-    port: int = 8080,
+    port: int = DEFAULT_PORT,
     workers: int = 1,
     metrics_dir: Path | None = None,
+    token: str | None = None,
+    allow_unauthenticated: bool = False,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    on_listening: Callable[[int], None] | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM: ``workers`` processes on ``host:port`` (loopback by
     default), each on a ``SO_REUSEPORT`` socket of its own; a worker that dies is started
     again. The metric counts of several workers meet in ``metrics_dir`` (a fresh temporary
-    folder when not given; its earlier files are removed first)."""
+    folder when not given; its earlier files are removed first).
+
+    ``token``: the bearer token ``/v1/features`` and ``/metrics`` require (``/healthz`` stays
+    open); a ``host`` other than the loopback is refused without one unless
+    ``allow_unauthenticated``. A taken port is a one-line :class:`SolarisError`, before
+    anything starts; ``on_listening`` is called with the port once it is known free."""
     import multiprocessing
     import tempfile
 
     if workers < 1:
         raise SolarisError(f"workers must be >= 1, got {workers}")
+    if token is not None and not token.strip():
+        raise SolarisError("the bearer token is empty")
+    if not is_loopback(host) and token is None and not allow_unauthenticated:
+        raise SolarisError(
+            f"--host {host} would serve every user's features to the network without a "
+            "token: set SOLARIS_SERVE_TOKEN or --token-file, or pass --allow-unauthenticated"
+        )
+    port = check_port(host, port)
+    if on_listening is not None:
+        on_listening(port)
     if workers > 1 and metrics_dir is None:
         metrics_dir = Path(tempfile.mkdtemp(prefix="solaris-serve-metrics-"))
     if metrics_dir is not None:
@@ -453,7 +577,12 @@ def run(
             old.unlink()
     connection = RedisTarget.of(redis).connection_string
     environment = ServeSettings(
-        cfg.model_dump_json(), connection, fm_version, str(metrics_dir) if metrics_dir else None
+        cfg.model_dump_json(),
+        connection,
+        fm_version,
+        str(metrics_dir) if metrics_dir else None,
+        token_digest(token.strip()) if token is not None else None,
+        max_connections,
     ).to_env()
     if workers == 1:
         _serve_one(host, port, environment)

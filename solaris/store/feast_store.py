@@ -41,6 +41,7 @@ __all__ = [
     "online_store_of",
     "open_feature_store",
     "repo_config_dict",
+    "require_applied",
 ]
 
 DEFINITIONS_FILE = "solaris_features.py"
@@ -203,6 +204,26 @@ def open_feature_store(
         with _registry_lock(store):
             store.registry  # noqa: B018 - the property builds the registry
     return store
+
+
+def require_applied(cfg: SolarisConfig, redis: str | RedisTarget) -> None:
+    """Refuse, in one line and before anything is written, a namespace whose views were
+    never applied to the registry (a mistyped ``--namespace``): serving it would fail on
+    every request, and a near-line embedder would register it and wait forever."""
+    from feast.errors import FeastObjectNotFoundException
+
+    from solaris.store.contract import FEATURE_SERVICE
+
+    store = open_feature_store(cfg, redis)
+    try:
+        store.get_feature_service(FEATURE_SERVICE)
+    except FeastObjectNotFoundException:
+        where = cfg.store.registry or f"the repo {cfg.store.repo_path}"
+        raise FeatureStoreError(
+            f"namespace {cfg.namespace!r} has no views in the feature registry ({where}): "
+            "nothing was applied for it. Check --namespace, or run its cycle once (solaris "
+            "demo, or the DAGs) to apply them"
+        ) from None
 
 
 def online_store_of(store: FeatureStore) -> SolarisOnlineStore:

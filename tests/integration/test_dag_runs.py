@@ -422,9 +422,11 @@ def test_live_clock_interval_and_replay_never_touch_each_others_state(
         client.close()
 
 
-def test_the_neighbour_table_is_rebuilt_at_every_enrichment_interval(cycle) -> None:
+def test_new_users_get_neighbours_at_every_enrichment_interval(cycle) -> None:
     """New users get neighbours within the interval that first embeds them: the enrichment
-    rebuilds the table as of each interval end, not only the clustering DAG at midnight."""
+    keeps an index as of each interval end, not only the clustering DAG at midnight. The
+    index is built over every user once a day (``cycle.neighbour_index_hours``) and grown
+    by the users it lacks in between, when only those are queried."""
     run_cfg, summary = cycle
     assert run_cfg.cycle.neighbours_every_interval
     eval_from = summary["models"]["val_end"]
@@ -437,6 +439,9 @@ def test_the_neighbour_table_is_rebuilt_at_every_enrichment_interval(cycle) -> N
     assert layout.neighbour_index(newest).is_file()  # the newest index is kept, older removed
     assert not any(layout.neighbour_index(end).exists() for end in ends - {newest})
     assert any(end % 86_400 for end in ends)  # tables between the midnights too
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*-unn.json"))]
+    queried = [r["rows_written"]["unn"] for r in records]
+    assert max(queried) > 0 and min(queried) < max(queried)  # a build, and growth after it
 
 
 # -- partitions ------------------------------------------------------------------------------
@@ -653,14 +658,23 @@ def _shards(layout: CycleLayout, interval: Interval) -> tuple[tuple, tuple]:
 def test_the_daily_table_path_fills_what_the_per_interval_index_filled(partitioned_cycle) -> None:
     """With ``cycle.neighbours_every_interval`` off, the fill reads the clustering DAG's
     table (kept partition by partition) and filters it per partition: rebuilt as of the
-    last interval, it gives the nbr and unn keys the per-interval index gave, byte for
-    byte."""
-    from solaris.orchestration.enrichment import fill_partitions, rebuild_user_neighbours
+    last interval, it gives the nbr and unn keys the per-interval index built over every
+    user as of that interval gives, byte for byte."""
+    from solaris.orchestration.enrichment import (
+        build_neighbour_index,
+        fill_partitions,
+        rebuild_user_neighbours,
+    )
 
     cfg, summary = partitioned_cycle
     namespace = Namespace.of(cfg)
     layout = CycleLayout(namespace)
     as_of = max(r["interval_end"] for r in summary["airflow"]["candidates_intervals"])
+    every = cfg.model_copy(
+        update={"cycle": cfg.cycle.model_copy(update={"neighbour_index_hours": 0.0})}
+    )
+    build_neighbour_index(every, as_of)  # over every user as of the last interval
+    fill_partitions(every, as_of, range(8))
     daily = cfg.model_copy(
         update={"cycle": cfg.cycle.model_copy(update={"neighbours_every_interval": False})}
     )

@@ -198,7 +198,11 @@ BAD_REQUESTS = [  # (body, content type, query, what the answer names)
     (b"\x01\x00", "application/octet-stream", "?user_id=1", "multiple of 8"),
     (b"\x01" * 8, "application/octet-stream", "", "user_id"),
     (b"x", "text/csv", "", "Content-Type"),
+    (b"\x01" * 32, "application/octet-streamz", "?user_id=1", "Content-Type"),
+    (b'{"user_id": 1, "user_id": 2, "item_ids": [1]}', "application/json", "", "repeats"),
+    (b'{"user_id": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "", "", "nests too deep"),
 ]
+STATUS = {"Content-Type": 415}  # a body of another media type; the others are 400
 
 
 def test_bad_requests_are_refused_naming_what_is_wrong_and_log_nothing(
@@ -208,7 +212,7 @@ def test_bad_requests_are_refused_naming_what_is_wrong_and_log_nothing(
     before = [redis_client.exists(s) for s in streams]
     for body, content_type, query, says in BAD_REQUESTS:
         status, _, payload = _post(f"{endpoint}/v1/features{query}", body, content_type)
-        assert status == 400 and says in payload.decode(), (body, payload)
+        assert status == STATUS.get(says, 400) and says in payload.decode(), (body, payload)
     assert [redis_client.exists(s) for s in streams] == before
     status, _, payload = _post(f"{endpoint}/v1/nothing", b"", "application/json")
     assert status == 404
@@ -250,16 +254,21 @@ def test_one_worker_stops_cleanly_on_sigterm(solaris_cfg, redis_connection, feas
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    _wait_healthy(server, f"http://127.0.0.1:{port}")
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=30) == 0, server.stdout.read().decode()
+
+
+def _wait_healthy(server: subprocess.Popen, base: str) -> None:
+    """Until ``/healthz`` answers (a minute at most, and while the server runs)."""
     deadline = time.monotonic() + 60
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                break
+            with urllib.request.urlopen(f"{base}/healthz", timeout=1):
+                return
         except OSError:
             assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
             time.sleep(0.2)
-    server.send_signal(signal.SIGTERM)
-    assert server.wait(timeout=30) == 0, server.stdout.read().decode()
 
 
 def test_workers_that_cannot_start_stop_the_server_with_a_clear_error(
@@ -290,3 +299,107 @@ def test_workers_that_cannot_start_stop_the_server_with_a_clear_error(
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "workers in a row exited" in result.stderr
+
+
+def _serve(config: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    import os
+
+    command = [str(Path(sys.executable).parent / "solaris"), "serve", f"--config={config}"]
+    return subprocess.Popen(
+        [*command, f"--fm-version={FM_VERSION}", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_a_taken_port_or_an_open_bind_without_a_token_is_one_line_and_starts_nothing(
+    solaris_cfg, redis_connection, tmp_path
+):
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = _serve(config, f"--port={port}", f"--redis={redis_connection}")
+        output = server.communicate(timeout=60)[0].decode()
+    assert server.returncode == 1, output
+    assert f"cannot listen on 127.0.0.1:{port}" in output and "Traceback" not in output
+    assert "serving namespace" not in output  # no banner before the refusal
+    server = _serve(config, "--host=0.0.0.0", "--port=0", f"--redis={redis_connection}")
+    output = server.communicate(timeout=60)[0].decode()
+    assert server.returncode == 1 and "without a token" in output, output
+    missing = _serve(config, f"--token-file={tmp_path / 'nosuch'}", f"--redis={redis_connection}")
+    output = missing.communicate(timeout=60)[0].decode()
+    assert missing.returncode == 1 and "--token-file" in output and "Traceback" not in output
+
+
+def test_with_a_token_features_need_it_and_the_health_check_does_not(
+    solaris_cfg, redis_connection, feast_store, rows, tmp_path
+):
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))
+    port = _free_port()
+    server = _serve(
+        config,
+        f"--port={port}",
+        f"--redis={redis_connection}",
+        env={"SOLARIS_SERVE_TOKEN": "s3cret-token"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    _wait_healthy(server, base)
+    try:
+        items = _write_rows(rows)
+        body = json.dumps({"user_id": 4, "item_ids": items, "now": NOW}).encode()
+        assert _post(f"{base}/v1/features", body, "application/json")[0] == 401
+        request = urllib.request.Request(
+            f"{base}/v1/features",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "Authorization": "Bearer s3cret-token"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200 and len(_read(response.read())) == len(items)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output = server.communicate(timeout=30)[0].decode()
+    assert server.returncode == 0 and "a bearer token" in output, output
+    assert "s3cret-token" not in output
+
+
+@pytest.mark.parametrize("command", ["serve", "nearline"])
+def test_an_unknown_namespace_is_refused_in_one_line_writing_nothing(
+    command, solaris_cfg, redis_connection, redis_client, feast_store, tmp_path
+):
+    """A mistyped --namespace: refused before anything starts, no key created, the
+    registry and the repo's files untouched."""
+    import hashlib
+    import os
+
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))
+    repo = Path(solaris_cfg.store.repo_path)
+
+    def files() -> dict[str, str]:
+        return {
+            str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(repo.rglob("*"))
+            if p.is_file()
+        }
+
+    before, keys = files(), sorted(redis_client.keys("*"))
+    args = [f"--config={config}", "--namespace=nosuch", f"--redis={redis_connection}"]
+    if command == "serve":
+        args += [f"--fm-version={FM_VERSION}", f"--port={_free_port()}"]
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "solaris"), command, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "namespace 'nosuch' has no views" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert files() == before and sorted(redis_client.keys("*")) == keys

@@ -68,6 +68,7 @@ SURFACE = {
     ],
     "solaris.connection": [
         "COMMON_OPTIONS",
+        "ENDPOINT_PORT",
         "LOCAL_REDIS",
         "ConnectionStringError",
         "RedisTarget",

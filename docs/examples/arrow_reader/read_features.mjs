@@ -1,6 +1,6 @@
 // Fetch one request's SOLARIS features from `solaris serve` and print them.
 //
-//   npm ci && node read_features.mjs http://127.0.0.1:8080 42 7,9,11 [now]
+//   npm ci && node read_features.mjs http://127.0.0.1:8650 42 7,9,11 [now]
 //
 // The body is the item ids as little-endian int64; the answer is one Arrow IPC record
 // batch (docs/serving_http.md): item_id, tier, one fixed-size list per tier (null where

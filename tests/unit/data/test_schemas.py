@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -284,3 +285,32 @@ def test_write_table_failure_mid_write_leaves_no_file_and_no_temp(
     with pytest.raises(OSError, match="disk full"):
         write_table(_requests(), target, "requests")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: validate_pair_embeddings(pa.table({}), "t.parquet", z_dim=0), "t.parquet: z_dim"),
+        (lambda: read_table([], "pair_embeddings"), "z_dim is required"),
+        (lambda: read_table([], "nosuch"), "unknown table kind 'nosuch'"),
+        (
+            lambda: validate_pair_embeddings(
+                pair_embeddings_schema(3).empty_table(),
+                "p.parquet",
+                z_dim=3,
+                as_of=pd.Timestamp("2024-01-01"),
+            ),
+            "as_of: must be timezone-aware",
+        ),
+        (
+            lambda: write_fill_codes(
+                "x.arrow", np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros((2, 3))
+            ),
+            "x.arrow: fill codes: users, items and z16",
+        ),
+    ],
+)
+def test_every_contract_error_is_a_schema_error_naming_what_was_wrong(call, message) -> None:
+    """Each of these was a ``TypeError`` (a one-argument ``SchemaError``) before."""
+    with pytest.raises(SchemaError, match=re.escape(message)):
+        call()

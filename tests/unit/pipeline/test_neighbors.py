@@ -522,3 +522,24 @@ def test_neighbour_fill_names_the_user_whose_neighbour_lists_are_bad() -> None:
     nan = NEIGHBORS.assign(nbr_sims=[sims[0], np.array([0.5, np.nan], np.float32), sims[2]])
     with pytest.raises(NeighborsError, match=r"nbr_sims contains NaN for user_id 6"):
         neighbour_fill(tg, nan, pairs, _f32([[1, 0]]), **kw)
+
+
+def test_users_added_to_an_index_get_the_neighbours_a_full_build_gives_them() -> None:
+    """Between builds the index gains the users it lacks: their neighbours (exact search)
+    are the ones an index built over everyone gives, and an indexed user cannot be added
+    again."""
+    from solaris.pipeline.neighbors import UserIndex
+
+    rng = np.random.default_rng(4)
+    ids = np.arange(10, 70, dtype=np.int64)
+    emb = rng.standard_normal((60, 5)).astype(np.float32)
+    emb[7] = 0  # a zero-norm user: kept, never indexed
+    base = UserIndex.build(ids[:40], emb[:40])
+    grown = UserIndex.from_bytes(base.to_bytes()).with_users(ids[40:], emb[40:])
+    whole = UserIndex.build(ids, emb)
+    got, want = grown.query(ids[40:], 5), whole.query(ids[40:], 5)
+    for a, b in zip(got["nbr_ids"], want["nbr_ids"], strict=True):
+        assert a.tolist() == b.tolist()
+    assert len(UserIndex.from_bytes(grown.to_bytes())) == 60
+    with pytest.raises(NeighborsError, match="already indexed"):
+        grown.with_users(ids[:1], emb[:1])

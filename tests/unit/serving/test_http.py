@@ -64,12 +64,79 @@ def test_a_json_request_and_a_binary_one_read_the_same() -> None:
         (b"", "application/json", b"\xff", "not JSON"),
         (b"user_id=x", "application/octet-stream", b"", "user_id must be a number"),
         (b"user_id=1&now=soon", "application/octet-stream", b"", "now must be a number"),
-        (b"", "application/xml", b"<a/>", "Content-Type"),
+        (b"", "application/xml", b"<a/>", "Content-Type 'application/xml'"),
     ],
 )
 def test_requests_that_cannot_be_read_name_what_is_wrong(query, content_type, body, says) -> None:
     with pytest.raises(http.RequestError, match=says):
         http.decode_request(query, content_type, body)
+
+
+def test_media_types_match_exactly_whatever_their_case_and_parameters() -> None:
+    body = json.dumps({"user_id": 5, "item_ids": [1]}).encode()
+    for accepted in ("APPLICATION/JSON", "application/json; charset=utf-8", ""):
+        assert http.decode_request(b"", accepted, body) == (5, [1], None)
+    ids = np.array([1, 2, 3, 4], "<i8").tobytes()
+    with pytest.raises(http.UnsupportedMediaType, match="octet-streamz"):
+        http.decode_request(b"user_id=5", "application/octet-streamz", ids)
+    with pytest.raises(http.UnsupportedMediaType):
+        http.decode_request(b"", "application/jsonx", body)
+    assert http.decode_request(b"user_id=5", "Application/Octet-Stream", ids)[1].tolist() == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def test_a_deeply_nested_or_a_repeated_key_body_is_a_clear_400() -> None:
+    nested = b'{"user_id": 1, "item_ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(http.RequestError, match="nests too deep") as caught:
+        http.decode_request(b"", "application/json", nested)
+    assert caught.value.status == 400
+    twice = b'{"user_id": 1, "user_id": 2, "item_ids": [1]}'
+    with pytest.raises(http.RequestError, match=r"repeats the keys \['user_id'\]"):
+        http.decode_request(b"", "application/json", twice)
+
+
+def _call(app: http.FeatureApp, path: str, headers: list) -> tuple[int, dict]:
+    """One request through the ASGI application (no server): its status and headers."""
+    import asyncio
+
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "path": path, "method": "GET", "headers": headers}
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], dict(sent[0]["headers"])
+
+
+class _Metrics:
+    class metrics:  # the attribute FeatureApp reads
+        @staticmethod
+        def exposition() -> str:
+            return "solaris_serving_requests_total 0\n"
+
+
+def test_a_token_guards_features_and_metrics_but_not_the_health_check() -> None:
+    app = http.FeatureApp(_Metrics(), token_sha256=http.token_digest("s3cret"))  # type: ignore[arg-type]
+    assert _call(app, "/metrics", [])[0] == 401
+    assert _call(app, "/metrics", [(b"authorization", b"Bearer wrong")])[0] == 401
+    status, headers = _call(app, "/metrics", [(b"authorization", b"Basic s3cret")])
+    assert status == 401 and headers[b"www-authenticate"] == b"Bearer"
+    assert _call(app, "/metrics", [(b"authorization", b"Bearer s3cret")])[0] == 200
+    assert _call(app, "/healthz", [])[0] == 200
+    assert _call(http.FeatureApp(_Metrics()), "/metrics", [])[0] == 200  # type: ignore[arg-type]
+
+
+def test_loopback_hosts_are_told_from_the_others() -> None:
+    assert all(map(http.is_loopback, ["127.0.0.1", "127.1.2.3", "::1", "localhost"]))
+    assert not any(map(http.is_loopback, ["0.0.0.0", "::", "10.0.0.5", "example.org"]))
 
 
 def test_worker_counts_survive_their_file() -> None:

@@ -271,11 +271,11 @@ def _wait_healthy(server: subprocess.Popen, base: str) -> None:
             time.sleep(0.2)
 
 
-def test_workers_that_cannot_start_stop_the_server_with_a_clear_error(
+def test_a_repo_without_definitions_is_refused_before_any_worker_starts(
     solaris_cfg, redis_connection, tmp_path
 ):
-    """A feature repo without definitions: every worker fails at start-up; the server gives
-    up after three such exits in a row instead of starting workers forever."""
+    """A feature repo without definitions: refused in one line by the supervisor before it
+    starts a worker (before, every worker failed at start-up until three in a row had)."""
     empty = tmp_path / "empty_repo"
     empty.mkdir()
     broken = solaris_cfg.model_copy(
@@ -298,7 +298,9 @@ def test_workers_that_cannot_start_stop_the_server_with_a_clear_error(
         timeout=180,
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "workers in a row exited" in result.stderr
+    assert "feature_store.yaml not found" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "serving namespace" not in result.stdout  # no banner: nothing started
 
 
 def _serve(config: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
@@ -314,7 +316,7 @@ def _serve(config: Path, *args: str, env: dict | None = None) -> subprocess.Pope
 
 
 def test_a_taken_port_or_an_open_bind_without_a_token_is_one_line_and_starts_nothing(
-    solaris_cfg, redis_connection, tmp_path
+    solaris_cfg, redis_connection, feast_store, tmp_path
 ):
     config = tmp_path / "solaris.yaml"
     config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))

@@ -444,7 +444,8 @@ async def _body(receive: Any) -> bytes | None:
 
     parts, size = [], 0
     while True:
-        message = await asyncio.wait_for(receive(), _BODY_TIMEOUT_S)
+        async with asyncio.timeout(_BODY_TIMEOUT_S):  # a timer, not a task per part
+            message = await receive()
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > _MAX_BODY:

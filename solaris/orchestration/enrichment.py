@@ -296,15 +296,17 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
     :func:`fill_partitions`). Returns the figures the reduction records."""
     from solaris.data.schemas import write_fill_codes
     from solaris.files import atomic_write_parquet
-    from solaris.orchestration.window_state import partition_windows
+    from solaris.orchestration.window_state import partition_windows, published_markers
 
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
     version = current_fm_version(cfg)
+    # The window's completion markers: read once for every partition of the task.
+    markers = published_markers(cfg, layout, as_of) if cfg.cycle.incremental_windows else None
     done: list[int] = []
     uagg_rows = codes_read = rebuilt = 0
     for partition in partitions:
-        views = partition_windows(cfg, layout, as_of, partition, version)
+        views = partition_windows(cfg, layout, as_of, partition, version, markers)
         _materialize(cfg, "uagg", views.uagg, _batch_id(cfg, as_of, partition))
         table = views.item_partials.to_table()
         atomic_write_parquet(layout.item_partials(as_of, partition), table)

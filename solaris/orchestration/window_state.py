@@ -49,6 +49,7 @@ __all__ = [
     "PartitionWindows",
     "pair_history",
     "partition_windows",
+    "published_markers",
     "remove_expired",
     "window_spans",
 ]
@@ -87,14 +88,21 @@ def window_spans(cfg: SolarisConfig) -> dict[str, int]:
 
 
 def partition_windows(
-    cfg: SolarisConfig, layout: CycleLayout, as_of: int, partition: int, fm_version: str
+    cfg: SolarisConfig,
+    layout: CycleLayout,
+    as_of: int,
+    partition: int,
+    fm_version: str,
+    markers: list[tuple[int, str]] | None = None,
 ) -> PartitionWindows:
-    """Partition ``partition``'s aggregates as of ``as_of`` (see the module docstring)."""
+    """Partition ``partition``'s aggregates as of ``as_of`` (see the module docstring).
+    ``markers``: :func:`published_markers` as of ``as_of``, read once for a task's
+    partitions (read here when not given)."""
     if not cfg.cycle.incremental_windows:
         return _recomputed(cfg, as_of, partition, fm_version)
     spans = window_spans(cfg)
     widest = max(spans.values())
-    expected = _generations(layout, as_of, widest)
+    expected = published_markers(cfg, layout, as_of) if markers is None else markers
     state = _previous_state(layout, as_of, partition)
     meta = {
         "format": _FORMAT,
@@ -185,12 +193,13 @@ def _previous_state(layout: CycleLayout, as_of: int, partition: int) -> _State |
     return None
 
 
-def _generations(layout: CycleLayout, as_of: int, widest: int) -> list[tuple[int, str]]:
-    """``(end, marker)`` of every interval embedded in ``(as_of − widest, as_of]``: the
-    digest of its completion marker, which a rerun of its embeddings rewrites (one listing
-    and one small read per interval, no shard paths)."""
+def published_markers(cfg: SolarisConfig, layout: CycleLayout, as_of: int) -> list[tuple[int, str]]:
+    """``(end, marker)`` of every interval embedded within the widest window before
+    ``as_of``: the digest of its completion marker, which a rerun of its embeddings
+    rewrites (one listing and one small read per interval, no shard paths)."""
     import hashlib
 
+    widest = max(window_spans(cfg).values())
     found = []
     for interval in layout.intervals(
         "pair_embeddings", ending_after=as_of - widest, ending_by=as_of

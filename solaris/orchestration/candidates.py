@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
@@ -35,6 +36,7 @@ from solaris.orchestration.resources import (
     check_partition_count,
     cycle_redis,
     mapped_task_budget,
+    parquet_rows,
     read_parquet,
     write_parquet,
 )
@@ -59,6 +61,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DAG_ID",
+    "DrainedLog",
+    "check_drained",
+    "collect_request_log",
     "drain_interval_misses",
     "drain_request_log",
     "finish_interval",
@@ -67,6 +72,7 @@ __all__ = [
     "prepare_interval",
     "previous_published",
     "publish",
+    "release_request_log",
     "select",
     "select_group",
     "select_interval",
@@ -290,27 +296,50 @@ def serve_replay(
     }
 
 
-def drain_request_log(
-    cfg: SolarisConfig, redis: str | RedisTarget, interval: Interval, partition: int = 0
-) -> tuple[pd.DataFrame, dict]:
-    """Partition ``partition``'s request log of the interval, drained from its stream
-    (:meth:`~solaris.namespace.Namespace.request_stream_of`) exactly once.
+@dataclass(frozen=True)
+class DrainedLog:
+    """One partition's request log of an interval, stored in its ``request_log`` file (durable:
+    written and fsynced) and still in its stream: :func:`release_request_log` records the
+    drain and deletes the entries once what the stage made of them is stored too.
 
-    Entries with ``ts`` before the interval's end are added to its ``request_log`` file
-    (merged with what an earlier attempt of this run stored) before they are deleted from
-    the stream, so a retried run keeps what it drained. Entries from after the interval stay
-    for the next run. Late entries (before the interval's start: logged late, or of an
-    interval whose run was skipped) are kept in this interval's table with their own times
-    while they are less than a TTL old, since a code computed at this interval's end can
-    still serve their pairs; older ones are of another time and are deleted and counted
-    (``stale_dropped``), never selected.
+    Attributes:
+        rows: the interval's requests of the partition (its file's rows).
+        figures: the drain's figures (``requests``, ``rows``, ``late``, ``stale_dropped``,
+            ``left_for_later``, ``unreadable``).
+        stream: the stream the entries came from.
+        ids: the entries to delete: the rows' and the stale and unreadable ones.
+        partition: the partition.
+    """
+
+    rows: pd.DataFrame
+    figures: dict[str, Any]
+    stream: str
+    ids: list[bytes]
+    partition: int
+
+
+def collect_request_log(
+    cfg: SolarisConfig, redis: str | RedisTarget, interval: Interval, partition: int = 0
+) -> DrainedLog:
+    """Partition ``partition``'s request log of the interval, read from its stream
+    (:meth:`~solaris.namespace.Namespace.request_stream_of`) and stored in its
+    ``request_log`` file; no entry is deleted (:func:`release_request_log` does, once the
+    stage's outputs are stored, so a retry that finds the file lost reads them again).
+
+    Entries with ``ts`` before the interval's end are added to the file (merged with what an
+    earlier attempt of this run stored, one row per ``(request_id, item_id)``). Entries from
+    after the interval stay for the next run. Late entries (before the interval's start:
+    logged late, or of an interval whose run was skipped) are kept in this interval's table
+    with their own times while they are less than a TTL old, since a code computed at this
+    interval's end can still serve their pairs; older ones are of another time and are
+    deleted with the rest and counted (``stale_dropped``), never selected.
     """
     import pandas as pd
     import pyarrow as pa
 
     from solaris.connection import redis_client
     from solaris.data.schemas import read_table, request_log_frame, write_table
-    from solaris.serving.request_log import delete_entries, read_request_log
+    from solaris.serving.request_log import read_request_log
     from solaris.store.partitions import Partitioning
 
     parts = Partitioning(cfg.cycle.partitions)
@@ -322,23 +351,24 @@ def drain_request_log(
         batch = read_request_log(
             client, stream, before=interval.end, max_items=cfg.store.max_candidates
         )
-        rows = batch.rows
-        ts = rows["ts"].to_numpy()
-        stale = ts < interval.start - cfg.selection.ttl_seconds
-        late = ~stale & (ts < interval.start)
-        fresh = rows[~stale].assign(label=pd.array([pd.NA] * int((~stale).sum()), "Int8"))
-        if path.is_file():  # an earlier attempt of this run stored these
-            earlier = request_log_frame(read_table(path, "request_log"), str(path))
-            fresh = pd.concat([earlier, fresh], ignore_index=True)
-        fresh = fresh.drop_duplicates(["request_id", "item_id"], ignore_index=True)
-        # Rows an earlier attempt stored lost their near-line mark (the cycle may select them).
-        fresh["nearline"] = fresh["nearline"].astype("boolean").fillna(False).astype(bool)
-        fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
-        columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
-        write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")
-        delete_entries(client, stream, batch.ids)
     finally:
         client.close()
+    rows = batch.rows
+    ts = rows["ts"].to_numpy()
+    stale = ts < interval.start - cfg.selection.ttl_seconds
+    late = ~stale & (ts < interval.start)
+    fresh = rows[~stale].assign(label=pd.array([pd.NA] * int((~stale).sum()), "Int8"))
+    if path.is_file():  # an earlier attempt of this run stored these
+        earlier = request_log_frame(read_table(path, "request_log"), str(path))
+        # The stream's rows first: where an entry is read again, its near-line mark counts.
+        fresh = pd.concat([fresh, earlier], ignore_index=True)
+    fresh = fresh.drop_duplicates(["request_id", "item_id"], ignore_index=True)
+    # Rows only an earlier attempt stored lost their near-line mark (the cycle may select
+    # them; the attempt's near-line marks file says which it skipped).
+    fresh["nearline"] = fresh["nearline"].astype("boolean").fillna(False).astype(bool)
+    fresh = fresh.sort_values(["ts", "request_id"], kind="stable", ignore_index=True)
+    columns = ["request_id", "user_id", "item_id", "ts", "label", "score"]
+    write_table(pa.Table.from_pandas(fresh[columns], preserve_index=False), path, "request_log")
     figures = {
         **interval.as_dict(),
         "requests": int(fresh["request_id"].nunique()),
@@ -348,7 +378,75 @@ def drain_request_log(
         "left_for_later": batch.later,
         "unreadable": len(batch.skipped),
     }
-    return fresh, figures
+    return DrainedLog(fresh, figures, stream, list(batch.ids), partition)
+
+
+def release_request_log(
+    cfg: SolarisConfig, redis: str | RedisTarget, interval: Interval, drained: DrainedLog
+) -> None:
+    """Record the drain (the rows its file holds: :meth:`CycleLayout.drained`), then delete
+    its entries from the stream: from here on the file is their only copy, and a retry that
+    finds it lost or short stops with :func:`check_drained` instead of selecting without them.
+    """
+    from solaris.connection import redis_client
+    from solaris.files import atomic_write_json
+    from solaris.serving.request_log import delete_entries
+
+    layout = CycleLayout(Namespace.of(cfg))
+    record = {"rows": len(drained.rows), "requests": drained.figures["requests"]}
+    atomic_write_json(layout.drained(interval, drained.partition), record)
+    client = redis_client(redis, redis_type=cfg.store.redis_type, timeout_s=10.0)
+    try:
+        delete_entries(client, drained.stream, drained.ids)
+    finally:
+        client.close()
+
+
+def drain_request_log(
+    cfg: SolarisConfig, redis: str | RedisTarget, interval: Interval, partition: int = 0
+) -> tuple[pd.DataFrame, dict]:
+    """:func:`collect_request_log` then :func:`release_request_log` at once: the interval's
+    requests of the partition, stored in its file, recorded and deleted from the stream.
+    Returns the rows and the drain's figures."""
+    drained = collect_request_log(cfg, redis, interval, partition)
+    release_request_log(cfg, redis, interval, drained)
+    return drained.rows, drained.figures
+
+
+def check_drained(
+    layout: CycleLayout, interval: Interval, count: int, partitions: Iterable[int]
+) -> None:
+    """Every request-log file an earlier attempt recorded as drained (its stream entries
+    deleted) is there and holds at least the rows it recorded: a retry that went on without
+    it would select the partition's requests short, without a word. Checked before anything
+    of the interval is drained or written (a record and a file footer a partition).
+
+    Raises:
+        CycleInputError: naming the file, the rows recorded and the record."""
+    import json
+
+    for partition in partitions:
+        record = layout.drained(interval, partition)
+        if not record.is_file():
+            continue  # not drained yet: its entries are still in the stream
+        try:
+            rows = int(json.loads(record.read_text())["rows"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CycleInputError(
+                f"interval {interval.key}: the drain record {record} of partition "
+                f"{partition} is unreadable ({exc}); nothing of this interval was written"
+            ) from exc
+        path = layout.request_log(interval, None if count == 1 else partition)
+        held = parquet_rows(path) if path.is_file() else None
+        if held is None or held < rows:
+            what = "is missing" if held is None else f"holds {held} rows"
+            raise CycleInputError(
+                f"interval {interval.key}: the request-log file {path} of partition "
+                f"{partition} {what}, but an earlier attempt drained {rows} rows into it and "
+                f"deleted them from the stream ({record}); selecting now would leave them "
+                "out. Restore the file, or delete the record to go on without those requests; "
+                "nothing of this interval was drained or written"
+            )
 
 
 def drain_interval_misses(
@@ -525,6 +623,29 @@ def _check_ledgers(
                 )
 
 
+def _check_readable(
+    layout: CycleLayout, interval: Interval, ttl_s: int, parts: Any, partitions: Iterable[int]
+) -> None:
+    """Every file the selection of ``partitions`` will read has a readable footer: the
+    earlier ledgers its cache reads and what an earlier attempt of this interval stored (its
+    request logs and near-line marks). Checked before anything is drained or written, so a
+    torn file stops the task naming it (:func:`parquet_rows`), not after some partitions'
+    streams were drained and their ledgers written.
+
+    Raises:
+        CycleInputError: naming the unreadable file."""
+    kinds = [*_earlier_ledgers(layout, interval, ttl_s)]
+    kinds += [("request_log", interval), ("nearline", interval)]
+    paths = {  # a file of a whole interval is every partition's: read once
+        path
+        for partition in partitions
+        for kind, earlier in kinds
+        for path in layout.interval_files(kind, earlier, _part(parts, partition))[0]
+    }
+    for path in sorted(paths, key=str):
+        parquet_rows(path)
+
+
 def code_age(layout: CycleLayout, interval: Interval, ttl_s: int) -> int | None:
     """How old the newest pair codes had grown by the end of ``interval`` (one cadence when
     the cycle keeps up), or None when no codes could have served it.
@@ -586,9 +707,12 @@ def select_partitions(
     cfg: SolarisConfig, interval: Interval, partitions: Iterable[int]
 ) -> dict[str, Any]:
     """Partition by partition (memory: one partition's requests and ledgers): drain its
-    request stream, add its users' drained misses, score with the verifier, select the
-    top share of each request against its own ledger cache, and write its ledger. Returns
-    the summed figures :func:`finish_interval` records."""
+    request stream into its file, add its users' drained misses, score with the verifier,
+    select the top share of each request against its own ledger cache, write its ledger,
+    and only then delete the drained entries from the stream (a retry of an attempt that
+    died before reads them again, whatever became of its files). The files every partition
+    will read are checked first, so a missing or unreadable one stops the task before it
+    drains or writes anything. Returns the summed figures :func:`finish_interval` records."""
     import numpy as np
     import pandas as pd
 
@@ -609,8 +733,11 @@ def select_partitions(
     partitions = list(partitions)
     if parts.count > 1:  # before any partition's stream is drained
         _check_ledgers(layout, interval, ttl_s, partitions)
+    check_drained(layout, interval, parts.count, partitions)
+    _check_readable(layout, interval, ttl_s, parts, partitions)
     for partition in partitions:
-        logged, drained = drain_request_log(cfg, redis, interval, partition)
+        drain = collect_request_log(cfg, redis, interval, partition)
+        logged, drained = drain.rows, drain.figures
         misses = _interval_misses(cfg, interval, drained_misses, partition)
         marks = layout.nearline(interval, _part(parts, partition))
         earlier = read_parquet(marks) if marks.is_file() else None  # a retried attempt's
@@ -635,6 +762,8 @@ def select_partitions(
             computed_at=np.int64(interval.end), expires_at=np.int64(interval.end + ttl_s)
         )
         write_parquet(ledger, layout.selections(interval, _part(parts, partition)))
+        # Only now do its entries leave the stream: a retry before this reads them again.
+        release_request_log(cfg, redis, interval, drain)
         for key in _DRAIN_FIGURES:
             figures[key] += drained[key]
         figures["candidates"] += len(batch)

@@ -6,6 +6,7 @@ fsspec URL, by default ``artifacts_dir``; one folder a kind, one file an interva
 epoch seconds so that names sort by time)::
 
     request_log/<start>-<end>.parquet  the requests serving logged in that interval (drained)
+    drained/<start>-<end>/<p>.json     the rows a partition's drain stored before it deleted them
     selections/<start>-<end>.parquet   the verifier's selection of one interval (the ledger)
     misses/<start>-<end>.parquet       miss-stream entries drained by that interval's run
     shards/<start>-<end>/<generation>/shard-K.parquet    one embeddings run's split of the ledger
@@ -167,6 +168,12 @@ class CycleLayout:
         """The verifier's selection (ledger) of ``interval``: one file, or partition
         ``partition``'s file in the interval's folder."""
         return self._per_interval("selections", interval, partition)
+
+    def drained(self, interval: Interval, partition: int) -> StatePath:
+        """The record of partition ``partition``'s drain of ``interval`` (JSON: the rows its
+        ``request_log`` file held when its stream entries were deleted): a retry finding the
+        file lost or short stops instead of selecting without those requests."""
+        return self.root / "drained" / interval.key / f"{partition:05d}.json"
 
     def nearline(self, interval: Interval, partition: int | None = None) -> StatePath:
         """The pairs serving selected near-line in ``interval`` (``solaris nearline`` embeds

@@ -11,7 +11,8 @@ later run reads is ever past the cutoff. Each task writes one run record,
 
 - :func:`prune_state`: the namespace's per-interval state (:mod:`~.layout`) whose interval
   *end* (``<start>-<end>`` names) or time (``<as_of>`` names) is at or before the cutoff:
-  run records, request logs, selection and near-line ledgers, drained misses, shards, codes
+  run records, request logs and their drain records, selection and near-line ledgers, drained
+  misses, shards, codes
   (an interval's marker before its generations), neighbour tables, verifier publications
   and training runs. Kept whatever their age: the verifier in force at the cutoff and the
   training folder its checkpoint lies in, the newest neighbour table at or before the cutoff
@@ -98,7 +99,7 @@ _SQLALCHEMY_URL = re.compile(r"^(?:postgresql|mysql|sqlite)(?:\+\w+)?://")
 _BLOCKED_DB = "airflow-db-not-allowed"
 
 # The per-interval kinds, in the order they are pruned (the module docstring says why).
-_LEDGERS = ("selections", "nearline", "request_log", "misses")
+_LEDGERS = ("selections", "nearline", "request_log", "drained", "misses")
 _CODES = ("shards", "pair_embeddings")
 _AS_OF_KINDS = ("neighbours", "verifier", "training")
 # Pruned by the enrichment DAG as it goes (older than its own as_of): left to it.

@@ -275,6 +275,26 @@ def write_parquet(frame: pd.DataFrame, path: StatePath) -> StatePath:
     return atomic_write_parquet(path, pa.Table.from_pandas(frame, preserve_index=False))
 
 
+def parquet_rows(path: StatePath) -> int:
+    """The rows of a cycle file, from its footer alone (a check before a stage writes: one
+    small read, not the file).
+
+    Raises:
+        CycleInputError: naming the file when it is missing or its footer unreadable."""
+    import pyarrow.parquet as pq
+
+    from solaris.files import arrow_source
+
+    where, filesystem = arrow_source(path)
+    try:
+        if filesystem is None:
+            return int(pq.read_metadata(where).num_rows)
+        with filesystem.open_input_file(where) as fh:
+            return int(pq.read_metadata(fh).num_rows)
+    except Exception as exc:
+        raise CycleInputError(f"cannot read the cycle file {path}: {exc}") from exc
+
+
 def read_parquet(path: StatePath, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """A cycle file as a pandas frame (a local path or an fsspec one)."""
     import pyarrow.parquet as pq

@@ -154,6 +154,8 @@ def cycle_command(
         namespace_arg(namespace, "--namespace")
     deployment = load_config(config)
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
+    import os
+
     from solaris.local.demo import run_airflow_stage
     from solaris.namespace import Namespace
     from solaris.orchestration.resources import refuse_live
@@ -167,6 +169,7 @@ def cycle_command(
         fm_version=manifest.fm_version,
         echo=typer.echo,
         force=force,
+        config_file=config or os.environ.get("SOLARIS_CONFIG") or None,
     )
 
 

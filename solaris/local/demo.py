@@ -141,11 +141,14 @@ def run_airflow_stage(
     fm_version: str,
     echo: Printer = print,
     force: bool = False,
+    config_file: str | Path | None = None,
 ) -> dict[str, Any]:
     """Replay a window of the test period through the five DAGs in ``cfg``'s namespace,
     reset first; print and return figures. A namespace holding live state is refused before
     anything is deleted (:func:`~solaris.orchestration.resources.live_state`) unless
-    ``force``."""
+    ``force``. ``config_file``: the settings file ``cfg`` came from (None: the defaults, the
+    MovieLens example's), named in the printed command that replays the same window under
+    Airflow's scheduler."""
     from solaris.connection import redacted
     from solaris.local.airflow import LocalAirflow, configure_airflow
     from solaris.store.local_redis import redis_for
@@ -239,9 +242,12 @@ def run_airflow_stage(
             f"records ({fp['overhead']:.2f}x; server {fp['server_setting']})"
         )
     first, last = (_iso(intervals[0].start), _iso(intervals[-1].start))
+    # make airflow loads SOLARIS_CONFIG (the MovieLens example's settings without it): the
+    # command names the settings this window was replayed with.
+    settings = f"SOLARIS_CONFIG={Path(config_file).resolve()} " if config_file else ""
     echo(
         "the same window under Airflow's scheduler (PostgreSQL metadata DB, see docs/airflow.md): "
-        f"SOLARIS_SELECTION__CADENCE_MINUTES={cadence_min:g} make airflow, then "
+        f"{settings}SOLARIS_SELECTION__CADENCE_MINUTES={cadence_min:g} make airflow, then "
         f"scripts/airflow_replay.sh replay {first} {last}"
     )
     return {

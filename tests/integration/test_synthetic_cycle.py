@@ -65,7 +65,11 @@ def synthetic_cycle(
     manifest, _ = fit_autoencoder_from_traffic(cfg, start, start + DAY)
     printed: list[str] = []
     summary = run_airflow_stage(
-        cfg, eval_from=start + DAY, fm_version=manifest.fm_version, echo=printed.append
+        cfg,
+        eval_from=start + DAY,
+        fm_version=manifest.fm_version,
+        echo=printed.append,
+        config_file=tmp / "synthetic.yaml",  # as `solaris cycle -c` passes its file
     )
     summary["printed"] = "\n".join(printed)
     summary["fm_version"] = manifest.fm_version
@@ -121,3 +125,14 @@ def test_the_newest_codes_of_the_synthetic_fm_are_served(synthetic_cycle) -> Non
             break
     assert served is not None and served.mask[:, 0].all()
     assert summary["example"]["tiers"]  # the demo's served request got features
+
+
+def test_the_printed_airflow_command_names_the_settings_of_the_replayed_window(
+    synthetic_cycle,
+) -> None:
+    """Without them, `make airflow` would load the MovieLens example's settings."""
+    cfg, summary = synthetic_cycle
+    config = (Path(cfg.artifacts_dir).parent / "synthetic.yaml").resolve()
+    assert f"SOLARIS_CONFIG={config} SOLARIS_SELECTION__CADENCE_MINUTES=360 make airflow" in (
+        summary["printed"]
+    )

@@ -133,6 +133,7 @@ def test_the_printed_airflow_command_names_the_settings_of_the_replayed_window(
     """Without them, `make airflow` would load the MovieLens example's settings."""
     cfg, summary = synthetic_cycle
     config = (Path(cfg.artifacts_dir).parent / "synthetic.yaml").resolve()
-    assert f"SOLARIS_CONFIG={config} SOLARIS_SELECTION__CADENCE_MINUTES=360 make airflow" in (
-        summary["printed"]
+    assert (
+        f"SOLARIS_CONFIG={config} SOLARIS_SELECTION__CADENCE_MINUTES=360 make airflow"
+        in (summary["printed"])
     )

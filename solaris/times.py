@@ -17,12 +17,12 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 from solaris.errors import SolarisError, shown
 from solaris.store.contract import MAX_EPOCH_S
 
-__all__ = ["TimeInputError", "epoch_of"]
+__all__ = ["TimeInputError", "epoch_of", "iso_utc"]
 
 # ASCII digits only (str.isdigit() also takes '²' and other scripts' digits), and short
 # enough for int() (which refuses over 4,300 digits).
@@ -75,3 +75,9 @@ def epoch_of(value: object) -> int:
             "(1970 to 2286; milliseconds?)"
         )
     return seconds
+
+
+def iso_utc(epoch_s: int) -> str:
+    """Epoch seconds as ISO 8601 in UTC (``2023-11-15T00:00:00+00:00``): what
+    :func:`epoch_of` reads back, for messages and printed commands."""
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat()

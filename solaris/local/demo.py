@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from solaris.namespace import Namespace
 from solaris.orchestration.layout import Interval
 from solaris.orchestration.resources import reset_namespace
 from solaris.serving.tiers import TIERS
+from solaris.times import iso_utc
 
 __all__ = ["DagsFolderError", "library_replay", "run_airflow_stage", "served_example"]
 
@@ -52,10 +52,6 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _iso(epoch_s: int) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
 
 
 def library_replay(cfg: SolarisConfig, start: int, end: int, eval_from: int):
@@ -241,7 +237,7 @@ def run_airflow_stage(
             f"{fp['bytes_per_row']:.0f} B per pair for {fp['record_bytes_per_row']:.0f} B "
             f"records ({fp['overhead']:.2f}x; server {fp['server_setting']})"
         )
-    first, last = (_iso(intervals[0].start), _iso(intervals[-1].start))
+    first, last = (iso_utc(intervals[0].start), iso_utc(intervals[-1].start))
     # make airflow loads SOLARIS_CONFIG (the MovieLens example's settings without it): the
     # command names the settings this window was replayed with.
     settings = f"SOLARIS_CONFIG={Path(config_file).resolve()} " if config_file else ""

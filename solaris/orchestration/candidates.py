@@ -115,7 +115,32 @@ def previous_published(params: Params, start: object, end: object) -> bool:
     # A replay also waits for the daily clustering due between the two intervals, so that
     # its neighbour tier is built from the same codes as in an in-order run (the demo's).
     due = cron_times(run.cfg.cycle.clustering_cron, previous.end - 1, first.start)
-    return all(layout.run_record(CLUSTERING_DAG_ID, f"{t:011d}-unn").is_file() for t in due)
+    recorded = [layout.run_record(CLUSTERING_DAG_ID, f"{t:011d}-unn").is_file() for t in due]
+    missing = [t for t, done in zip(due, recorded, strict=True) if not done]
+    if missing and first.start - previous.end > _REPLAY_GAP_S:
+        raise CycleInputError(_replay_gap(run.cfg.namespace, previous, first, missing))
+    return not missing
+
+
+# A replay advances interval by interval: a run this far after the previous recorded one
+# waits for clustering runs nothing schedules (the scheduler's run of today's interval in a
+# replay namespace, or a second replayed window with a gap before it).
+_REPLAY_GAP_S = 2 * 86_400
+
+
+def _replay_gap(namespace: str, previous: Interval, first: Interval, missing: list[int]) -> str:
+    from solaris.times import iso_utc
+
+    return (
+        f"interval {first.key} of the replay namespace {namespace!r} comes "
+        f"{(first.start - previous.end) / 86_400:.1f} days after its previous recorded "
+        f"interval {previous.key}, and it would wait for {len(missing)} clustering runs "
+        f"({CLUSTERING_DAG_ID}, {iso_utc(missing[0])} to {iso_utc(missing[-1])}) that nothing "
+        "schedules: a replay goes interval by interval (scripts/airflow_replay.sh backfills "
+        "both DAGs over its window). If this is the scheduler's run of a current interval, "
+        "pause the replay namespace's DAGs or run it with replay: false; to replay a later "
+        f"window, backfill {CLUSTERING_DAG_ID} over the gap too, or reset the namespace first"
+    )
 
 
 def select_when_published(params: Params, start: object, end: object, events: Any = None) -> Any:

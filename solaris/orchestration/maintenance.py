@@ -62,6 +62,7 @@ from solaris.namespace import Namespace
 from solaris.orchestration.layout import INTERVAL_END, CycleLayout, write_run_record
 from solaris.orchestration.resources import CycleInputError
 from solaris.orchestration.runs import Params, task_run
+from solaris.times import iso_utc
 
 __all__ = [
     "AIRFLOW_DB_URL_ENV",
@@ -437,10 +438,6 @@ def prune_offline(cfg: SolarisConfig, as_of: int) -> dict[str, Any]:
 # -- Airflow's metadata DB ----------------------------------------------------------------------
 
 
-def _utc(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat()
-
-
 def db_clean_command(cutoff: int) -> list[str]:
     """``airflow db clean`` of every table's rows older than ``cutoff`` (epoch seconds), in
     this interpreter's Airflow: no prompt, no archive tables left behind, batches of
@@ -453,7 +450,7 @@ def db_clean_command(cutoff: int) -> list[str]:
         "db",
         "clean",
         "--clean-before-timestamp",
-        _utc(cutoff),
+        iso_utc(cutoff),
         "--yes",
         "--skip-archive",
         "--error-on-cleanup-failure",
@@ -536,7 +533,7 @@ def clean_airflow_db(
     shown = shlex.join(command[3:])  # "db clean ...", as an operator would type it
     if cutoff > time.time():
         raise CycleInputError(
-            f"airflow {shown}: the cutoff {_utc(cutoff)} (interval end {as_of} less "
+            f"airflow {shown}: the cutoff {iso_utc(cutoff)} (interval end {as_of} less "
             f"cycle.retention_days {cfg.cycle.retention_days:g}) is in the future; Airflow's "
             "metadata is stamped with the wall clock, so this would delete current runs. "
             "Nothing was deleted: name an interval that has passed"
@@ -574,7 +571,7 @@ def clean_airflow_db(
         )
     tables = summary["tables"]
     figures = {
-        "clean_before": _utc(cutoff),
+        "clean_before": iso_utc(cutoff),
         "rows_deleted": sum(tables.values()),
         "tables": {name: rows for name, rows in sorted(tables.items()) if rows},
         "tables_checked": len(tables),

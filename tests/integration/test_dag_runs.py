@@ -587,7 +587,8 @@ def test_a_partitions_selection_rerun_touches_only_its_own_stream_and_files(
 ) -> None:
     """One partition's selection of the last interval, rerun: it drains only its own
     stream (nothing is left there: no key changes) and rewrites only its own request-log
-    and ledger files, with the same ledger (a rerun selects what the run selected)."""
+    file, ledger and drain record, with the same ledger (a rerun selects what the run
+    selected)."""
     from solaris.orchestration.candidates import select_partitions
     from solaris.orchestration.resources import read_parquet
 
@@ -605,6 +606,7 @@ def test_a_partitions_selection_rerun_touches_only_its_own_stream_and_files(
     assert seen["files"] == {
         str(layout.request_log(interval, mine)),
         str(layout.selections(interval, mine)),
+        str(layout.drained(interval, mine)),
     }
     assert figures["selected"] == len(ledger)
     assert read_parquet(layout.selections(interval, mine)).equals(ledger)

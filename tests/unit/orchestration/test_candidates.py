@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from solaris.namespace import Namespace
 from solaris.orchestration.candidates import (
@@ -199,3 +200,36 @@ def test_code_age_counts_only_codes_that_could_still_serve_the_interval(tmp_path
     layout.embeddings_done(previous).parent.mkdir(parents=True)
     layout.embeddings_done(previous).touch()
     assert code_age(layout, live, ttl_s) == step
+
+
+def test_a_replay_run_days_after_its_previous_interval_fails_fast_naming_what_it_waits_for(
+    tmp_path, monkeypatch
+) -> None:
+    """The scheduler's run of a current interval in a replay namespace would wait in its
+    sensor for a clustering run per day since the replayed window, which nothing schedules:
+    it fails at once and says so. A run the next day still waits for its one clustering
+    run, and goes once it is recorded."""
+    from solaris.orchestration.candidates import previous_published
+    from solaris.orchestration.layout import write_run_record
+    from solaris.orchestration.resources import CycleInputError
+
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path))
+    monkeypatch.setenv("SOLARIS_REPLAY", "true")
+    layout = CycleLayout(Namespace("replay_x", tmp_path, tmp_path))
+    day = 86_400
+    previous = Interval(10 * day - 900, 10 * day)
+    write_run_record(layout, "solaris_candidates", previous.key, {})
+    layout.embeddings_done(previous).parent.mkdir(parents=True)
+    layout.embeddings_done(previous).touch()
+    for view in ("uagg", "iagg", "nbr"):
+        write_run_record(layout, "solaris_enrichment", f"{previous.end:011d}-{view}", {})
+
+    later = {"namespace": "replay_x", "interval_start": 40 * day, "interval_end": 40 * day + 900}
+    with pytest.raises(CycleInputError, match=r"30\.0 days after .* 31 clustering runs"):
+        previous_published(later, None, None)
+
+    next_day = {"namespace": "replay_x", "interval_start": 11 * day, "interval_end": 11 * day + 900}
+    assert not previous_published(next_day, None, None)  # its clustering, not yet run
+    for t in (10 * day, 11 * day):  # the daily runs due in (previous interval, its start]
+        write_run_record(layout, "solaris_clustering", f"{t:011d}-unn", {})
+    assert previous_published(next_day, None, None)

@@ -53,6 +53,7 @@ __all__ = [
     "is_local",
     "publish_file",
     "remove_tree",
+    "state_file_problem",
     "state_path",
     "temp_path",
     "tensor_bytes",
@@ -111,6 +112,38 @@ def remove_tree(path: StatePath) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists():
         path.fs.rm(path.path, recursive=True)
+
+
+def state_file_problem(path: StatePath) -> str | None:
+    """What is wrong with the state file ``path``, from its footer or header only (nothing
+    else of it is read): None when it opens, ``"missing"``, or ``"unreadable (<the reader's
+    error, one line>)"``. By its suffix: ``.parquet`` (the footer), ``.arrow`` (an Arrow IPC
+    file's footer), ``.npz`` (the zip's central directory), anything else (``.json``: small)
+    parsed whole as JSON. A check that a task's inputs are all there before it writes: a
+    file torn inside its data still fails the read itself."""
+    import zipfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where, filesystem = arrow_source(path)
+    try:
+        with open(where, "rb") if filesystem is None else filesystem.open(where, "rb") as fh:
+            if path.suffix == ".parquet":
+                pq.read_metadata(fh)
+            elif path.suffix == ".arrow":
+                pa.ipc.open_file(fh)
+            elif path.suffix == ".npz":
+                with zipfile.ZipFile(fh) as archive:
+                    archive.infolist()
+            else:
+                json.load(fh)
+    except FileNotFoundError:
+        return "missing"
+    except (pa.ArrowException, OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        line = (str(exc).strip().splitlines() or [""])[0]
+        return f"unreadable ({type(exc).__name__}: {line})"
+    return None
 
 
 class ArtifactPathError(SolarisError, ValueError):

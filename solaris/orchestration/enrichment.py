@@ -22,6 +22,7 @@ the same history.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from solaris.files import StatePath
+
 
 __all__ = [
     "CLUSTERING_DAG_ID",
@@ -81,6 +84,8 @@ __all__ = [
     "record_neighbours",
     "reduce_aggregates",
 ]
+
+log = logging.getLogger(__name__)
 
 ENRICHMENT_DAG_ID = "solaris_enrichment"
 CLUSTERING_DAG_ID = "solaris_clustering"
@@ -141,10 +146,14 @@ def aggregates(
     units (the groups again)."""
     done = mapped_results(results)
     user, item, units = [], [], []
-    for run in task_runs(params, events, PAIR_EMBEDDINGS):
-        mine = results_in(run.scope, done)
-        if not mine:  # enrich did this namespace's run whole, and emitted its events
-            continue
+    runs = [
+        (run, mine)
+        for run in task_runs(params, events, PAIR_EMBEDDINGS)
+        if (mine := results_in(run.scope, done))  # none: enrich did it whole, and emitted
+    ]
+    for run, _ in runs:  # every namespace's inputs, before any namespace's view is written
+        _check_aggregates_inputs(run.cfg, run.as_of)
+    for run, mine in runs:
         uagg, iagg = reduce_aggregates(run.cfg, run.as_of, mine)
         build_neighbour_index(run.cfg, run.as_of)
         units += [_unit(run, Unit.of_result(r).partitions) for r in mine]
@@ -236,18 +245,28 @@ def recent_requests(
 
     layout = CycleLayout(Namespace.of(cfg))
     parts = Partitioning(cfg.cycle.partitions)
-    found = layout.intervals("request_log", ending_after=as_of - window_s, ending_by=as_of)
     tables = []
-    for interval in found:
-        files, mixed = layout.interval_files("request_log", interval, partition)
-        for path in files:
-            table = read_table(path, "request_log")
-            if mixed and partition is not None:
-                table = table.filter(parts.holds(table["user_id"].to_numpy(), partition))
-            tables.append(table)
+    for path, mixed in _request_logs(layout, as_of, window_s, partition):
+        table = read_table(path, "request_log")
+        if mixed and partition is not None:
+            table = table.filter(parts.holds(table["user_id"].to_numpy(), partition))
+        tables.append(table)
     if not tables:
         return pd.DataFrame({"user_id": [], "item_id": []}, dtype="int64")
     return pa.concat_tables(tables).to_pandas()
+
+
+def _request_logs(
+    layout: CycleLayout, as_of: int, window_s: int, partition: int | None
+) -> list[tuple[StatePath, bool]]:
+    """The request-log files :func:`recent_requests` reads, each with whether it holds other
+    partitions' requests too (one file of a whole interval)."""
+    found = layout.intervals("request_log", ending_after=as_of - window_s, ending_by=as_of)
+    files = []
+    for interval in found:
+        mine, mixed = layout.interval_files("request_log", interval, partition)
+        files += [(path, mixed) for path in mine]
+    return files
 
 
 def _materialize(cfg: SolarisConfig, view: str, rows: pd.DataFrame, batch_id: str) -> float:
@@ -332,21 +351,19 @@ def reduce_aggregates(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``iagg`` as of ``as_of``: the partitions' partial sums added up (one partial in
     memory at a time), written to the item view; then the run records of both aggregates
-    (the next interval's candidates wait for them). Every partition must have its partials
-    (a missing one fails the task, naming it: its mapped task did not finish)."""
+    (the next interval's candidates wait for them).
+
+    Raises:
+        CycleInputError: a partition's partials, or (the neighbour index is built from them
+            next) its user embeddings, are missing or unreadable: checked before anything is
+            written (:func:`_check_aggregates_inputs`), naming the file."""
     from solaris.orchestration.window_state import remove_expired
     from solaris.pipeline.aggregate import ItemPartials, item_rows, reduce_item_partials
 
     began = time.perf_counter()
     layout = CycleLayout(Namespace.of(cfg))
+    _check_aggregates_inputs(cfg, as_of)
     paths = [layout.item_partials(as_of, k) for k in range(cfg.cycle.partitions)]
-    missing = [k for k, path in enumerate(paths) if not path.is_file()]
-    if missing:
-        raise CycleInputError(
-            f"interval end {as_of}: partitions {missing[:10]} have no item partial sums under "
-            f"{paths[0].parent} (their aggregates task did not finish): rerun the run's "
-            "partition_aggregates tasks"
-        )
     partials = (ItemPartials.from_table(_read_table(path)) for path in paths)
     total = reduce_item_partials(partials, z_dim=cfg.model.z_dim)
     rows = item_rows(total, as_of=as_of, fm_version=current_fm_version(cfg))
@@ -384,13 +401,71 @@ def _batch_id(cfg: SolarisConfig, as_of: int, partition: int) -> str:
     return f"cycle-{as_of}" if cfg.cycle.partitions == 1 else f"cycle-{as_of}-p{partition:05d}"
 
 
-def _read_table(path):
+def _read_table(path: StatePath) -> pa.Table:
+    """A parquet file another task of the cycle wrote (a read failure: a
+    :class:`CycleInputError` naming it)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from solaris.files import arrow_source
 
     where, filesystem = arrow_source(path)
-    return pq.read_table(where, filesystem=filesystem)
+    try:
+        return pq.read_table(where, filesystem=filesystem)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CycleInputError(f"cannot read the cycle file {path}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    line = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {line}"
+
+
+def _require_files(as_of: int, task: str, files: Iterable[tuple[StatePath, str]]) -> None:
+    """Every ``(path, remedy)`` of ``files`` is there and opens, from its footer or header
+    only (:func:`~solaris.files.state_file_problem`): checked before ``task`` writes
+    anything, so a lost or torn file never stops it half done.
+
+    Raises:
+        CycleInputError: naming the first bad file, what is wrong with it, ``task``, the
+            file's ``remedy``, and how many more are bad."""
+    from solaris.files import state_file_problem
+
+    bad = [(p, problem, fix) for p, fix in files if (problem := state_file_problem(p))]
+    if not bad:
+        return
+    path, problem, remedy = bad[0]
+    more = f" ({len(bad) - 1} more of its files are missing or unreadable)" if len(bad) > 1 else ""
+    raise CycleInputError(
+        f"interval end {as_of}: {task} needs {path}, which is {problem}{more}. {remedy}; "
+        "nothing was written"
+    )
+
+
+def _rerun_aggregates_of(partition: int) -> str:
+    """The remedy for a file a mapped aggregates task writes."""
+    return (
+        f"Rerun the interval's partition_aggregates task holding partition {partition} (the "
+        "enrichment's first task when it ran the interval whole), which writes it, then this "
+        "task"
+    )
+
+
+_RERUN_INDEX = "Rerun the interval's aggregates task, which builds the index, then this task"
+
+
+def _check_aggregates_inputs(cfg: SolarisConfig, as_of: int) -> None:
+    """What the aggregates task reads, every partition's: the item partial sums and, when
+    the neighbour index is built every interval, the user embeddings (footers only).
+
+    Raises:
+        CycleInputError: a file is missing or unreadable; nothing was written."""
+    layout = CycleLayout(Namespace.of(cfg))
+    every = range(cfg.cycle.partitions)
+    files = [(layout.item_partials(as_of, k), _rerun_aggregates_of(k)) for k in every]
+    if cfg.cycle.neighbours_every_interval:
+        files += [(layout.user_embeddings(as_of, k), _rerun_aggregates_of(k)) for k in every]
+    _require_files(as_of, "the aggregates task (iagg and the neighbour index)", files)
 
 
 def build_neighbour_index(cfg: SolarisConfig, as_of: int) -> int | None:
@@ -408,23 +483,31 @@ def build_neighbour_index(cfg: SolarisConfig, as_of: int) -> int | None:
     import pyarrow as pa
 
     from solaris.files import atomic_write_bytes, atomic_write_json
-    from solaris.pipeline.neighbors import UserIndex
+    from solaris.pipeline.neighbors import NeighborsError, UserIndex
 
     if not cfg.cycle.neighbours_every_interval:
         return None
     layout = CycleLayout(Namespace.of(cfg))
-    tables = [_read_table(layout.user_embeddings(as_of, k)) for k in range(cfg.cycle.partitions)]
+    paths = [layout.user_embeddings(as_of, k) for k in range(cfg.cycle.partitions)]
+    task = "the neighbour index build (the aggregates task)"
+    _require_files(as_of, task, [(p, _rerun_aggregates_of(k)) for k, p in enumerate(paths)])
+    tables = [_read_table(path) for path in paths]
     table = pa.concat_tables(tables)
     users = table["user_id"].to_numpy()
     emb = table["emb"].combine_chunks().flatten().to_numpy().reshape(len(users), cfg.model.z_dim)
     order = np.argsort(users, kind="stable")
     users, emb = users[order], emb[order]
     previous = _previous_index(layout, as_of, cfg.cycle.neighbour_index_seconds)
-    if previous is None:
+    index = None
+    if previous is not None:
+        path, built_at = previous
+        try:
+            index = UserIndex.from_bytes(path.read_bytes())
+        except (OSError, NeighborsError) as exc:  # lost or torn: derived, so built again
+            log.warning("%s: %s; the index is built over every user", path, _one_line(exc))
+    if index is None:
         index, built_at, added = UserIndex.build(users, emb), as_of, len(users)
     else:
-        path, built_at = previous
-        index = UserIndex.from_bytes(path.read_bytes())
         new = ~np.isin(users, index.user_ids)
         index = index.with_users(users[new], emb[new])
         added = int(new.sum())
@@ -464,13 +547,22 @@ def _previous_index(layout: CycleLayout, as_of: int, period: int) -> tuple[Any, 
 
 def _built_at(layout: CycleLayout, as_of: int) -> int:
     """When the index kept as of ``as_of`` was built over every user (``as_of`` itself for
-    an index kept before the record existed)."""
+    an index kept before the record existed).
+
+    Raises:
+        CycleInputError: the record is there but unreadable, naming it."""
     import json
 
+    path = layout.neighbour_index_built(as_of)
     try:
-        return int(json.loads(layout.neighbour_index_built(as_of).read_text())["built_at"])
+        return int(json.loads(path.read_text())["built_at"])
     except FileNotFoundError:
         return as_of
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CycleInputError(
+            f"interval end {as_of}: the neighbour index's build record {path} is unreadable "
+            f"({_one_line(exc)}). {_RERUN_INDEX}"
+        ) from exc
 
 
 def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict:
@@ -484,7 +576,6 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     import numpy as np
     import pandas as pd
 
-    from solaris.pipeline.neighbors import UserIndex
     from solaris.store.partitions import Partitioning
 
     began = time.perf_counter()
@@ -492,13 +583,16 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     parts = Partitioning(cfg.cycle.partitions)
     ttl = _fill_window(cfg)
     version = current_fm_version(cfg)
+    partitions = list(partitions)
     index = table = None
     built_at = as_of
     if cfg.cycle.neighbours_every_interval:
-        index = UserIndex.from_bytes(layout.neighbour_index(as_of).read_bytes())
         built_at = _built_at(layout, as_of)
+        _check_fill_inputs(cfg, layout, as_of, partitions, built_at)
+        index = _read_index(layout.neighbour_index(as_of), as_of)
     elif (newest := layout.latest_neighbours(as_of)) is not None:
         table = read_parquet(newest)
+        _check_fill_inputs(cfg, layout, as_of, partitions, None)
     if index is not None:
         user_parts = parts.of(index.user_ids)  # once: every partition below picks its own
     elif table is not None:
@@ -533,6 +627,62 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         **figures,
         "seconds": round(time.perf_counter() - began, 3),
     }
+
+
+def _check_fill_inputs(
+    cfg: SolarisConfig,
+    layout: CycleLayout,
+    as_of: int,
+    partitions: Sequence[int],
+    built_at: int | None,
+) -> None:
+    """What the fill of ``partitions`` reads, checked before its first write (footers and
+    headers only): the neighbour index and the partitions' kept neighbour lists (None
+    ``built_at``: the clustering DAG's table instead), every partition's fill codes (any
+    user's neighbours may be in any partition) and the partitions' request logs of the
+    codes' TTL. A partition without kept lists is no error: its users are queried again.
+
+    Raises:
+        CycleInputError: a file is missing or unreadable, naming it; nothing was written."""
+    if not partitions:
+        return
+    task = f"the neighbour fill of partitions {partitions[0]} to {partitions[-1]}"
+    files: list[tuple[StatePath, str]] = []
+    if built_at is not None:
+        files.append((layout.neighbour_index(as_of), _RERUN_INDEX))
+        folder = layout.neighbour_lists(built_at, 0).parent
+        kept = {e.name for e in folder.iterdir()} if folder.is_dir() else set()  # one listing
+        remedy = "Remove it: the fill then queries the partition's users again and keeps them"
+        for partition in partitions:
+            path = layout.neighbour_lists(built_at, partition)
+            if path.name in kept:
+                files.append((path, remedy))
+    every = range(cfg.cycle.partitions)
+    files += [(layout.fill_codes(as_of, k), _rerun_aggregates_of(k)) for k in every]
+    logs = "Restore it (drained from the request stream: a rerun cannot drain it again)"
+    for partition in partitions:
+        for path, _ in _request_logs(layout, as_of, _fill_window(cfg), partition):
+            files.append((path, f"{logs}, or remove it to fill without its requests"))
+    _require_files(as_of, task, files)
+
+
+def _read_index(path: StatePath, as_of: int) -> Any:
+    """The neighbour index kept at ``path`` (a :class:`~solaris.pipeline.neighbors.UserIndex`).
+
+    Raises:
+        CycleInputError: missing or unreadable, naming it."""
+    from solaris.pipeline.neighbors import NeighborsError, UserIndex
+
+    try:
+        return UserIndex.from_bytes(path.read_bytes())
+    except FileNotFoundError:
+        problem = "missing"
+    except (OSError, NeighborsError) as exc:
+        problem = f"unreadable ({_one_line(exc)})"
+    raise CycleInputError(
+        f"interval end {as_of}: the neighbour fill needs the neighbour index {path}, which is "
+        f"{problem}. {_RERUN_INDEX}; nothing was written"
+    )
 
 
 def _neighbour_lists(
@@ -610,6 +760,7 @@ def record_neighbours(
     codes = sum(int(r["codes_read"]) for r in results)
     layout = CycleLayout(Namespace.of(cfg))
     if cfg.cycle.neighbours_every_interval:
+        built_at = _built_at(layout, as_of)  # read before any record is written
         unn_rows = sum(int(r["unn_rows"]) for r in results)
         _record(
             ENRICHMENT_DAG_ID,
@@ -624,7 +775,7 @@ def record_neighbours(
     nbr_rows = sum(int(r["nbr_rows"]) for r in results)
     _remove_older(layout, "fill_codes", as_of)
     if cfg.cycle.neighbours_every_interval:  # the lists of the builds before this index's
-        _remove_older(layout, "neighbour_lists", _built_at(layout, as_of))
+        _remove_older(layout, "neighbour_lists", built_at)
     return _record(
         ENRICHMENT_DAG_ID,
         cfg,

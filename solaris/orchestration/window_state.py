@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import zipfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -173,8 +174,12 @@ def _load(path: StatePath) -> _State | None:
             retracted = Retractions(
                 *(data[f"retracted.{name}"] for name in ("users", "items", "origin", "by"))
             )
-    except (OSError, ValueError, KeyError):
-        return None  # unreadable (a torn copy, an older format): rebuilt
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        # unreadable (a torn copy, an older format): rebuilt
+        log.warning(
+            "%s: unreadable (%s: %s); its windows are rebuilt", path, type(exc).__name__, exc
+        )
+        return None
     return _State(meta, sums, index, retracted)
 
 

@@ -22,6 +22,7 @@ from solaris.files import (
     atomic_write_parquet,
     is_local,
     remove_tree,
+    state_file_problem,
     state_path,
 )
 
@@ -189,3 +190,42 @@ def test_artifact_path_refuses_a_symlink_leading_out(tmp_path: Path):
     for value in ("link.pt", "dir/secret.pt"):
         with pytest.raises(ArtifactPathError, match="outside the artifacts root"):
             artifact_path(root, value, source=root / "pub.json")
+
+
+def _state_files(folder: Path) -> list[Path]:
+    """One good file of each kind the cycle checks before a task writes."""
+    import io
+    import json
+
+    import numpy as np
+
+    table = pa.table({"x": pa.array(range(1000), pa.int64())})
+    parquet = atomic_write_parquet(folder / "a.parquet", table)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    arrow = atomic_write_bytes(folder / "a.arrow", sink.getvalue().to_pybytes())
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.arange(1000))
+    npz = atomic_write_bytes(folder / "a.npz", buffer.getvalue())
+    record = atomic_write_bytes(folder / "a.json", json.dumps({"built_at": 1}).encode())
+    return [parquet, arrow, npz, record]
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated", "garbage"])
+def test_state_file_problem_tells_a_lost_or_torn_file_from_its_footer(tmp_path: Path, how):
+    import numpy as np
+
+    for path in _state_files(tmp_path):
+        assert state_file_problem(path) is None, path
+        data = path.read_bytes()
+        if how == "missing":
+            path.unlink()
+        elif how == "truncated":
+            path.write_bytes(data[: len(data) // 2])
+        else:
+            path.write_bytes(np.random.default_rng(1).bytes(len(data)))
+        problem = state_file_problem(path)
+        want = "missing" if how == "missing" else "unreadable ("
+        assert problem is not None and problem.startswith(want), (path, problem)
+        assert "\n" not in problem

@@ -72,3 +72,25 @@ def test_a_zero_period_builds_the_index_every_interval(tmp_path) -> None:
         _embeddings(layout, as_of, np.arange(50, dtype=np.int64), 1)
         build_neighbour_index(cfg, as_of)
         assert json.loads(layout.neighbour_index_built(as_of).read_text())["built_at"] == as_of
+
+
+def test_a_torn_previous_index_is_built_again_over_every_user(tmp_path, caplog) -> None:
+    """The index kept by the previous interval is derived state: torn, the next interval
+    builds over every user (logged), instead of raising a raw zip error."""
+    cfg = SolarisConfig(
+        namespace="t_knn_torn",
+        artifacts_dir=tmp_path,
+        model={"z_dim": 4},
+        cycle={"neighbour_index_hours": 24.0},
+    )
+    layout = CycleLayout(Namespace.of(cfg))
+    _embeddings(layout, START, np.arange(50, dtype=np.int64), 1)
+    build_neighbour_index(cfg, START)
+    kept = layout.neighbour_index(START)
+    kept.write_bytes(kept.read_bytes()[: kept.stat().st_size // 2])
+    later = START + HOUR
+    _embeddings(layout, later, np.arange(60, dtype=np.int64), 1)
+    assert build_neighbour_index(cfg, later) == 60
+    record = json.loads(layout.neighbour_index_built(later).read_text())
+    assert (record["built_at"], record["added"]) == (later, 60)
+    assert str(kept) in caplog.text

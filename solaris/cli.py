@@ -202,8 +202,8 @@ def serve_command(
     token_file: Annotated[
         Path | None,
         typer.Option(
-            help="file holding the bearer token /v1/features and /metrics require "
-            "(or the SOLARIS_SERVE_TOKEN variable; never the token itself as a flag)"
+            help="file holding the bearer token /v1/features, /v1/requests and /metrics "
+            "require (or the SOLARIS_SERVE_TOKEN variable; never the token itself as a flag)"
         ),
     ] = None,
     allow_unauthenticated: Annotated[
@@ -216,8 +216,9 @@ def serve_command(
     config: ConfigOption = None,
 ) -> None:
     """Serve features over HTTP to callers in any language: POST /v1/features answers one
-    user x items as one Arrow IPC record batch (docs/serving_http.md); GET /metrics sums
-    every worker's counts. Stops on Ctrl-C or SIGTERM."""
+    user x items as one Arrow IPC record batch (docs/serving_http.md); POST /v1/requests
+    logs a served request for the cycle, as SolarisFeatures.log_request does; GET /metrics
+    sums every worker's counts. Stops on Ctrl-C or SIGTERM."""
     import os
 
     if namespace is not None:

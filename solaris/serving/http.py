@@ -8,6 +8,11 @@ rules, and it counts in the same metrics::
     POST /v1/features          {"user_id": 42, "item_ids": [7, 9, ...], "now": 1717000000}
     POST /v1/features?user_id=42[&now=1717000000]
                                body: the item ids, little-endian int64 (application/octet-stream)
+    POST /v1/requests          {"request_id": 1, "user_id": 42, "item_ids": [7, 9, ...],
+                                "scores": [0.9, 0.2, ...], "now": 1717000000}
+    POST /v1/requests?request_id=1&user_id=42[&now=1717000000]
+                               body: n item ids, little-endian int64, then their n scores,
+                               little-endian float32 (application/octet-stream)
     GET  /metrics              Prometheus text, summed over every worker process
     GET  /healthz              "ok" (header Solaris-Worker: the answering worker's pid)
 
@@ -25,6 +30,14 @@ batch with a row per item, in the request's order (:func:`response_schema`):
 
 The header ``Solaris-Fetch`` says ``ok``, or ``failed`` / ``shed`` when the store could not
 answer within its bound: then every tier is null, as the Python client serves zeros.
+
+``/v1/requests`` logs one served request (its candidates and the verifier's scores) through
+:meth:`~solaris.serving.client.SolarisFeatures.log_request`, so a service in any language
+feeds the cycle's request log as the Python client does: the arguments are checked at once
+(``400`` naming the bad one; nothing is written), the entry is queued on the worker's writer
+thread and the answer is ``202`` with an empty body; a slow or dead Redis drops the entry
+and counts it (``solaris_serving_stream_writes_total{stream="requests"}``), never delaying
+the answer.
 
 **Workers.** A worker process answers one request at a time (the fetch is a few hundred
 microseconds of CPU); ``--workers N`` runs ``N`` of them, each a uvicorn server on a
@@ -72,6 +85,7 @@ __all__ = [
     "ServeSettings",
     "UnsupportedMediaType",
     "check_port",
+    "decode_logged_request",
     "decode_request",
     "encode_response",
     "is_loopback",
@@ -95,6 +109,14 @@ _KEEP_ALIVE_S = 5.0  # an idle kept-alive connection is closed after this
 DEFAULT_PORT = ENDPOINT_PORT
 DEFAULT_MAX_CONNECTIONS = 1024  # per worker; more are answered 503
 _JSON, _BINARY = "application/json", "application/octet-stream"
+_FEATURES, _REQUESTS = "/v1/features", "/v1/requests"
+_GUARDED = frozenset({_FEATURES, _REQUESTS, "/metrics"})  # need the token when one is set
+_LOGGED_FIELDS = ("request_id", "user_id", "item_ids", "scores", "now")
+_LOGGED_SHAPE = (
+    '{"request_id": ..., "user_id": ..., "item_ids": [...], "scores": [...], "now": ...}'
+)
+_LOGGED_ENTRY = 12  # bytes per item of a binary body: an int64 id and a float32 score
+_Headers = list[tuple[bytes, bytes]]  # an answer's extra headers
 _LOOPBACK = ("127.", "::1", "localhost")
 _EARLY_EXIT_S, _EARLY_EXITS = 30.0, 3  # workers that keep dying at start stop the server
 
@@ -225,12 +247,35 @@ def _number(raw: str, name: str) -> int | float:
     return value
 
 
+def _is_binary(content_type: str) -> bool:
+    """Whether a body is ``application/octet-stream`` (True) or JSON (False: ``application/json``
+    or no ``Content-Type``); :class:`UnsupportedMediaType` for anything else."""
+    media = media_type(content_type)
+    if media == _BINARY:
+        return True
+    if media not in ("", _JSON):
+        raise UnsupportedMediaType(f"Content-Type {content_type!r}: send {_JSON} or {_BINARY}")
+    return False
+
+
+def _json_body(body: bytes, shape: str) -> Any:
+    """The JSON document of a body; :class:`RequestError` when it is not JSON, repeats a key
+    or nests too deep (``shape``: what the body should be, for the message)."""
+    try:
+        return json.loads(body, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise RequestError(f"the body nests too deep: it is {shape}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, RequestError):
+            raise
+        raise RequestError(f"the body is not JSON: {exc}") from None
+
+
 def decode_request(query: bytes, content_type: str, body: bytes) -> tuple[Any, Any, Any]:
     """``(user_id, item_ids, now)`` of a request (module docstring); the values go to
     :meth:`SolarisFeatures.fetch`, which checks them. :class:`RequestError` for a body or a
     query that cannot be read."""
-    media = media_type(content_type)
-    if media == _BINARY:
+    if _is_binary(content_type):
         params = parse_qs(query.decode("latin-1"))
         if "user_id" not in params:
             raise RequestError("a binary body needs ?user_id=<id> in the query")
@@ -245,16 +290,7 @@ def decode_request(query: bytes, content_type: str, body: bytes) -> tuple[Any, A
             np.frombuffer(body, "<i8").astype(np.int64),
             _number(now[0], "now") if now else None,
         )
-    if media not in ("", _JSON):
-        raise UnsupportedMediaType(f"Content-Type {content_type!r}: send {_JSON} or {_BINARY}")
-    try:
-        doc = json.loads(body, object_pairs_hook=_unique_keys)
-    except RecursionError:
-        raise RequestError("the body nests too deep: it is one object of three fields") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, RequestError):
-            raise
-        raise RequestError(f"the body is not JSON: {exc}") from None
+    doc = _json_body(body, "one object of three fields")
     if not isinstance(doc, dict) or "user_id" not in doc or "item_ids" not in doc:
         raise RequestError('the body must be {"user_id": ..., "item_ids": [...], "now": ...}')
     unknown = sorted(set(doc) - {"user_id", "item_ids", "now"})
@@ -263,6 +299,56 @@ def decode_request(query: bytes, content_type: str, body: bytes) -> tuple[Any, A
     if not isinstance(doc["item_ids"], list):
         raise RequestError("item_ids must be a list of integers")
     return doc["user_id"], doc["item_ids"], doc.get("now")
+
+
+def decode_logged_request(
+    query: bytes, content_type: str, body: bytes
+) -> tuple[Any, Any, Any, Any, Any]:
+    """``(request_id, user_id, item_ids, scores, now)`` of a request to log (module
+    docstring); the values go to :meth:`SolarisFeatures.log_request`, which checks them.
+    :class:`RequestError` naming the field for a body or a query that cannot be read.
+
+    A binary body is ``n`` little-endian int64 item ids followed by their ``n``
+    little-endian float32 scores (``12 · n`` bytes), with ``request_id``, ``user_id`` and
+    ``now`` in the query."""
+    if _is_binary(content_type):
+        params = parse_qs(query.decode("latin-1"))
+        missing = [name for name in _LOGGED_FIELDS[:2] if name not in params]
+        if missing:
+            raise RequestError(
+                f"a binary body needs ?request_id=<id>&user_id=<id> in the query: "
+                f"{' and '.join(missing)} missing"
+            )
+        if len(body) % _LOGGED_ENTRY:
+            raise RequestError(
+                "the body must be n little-endian int64 item ids then their n little-endian "
+                f"float32 scores (a multiple of {_LOGGED_ENTRY} bytes), got {len(body)} bytes"
+            )
+        n = len(body) // _LOGGED_ENTRY
+        now = params.get("now")
+        return (
+            _number(params["request_id"][0], "request_id"),
+            _number(params["user_id"][0], "user_id"),
+            np.frombuffer(body, "<i8", count=n).astype(np.int64),
+            np.frombuffer(body, "<f4", offset=8 * n).astype(np.float32),
+            _number(now[0], "now") if now else None,
+        )
+    doc = _json_body(body, "one object of five fields")
+    if not isinstance(doc, dict):
+        raise RequestError(f"the body must be {_LOGGED_SHAPE}")
+    missing = [name for name in _LOGGED_FIELDS[:4] if name not in doc]
+    if missing:
+        raise RequestError(f"the body lacks {', '.join(missing)}: send {_LOGGED_SHAPE}")
+    unknown = sorted(set(doc) - set(_LOGGED_FIELDS))
+    if unknown:
+        raise RequestError(
+            f"unknown fields {unknown}: request_id, user_id, item_ids, scores and now are read"
+        )
+    if not isinstance(doc["item_ids"], list):
+        raise RequestError("item_ids must be a list of integers")
+    if not isinstance(doc["scores"], list):
+        raise RequestError("scores must be a list of numbers, one per item")
+    return doc["request_id"], doc["user_id"], doc["item_ids"], doc["scores"], doc.get("now")
 
 
 # -- metrics over several worker processes ---------------------------------------------------
@@ -346,7 +432,8 @@ class _SharedCounts:
 class FeatureApp:
     """The endpoint as an ASGI application over one :class:`SolarisFeatures` (module
     docstring). The fetch runs on the event loop's thread: a worker is CPU-bound on it,
-    and more workers, not more threads, use more cores."""
+    and more workers, not more threads, use more cores. A logged request is checked there
+    too; its write runs on the client's writer thread."""
 
     def __init__(
         self,
@@ -376,12 +463,12 @@ class FeatureApp:
             return
         path, method = scope["path"], scope["method"]
         headers = dict(scope["headers"])
-        if path in ("/v1/features", "/metrics") and not self._authorized(headers):
+        if path in _GUARDED and not self._authorized(headers):
             await _reply(
                 send, 401, b"a bearer token is needed\n", [(b"www-authenticate", b"Bearer")]
             )
             return
-        if path == "/v1/features" and method == "POST":
+        if path in (_FEATURES, _REQUESTS) and method == "POST":
             try:
                 body = await _body(receive)
             except TimeoutError:
@@ -390,7 +477,8 @@ class FeatureApp:
             if body is None:
                 await _reply(send, 413, b"request body over 1 MiB\n")
                 return
-            status, extra, payload = self.answer(
+            handle = self.answer if path == _FEATURES else self.log
+            status, extra, payload = handle(
                 scope.get("query_string", b""),
                 headers.get(b"content-type", b"").decode("latin-1"),
                 body,
@@ -405,9 +493,13 @@ class FeatureApp:
         elif path == "/healthz" and method == "GET":  # which worker answered, in a header
             await _reply(send, 200, b"ok\n", [(b"solaris-worker", str(os.getpid()).encode())])
         else:
-            await _reply(send, 404, b"not found: POST /v1/features, GET /metrics, /healthz\n")
+            await _reply(
+                send,
+                404,
+                b"not found: POST /v1/features, POST /v1/requests, GET /metrics, GET /healthz\n",
+            )
 
-    def answer(self, query: bytes, content_type: str, body: bytes) -> tuple[int, list, bytes]:
+    def answer(self, query: bytes, content_type: str, body: bytes) -> tuple[int, _Headers, bytes]:
         """``(HTTP status, extra headers, body)`` of one feature request."""
         from solaris.serving.client import FetchArgumentError
 
@@ -420,6 +512,22 @@ class FeatureApp:
             return 400, [], f"{exc}\n".encode()
         payload = encode_response(np.asarray(items, np.int64), out, statuses)
         return 200, [(b"content-type", ARROW_STREAM.encode()), (b"solaris-fetch", outcome)], payload
+
+    def log(self, query: bytes, content_type: str, body: bytes) -> tuple[int, _Headers, bytes]:
+        """``(HTTP status, extra headers, body)`` of one request to log: ``202`` once
+        :meth:`SolarisFeatures.log_request` has checked and queued it (the write happens
+        off the request path; a dropped one is counted, never answered), ``400``/``415``
+        with what is wrong, and then nothing is written."""
+        from solaris.serving.client import FetchArgumentError
+
+        try:
+            request_id, user, items, scores, now = decode_logged_request(query, content_type, body)
+            self.features.log_request(request_id, user, items, scores, now)
+        except RequestError as exc:
+            return exc.status, [], f"{exc}\n".encode()
+        except FetchArgumentError as exc:
+            return 400, [], f"{exc}\n".encode()
+        return 202, [], b""
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
@@ -455,7 +563,7 @@ async def _body(receive: Any) -> bytes | None:
             return b"".join(parts)
 
 
-async def _reply(send: Any, status: int, body: bytes, headers: list | None = None) -> None:
+async def _reply(send: Any, status: int, body: bytes, headers: _Headers | None = None) -> None:
     head = [(b"content-length", str(len(body)).encode())]
     if not any(k == b"content-type" for k, _ in headers or []):
         head.append((b"content-type", b"text/plain; charset=utf-8"))
@@ -551,8 +659,8 @@ def run(
     again. The metric counts of several workers meet in ``metrics_dir`` (a fresh temporary
     folder when not given; its earlier files are removed first).
 
-    ``token``: the bearer token ``/v1/features`` and ``/metrics`` require (``/healthz`` stays
-    open); a ``host`` other than the loopback is refused without one unless
+    ``token``: the bearer token ``/v1/features``, ``/v1/requests`` and ``/metrics`` require
+    (``/healthz`` stays open); a ``host`` other than the loopback is refused without one unless
     ``allow_unauthenticated``. A taken port is a one-line :class:`SolarisError`, before
     anything starts; ``on_listening`` is called with the port once it is known free."""
     import multiprocessing

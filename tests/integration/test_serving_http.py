@@ -1,6 +1,7 @@
 """The binary endpoint (`solaris serve`), started as an operator starts it, against the
 Python client on the same rows: features, masks, tiers, Feast statuses and TTLs; bad
-requests; metrics summed over two worker processes; a clean stop on SIGTERM."""
+requests; requests logged over HTTP that the cycle's drain reads back; metrics summed over
+two worker processes; a clean stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -22,9 +23,14 @@ import yaml
 from feast.protos.feast.serving.ServingService_pb2 import FieldStatus
 
 from solaris.config import SolarisConfig
+from solaris.namespace import Namespace
+from solaris.orchestration.candidates import drain_request_log
+from solaris.orchestration.layout import Interval
 from solaris.serving.client import FEATURE_SERVICE, SolarisFeatures
-from solaris.serving.http import ARROW_STREAM, response_schema
+from solaris.serving.http import ARROW_STREAM, METRICS_EVERY_S, response_schema
+from solaris.serving.request_log import read_request_log
 from solaris.serving.tiers import TIERS
+from solaris.store.partitions import Partitioning
 
 pytestmark = pytest.mark.integration
 
@@ -205,9 +211,48 @@ BAD_REQUESTS = [  # (body, content type, query, what the answer names)
 STATUS = {"Content-Type": 415}  # a body of another media type; the others are 400
 
 
-def test_bad_requests_are_refused_naming_what_is_wrong_and_log_nothing(
-    endpoint, redis_client, solaris_cfg
+OCTET = "application/octet-stream"
+
+
+def _scored(items: list[int], scores: list[float]) -> bytes:
+    """A binary body to log: the items as little-endian int64, then their float32 scores."""
+    return np.asarray(items, "<i8").tobytes() + np.asarray(scores, "<f4").tobytes()
+
+
+BAD_LOGS = [  # (body, content type, query, what the answer names)
+    (b"\x00" * 13, OCTET, "?request_id=9&user_id=4", "multiple of 12"),
+    (_scored([1], [0.5]), OCTET, "?user_id=4", "request_id"),
+    (_scored([1], [float("nan")]), OCTET, "?request_id=9&user_id=4", "scores contain NaN"),
+    (_scored([-1], [0.5]), OCTET, "?request_id=9&user_id=4", "item_ids must be >= 0"),
+    (_scored([1], [0.5]), OCTET, "?request_id=9&user_id=-4", "user_id"),
+    (b'{"request_id": 9, "user_id": 4, "item_ids": [1, 2], "scores": [0.5]}', "", "", "scores"),
+    (b'{"request_id": 9, "user_id": 4, "item_ids": [1], "scores": [NaN]}', "", "", "NaN"),
+    (b'{"request_id": -9, "user_id": 4, "item_ids": [1], "scores": [1]}', "", "", "request_id"),
+    (b'{"request_id": 9, "user_id": 4, "item_ids": [-1], "scores": [1]}', "", "", "item_ids"),
+    (b'{"request_id": 9, "user_id": 4, "item_ids": [1]}', "", "", "scores"),
+    (b'{"user_id": 4, "item_ids": [1], "scores": [1]}', "", "", "request_id"),
+    (b"1,0.5", "text/csv", "", "Content-Type"),
+]
+
+
+def _stream_writes(text: str, outcome: str) -> float:
+    """``solaris_serving_stream_writes_total`` of the request log with ``outcome``."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("solaris_serving_stream_writes_total{")
+        and 'stream="requests"' in line
+        and f'outcome="{outcome}"' in line
+    )
+
+
+def test_bad_requests_write_nothing_and_logged_ones_feed_the_cycle(
+    endpoint, redis_client, redis_connection, solaris_cfg, tmp_path
 ):
+    """Bad requests to either endpoint are refused naming what is wrong and write nothing;
+    a service in any language feeds the cycle: requests logged in JSON and in binary land in
+    the user's request stream, and the candidates run's drain reads them back with their
+    items and scores. (One test: each server start costs tens of seconds.)"""
     streams = [f"{solaris_cfg.namespace}:misses", f"{solaris_cfg.namespace}:requests"]
     before = [redis_client.exists(s) for s in streams]
     for body, content_type, query, says in BAD_REQUESTS:
@@ -215,7 +260,49 @@ def test_bad_requests_are_refused_naming_what_is_wrong_and_log_nothing(
         assert status == STATUS.get(says, 400) and says in payload.decode(), (body, payload)
     assert [redis_client.exists(s) for s in streams] == before
     status, _, payload = _post(f"{endpoint}/v1/nothing", b"", "application/json")
-    assert status == 404
+    assert status == 404 and b"POST /v1/requests" in payload
+
+    parts = Partitioning(solaris_cfg.cycle.partitions)
+    partition = parts.of_user(4)
+    stream = Namespace.of(solaris_cfg).request_stream_of(partition, parts)
+    doc = {"request_id": 101, "user_id": 4, "item_ids": [40, 41, 42], "scores": [0.75, 0.5, -1.25]}
+    status, _, payload = _post(
+        f"{endpoint}/v1/requests", json.dumps({**doc, "now": NOW}).encode(), "application/json"
+    )
+    assert (status, payload) == (202, b"")
+    query = f"?request_id=102&user_id=4&now={NOW + 1}"
+    status, _, payload = _post(
+        f"{endpoint}/v1/requests{query}", _scored([43, 40], [2.5, 0.125]), OCTET
+    )
+    assert (status, payload) == (202, b"")
+    deadline = time.monotonic() + 10
+    while redis_client.xlen(stream) < 2:  # written off the request path, by either worker
+        assert time.monotonic() < deadline, "the logged requests did not reach the stream"
+        time.sleep(0.05)
+    logged = read_request_log(redis_client, stream, before=NOW + 10).rows
+    assert sorted(set(logged["request_id"])) == [101, 102]
+
+    for body, content_type, query, says in BAD_LOGS:
+        status, _, payload = _post(f"{endpoint}/v1/requests{query}", body, content_type)
+        expected = 415 if says == "Content-Type" else 400
+        assert status == expected and says in payload.decode(), (body, payload)
+        assert payload.decode().count("\n") == 1, payload
+    time.sleep(METRICS_EVERY_S + 0.5)  # a queued write would be done; every worker counted
+    assert redis_client.xlen(stream) == 2
+    with urllib.request.urlopen(f"{endpoint}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert (_stream_writes(text, "written"), _stream_writes(text, "dropped")) == (2, 0), text
+
+    cfg = solaris_cfg.model_copy(update={"artifacts_dir": tmp_path / "artifacts"})
+    drained, figures = drain_request_log(
+        cfg, redis_connection, Interval(NOW - H, NOW + H), partition
+    )
+    assert drained["request_id"].tolist() == [101, 101, 101, 102, 102]
+    assert drained["user_id"].tolist() == [4] * 5
+    assert drained["item_id"].tolist() == [40, 41, 42, 43, 40]
+    assert drained["score"].tolist() == [0.75, 0.5, -1.25, 2.5, 0.125]  # exact in float32
+    assert drained["ts"].tolist() == [NOW] * 3 + [NOW + 1] * 2
+    assert figures["requests"] == 2 and redis_client.xlen(stream) == 0
 
 
 def test_metrics_are_summed_over_the_workers(endpoint, rows, tmp_path):
@@ -355,6 +442,7 @@ def test_with_a_token_features_need_it_and_the_health_check_does_not(
         items = _write_rows(rows)
         body = json.dumps({"user_id": 4, "item_ids": items, "now": NOW}).encode()
         assert _post(f"{base}/v1/features", body, "application/json")[0] == 401
+        assert _post(f"{base}/v1/requests", body, "application/json")[0] == 401
         request = urllib.request.Request(
             f"{base}/v1/features",
             data=body,

@@ -4,13 +4,15 @@ counts that workers share."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from solaris.config import NON_SETTING_ENV
+from solaris.config import NON_SETTING_ENV, SolarisConfig
 from solaris.serving import http
+from solaris.serving.client import SolarisFeatures
 from solaris.serving.metrics import Snapshot
 from solaris.serving.tiers import NONE, TIERS, TierFeatures
 
@@ -162,3 +164,171 @@ def test_the_workers_settings_variable_is_not_read_as_a_setting(monkeypatch) -> 
     monkeypatch.delenv(http._SETTINGS_ENV)
     with pytest.raises(Exception, match="solaris serve"):
         http.ServeSettings.from_env()
+
+
+# -- logging a served request (POST /v1/requests) ---------------------------------------------
+
+
+def _logged_binary(items: list[int], scores: list[float]) -> bytes:
+    return np.asarray(items, "<i8").tobytes() + np.asarray(scores, "<f4").tobytes()
+
+
+def test_a_request_to_log_reads_the_same_in_json_and_in_binary() -> None:
+    ids, scores = [3, 1, 2**62], [0.5, -1.25, 3.0]
+    doc = {"request_id": 9, "user_id": 5, "item_ids": ids, "scores": scores, "now": 1.5}
+    as_json = json.dumps(doc).encode()
+    assert http.decode_logged_request(b"", "application/json", as_json) == (
+        9,
+        5,
+        ids,
+        scores,
+        1.5,
+    )
+    rid, user, items, values, now = http.decode_logged_request(
+        b"request_id=9&user_id=5&now=1700000000",
+        "application/octet-stream",
+        _logged_binary(ids, scores),
+    )
+    assert (rid, user, items.tolist(), values.tolist(), now) == (9, 5, ids, scores, 1_700_000_000)
+    assert items.dtype == np.int64 and values.dtype == np.float32
+    del doc["now"]
+    assert http.decode_logged_request(b"", "", json.dumps(doc).encode())[4] is None
+    empty = http.decode_logged_request(b"request_id=1&user_id=2", "application/octet-stream", b"")
+    assert empty[2].size == 0 and empty[3].size == 0 and empty[4] is None
+
+
+@pytest.mark.parametrize(
+    ("query", "content_type", "body", "says"),
+    [
+        (b"", "application/json", b"[1, 2]", "the body must be"),
+        (b"", "application/json", b'{"request_id": 1, "user_id": 1, "item_ids": [1]}', "scores"),
+        (b"", "application/json", b'{"user_id": 1, "item_ids": [], "scores": []}', "request_id"),
+        (
+            b"",
+            "application/json",
+            b'{"request_id": 1, "user_id": 1, "item_ids": [1], "scores": [1], "ts": 3}',
+            r"unknown fields \['ts'\]",
+        ),
+        (
+            b"",
+            "application/json",
+            b'{"request_id": 1, "user_id": 1, "item_ids": 1, "scores": [1]}',
+            "item_ids must be a list",
+        ),
+        (
+            b"",
+            "application/json",
+            b'{"request_id": 1, "user_id": 1, "item_ids": [1], "scores": 0.5}',
+            "scores must be a list",
+        ),
+        (b"", "application/json", b"\xff", "not JSON"),
+        (
+            b"",
+            "application/json",
+            b'{"request_id": 1, "request_id": 2, "user_id": 1, "item_ids": [], "scores": []}',
+            r"repeats the keys \['request_id'\]",
+        ),
+        (b"user_id=1", "application/octet-stream", b"", "request_id missing"),
+        (b"request_id=1", "application/octet-stream", b"", "user_id missing"),
+        (b"request_id=1&user_id=1", "application/octet-stream", b"\x00" * 8, "multiple of 12"),
+        (b"request_id=x&user_id=1", "application/octet-stream", b"", "request_id must be a number"),
+        (b"request_id=1&user_id=1&now=z", "application/octet-stream", b"", "now must be"),
+        (b"", "text/csv", b"1,2", "Content-Type 'text/csv'"),
+    ],
+)
+def test_requests_to_log_that_cannot_be_read_name_what_is_wrong(
+    query: bytes, content_type: str, body: bytes, says: str
+) -> None:
+    with pytest.raises(http.RequestError, match=says):
+        http.decode_logged_request(query, content_type, body)
+
+
+def test_a_deeply_nested_request_to_log_is_a_clear_400() -> None:
+    nested = b'{"request_id": 1, "scores": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(http.RequestError, match="one object of five fields") as caught:
+        http.decode_logged_request(b"", "application/json", nested)
+    assert caught.value.status == 400
+    with pytest.raises(http.UnsupportedMediaType):
+        http.decode_logged_request(b"", "application/jsonx", b"{}")
+
+
+def _post(
+    app: http.FeatureApp, path: str, body: bytes, content_type: str, query: bytes = b""
+) -> tuple[int, bytes]:
+    """One POST through the ASGI application (no server): its status and body."""
+    import asyncio
+
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", content_type.encode())]
+    scope = {"type": "http", "path": path, "method": "POST", "headers": headers}
+    asyncio.run(app(scope | {"query_string": query}, receive, send))
+    return sent[0]["status"], sent[1]["body"]
+
+
+@pytest.fixture
+def unreachable() -> Iterator[SolarisFeatures]:
+    """A client whose Redis refuses every connection (port 1): nothing can be written."""
+    features = SolarisFeatures(
+        SolarisConfig(namespace="t_unit"),
+        redis="127.0.0.1:1",
+        fm_version="v",
+        metrics_publish_s=None,
+    )
+    yield features
+    features.close()
+
+
+def test_a_logged_request_is_answered_202_at_once_and_a_failed_write_is_counted(
+    unreachable: SolarisFeatures,
+) -> None:
+    app = http.FeatureApp(unreachable)
+    doc = {"request_id": 1, "user_id": 5, "item_ids": [7, 8], "scores": [0.5, 0.25]}
+    status, body = _post(app, "/v1/requests", json.dumps(doc).encode(), "application/json")
+    assert (status, body) == (202, b"")
+    binary = _logged_binary([7], [0.5])
+    query = b"request_id=2&user_id=5"
+    assert _post(app, "/v1/requests", binary, "application/octet-stream", query)[0] == 202
+    nan = _logged_binary([7], [float("nan")])
+    status, body = _post(app, "/v1/requests", nan, "application/octet-stream", query)
+    assert status == 400 and body.startswith(b"scores contain NaN"), body  # not queued
+    assert unreachable.flush(timeout_s=10)
+    stats = unreachable.stats
+    assert (stats.requests_dropped, stats.requests_logged, stats.requests) == (2, 0, 0)
+    text = unreachable.metrics.exposition()
+    assert 'outcome="dropped",stream="requests"} 2.0' in text, text
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ({"request_id": -1, "user_id": 5, "item_ids": [7], "scores": [0.5]}, "request_id"),
+        ({"request_id": 1, "user_id": -5, "item_ids": [7], "scores": [0.5]}, "user_id"),
+        ({"request_id": 1, "user_id": 5, "item_ids": [-7], "scores": [0.5]}, "item_ids"),
+        ({"request_id": 1, "user_id": 5, "item_ids": [7, 8], "scores": [0.5]}, "1 scores for 2"),
+        ({"request_id": 1, "user_id": 5, "item_ids": [7], "scores": [None]}, "scores"),
+        ({"request_id": 1, "user_id": 5, "item_ids": [7], "scores": [1e39]}, "scores"),
+        ({"request_id": 1, "user_id": 5, "item_ids": [7], "scores": [0.5], "now": -1}, "now"),
+    ],
+)
+def test_a_bad_value_to_log_is_a_400_naming_it_and_queues_nothing(
+    unreachable: SolarisFeatures, doc: dict, says: str
+) -> None:
+    app = http.FeatureApp(unreachable)
+    status, body = _post(app, "/v1/requests", json.dumps(doc).encode(), "application/json")
+    assert status == 400 and says in body.decode() and body.count(b"\n") == 1, body
+    assert unreachable.flush(timeout_s=10)
+    assert (unreachable.stats.requests_dropped, unreachable.stats.requests_logged) == (0, 0)
+
+
+def test_the_token_guards_the_request_log_and_the_404_names_it() -> None:
+    app = http.FeatureApp(_Metrics(), token_sha256=http.token_digest("s3cret"))  # type: ignore[arg-type]
+    assert _post(app, "/v1/requests", b"{}", "application/json")[0] == 401
+    status, body = _post(http.FeatureApp(_Metrics()), "/v1/other", b"", "")  # type: ignore[arg-type]
+    assert status == 404 and b"POST /v1/requests" in body

@@ -323,10 +323,11 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
     # The window's completion markers: read once for every partition of the task.
     markers = published_markers(cfg, layout, as_of) if cfg.cycle.incremental_windows else None
     done: list[int] = []
-    uagg_rows = codes_read = rebuilt = 0
+    uagg_rows = uagg_users = codes_read = rebuilt = 0
     for partition in partitions:
         views = partition_windows(cfg, layout, as_of, partition, version, markers)
-        _materialize(cfg, "uagg", views.uagg, _batch_id(cfg, as_of, partition))
+        written = views.uagg_to_write  # the changed users' rows, once the windows advance
+        _materialize(cfg, "uagg", written, _batch_id(cfg, as_of, partition))
         table = views.item_partials.to_table()
         atomic_write_parquet(layout.item_partials(as_of, partition), table)
         fill = views.fill
@@ -334,12 +335,14 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
         if views.embeddings is not None:
             atomic_write_parquet(layout.user_embeddings(as_of, partition), views.embeddings)
         done.append(partition)
-        uagg_rows += len(views.uagg)
+        uagg_rows += len(written)
+        uagg_users += len(views.uagg)
         codes_read += views.codes_read
         rebuilt += views.rebuilt
     return {
         "partitions_run": [done[0], done[-1]] if done else [],
         "uagg_rows": uagg_rows,
+        "uagg_users": uagg_users,
         "codes_read": codes_read,
         "windows_rebuilt": rebuilt,
         "seconds": round(time.perf_counter() - began, 3),

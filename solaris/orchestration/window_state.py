@@ -63,7 +63,9 @@ log = logging.getLogger(__name__)
 class PartitionWindows:
     """One partition's aggregates as of ``as_of``: ``uagg`` rows, ``iagg`` partial sums,
     user embeddings (None: not needed), fill codes; ``codes_read``, the code rows read from
-    files; ``rebuilt``, whether the window's codes were read (no state to advance)."""
+    files; ``rebuilt``, whether the window's codes were read (no state to advance);
+    ``uagg_changed``, the rows of the users whose sums the advance changed (None: every
+    row is to be written, see :attr:`uagg_to_write`)."""
 
     uagg: pd.DataFrame
     item_partials: ItemPartials
@@ -72,6 +74,19 @@ class PartitionWindows:
     codes_read: int
     rebuilt: bool = True
     figures: dict[str, int] = field(default_factory=dict)
+    uagg_changed: pd.DataFrame | None = None
+
+    @property
+    def uagg_to_write(self) -> pd.DataFrame:
+        """The ``uagg`` rows the store needs: those of the users whose sums changed when the
+        windows were advanced, every row otherwise. A user whose codes did not change since
+        its row was written has the same sum and count now: the row still in the store
+        serves the same features (its window holds the same codes, and the pair test of
+        the mean without the item gives the same answer), and it stays fresh until the
+        next change, since its oldest code leaves the window at most a window after the
+        row was written (``store.uagg_ttl_hours`` >= ``uagg_window_hours``: otherwise
+        every row is written)."""
+        return self.uagg if self.uagg_changed is None else self.uagg_changed
 
 
 def window_spans(cfg: SolarisConfig) -> dict[str, int]:
@@ -339,7 +354,10 @@ def _advanced(
                     read["expired"] += len(live)
                     deltas[name].append((_keys(name, live), live.z16, -1))
 
+    touched: list[np.ndarray] = []  # the users whose uagg sums the advance changed
+
     def merge() -> None:
+        touched.extend(keys for keys, _, _ in deltas.get("uagg", ()))
         for name, parts in deltas.items():
             sums[name] = sums[name].plus_all(parts)
             parts.clear()
@@ -388,7 +406,12 @@ def _advanced(
     _save(layout, partition, kept)
     fill, fill_read = _fill_codes(cfg, layout, as_of, partition, held, spans["fill"])
     codes_read = read["own"] + read["expired"] + read["retracted"] + fill_read
-    return _views(cfg, as_of, version, sums, fill, codes_read, rebuilt=False, figures=read)
+    changed = None
+    if cfg.store.uagg_ttl_seconds >= cfg.store.uagg_window_seconds:
+        changed = np.unique(np.concatenate(touched)) if touched else np.zeros(0, np.int64)
+    return _views(
+        cfg, as_of, version, sums, fill, codes_read, rebuilt=False, figures=read, changed=changed
+    )
 
 
 def _rebuilt(
@@ -481,20 +504,30 @@ def _views(
     *,
     rebuilt: bool,
     figures: dict[str, int] | None = None,
+    changed: np.ndarray | None = None,
 ) -> PartitionWindows:
+    """The views of the sums; ``changed``: the users whose ``uagg`` sums changed (their
+    rows are :attr:`PartitionWindows.uagg_changed`: those still in the window)."""
     import pyarrow as pa
 
     from solaris.pipeline.aggregate import ItemPartials, user_rows
 
     uagg = sums["uagg"]
-    rows = user_rows(
-        uagg.keys,
-        uagg.sums,
-        uagg.counts,
-        as_of=as_of,
-        window_seconds=cfg.store.uagg_window_seconds,
-        fm_version=fm_version,
-    )
+
+    def rows_of(keep: slice | np.ndarray) -> pd.DataFrame:
+        return user_rows(
+            uagg.keys[keep],
+            uagg.sums[keep],
+            uagg.counts[keep],
+            as_of=as_of,
+            window_seconds=cfg.store.uagg_window_seconds,
+            fm_version=fm_version,
+        )
+
+    rows = rows_of(slice(None))
+    changed_rows = None
+    if changed is not None:
+        changed_rows = rows_of(np.isin(uagg.keys, changed, assume_unique=True))
     iagg = sums["iagg"]
     embeddings = None
     if "emb" in sums:
@@ -515,6 +548,7 @@ def _views(
         codes_read=codes_read,
         rebuilt=rebuilt,
         figures=dict(figures or {}),
+        uagg_changed=changed_rows,
     )
 
 

@@ -158,3 +158,69 @@ def test_a_lost_interval_codes_file_rebuilds_the_windows_from_the_codes(tmp_path
     assert got.rebuilt
     _same(got, partition_windows(full, layout, ends[-1], 0, "v1"))
     assert layout.window_codes(ends[-3], 0).is_file()  # written again by the rebuild
+
+
+@pytest.mark.parametrize("partitions", [1, 8])
+def test_writing_only_the_changed_users_rows_serves_what_writing_every_row_serves(
+    tmp_path, partitions
+) -> None:
+    """A store that takes only the rows of the users whose sums an interval changed
+    (:attr:`PartitionWindows.uagg_to_write`) holds, at every interval, for every user in
+    the window: the recomputed row's sum and count, a row fresh under the uagg TTL, and a
+    window that places each of the user's pair codes (the latest of each pair, as the pair
+    view holds it) on the same side as the recomputed row's window (the test serving's mean
+    without the item makes), taking fewer rows than every row every interval."""
+    from solaris.orchestration.window_state import pair_history
+
+    carried = _cfg(tmp_path, partitions, incremental=True)
+    recomputed = _cfg(tmp_path, partitions, incremental=False)
+    layout = CycleLayout(Namespace.of(carried))
+    rng = np.random.default_rng(11)
+    ttl = carried.store.uagg_ttl_seconds
+    ends = [START + CADENCE * k for k in range(1, 41)]
+    store: dict[int, tuple[bytes, int, int, int]] = {}  # user: z_sum, count, start, computed
+    written = every = 0
+    for k, end in enumerate(ends):
+        _publish(layout, end, f"f{k:04d}ab", rng)
+        if end == ends[30]:  # an interval inside the window is re-embedded
+            _publish(layout, ends[27], "dddddddd", rng)
+        history = pair_history(carried, end, len(ends) * CADENCE).pairs
+        latest = history.sort_values("computed_at", kind="stable").drop_duplicates(
+            ["user_id", "item_id"], keep="last"
+        )
+        latest = latest[latest["fm_version"] == "v1"]
+        for partition in range(partitions):
+            got = partition_windows(carried, layout, end, partition, "v1")
+            want = partition_windows(recomputed, layout, end, partition, "v1").uagg
+            rows = got.uagg_to_write
+            for row in rows.itertuples(index=False):
+                store[row.user_id] = (
+                    np.asarray(row.z_sum).tobytes(),
+                    row.count,
+                    row.window_start,
+                    int(row.event_ts.timestamp()),
+                )
+            written += len(rows)
+            every += len(want)
+            for row in want.itertuples(index=False):
+                z_sum, count, start, computed = store[row.user_id]
+                assert (z_sum, count) == (np.asarray(row.z_sum).tobytes(), row.count)
+                assert end - ttl <= computed <= end
+                codes = latest.loc[latest["user_id"] == row.user_id, "computed_at"].to_numpy()
+                in_window = (codes > row.window_start) & (codes <= end)
+                assert ((codes > start) & (codes <= computed) == in_window).all()
+        remove_expired(carried, layout, end)
+    assert written < every  # few users here: most change every interval
+
+
+def test_every_row_is_written_when_the_uagg_ttl_is_shorter_than_its_window(tmp_path) -> None:
+    """An unchanged row would expire before its codes leave the window: none is skipped."""
+    cfg = _cfg(tmp_path, 1, incremental=True)
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"uagg_ttl_hours": 1.0})})
+    layout = CycleLayout(Namespace.of(cfg))
+    rng = np.random.default_rng(13)
+    for k in range(1, 6):
+        _publish(layout, START + CADENCE * k, f"a{k:04d}cd", rng)
+        got = partition_windows(cfg, layout, START + CADENCE * k, 0, "v1")
+    assert not got.rebuilt
+    assert got.uagg_changed is None and got.uagg_to_write is got.uagg

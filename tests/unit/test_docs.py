@@ -57,3 +57,14 @@ def test_every_relative_link_names_a_file_and_a_heading_that_exist(document: Pat
         elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
             broken.append(f"{target}: no heading #{anchor} in {path.relative_to(ROOT)}")
     assert not broken, f"{document.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+SOURCE_PATH = re.compile(r"\b((?:solaris|bench|scripts|dags|tests)/[\w/]*\.py)\b")
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+def test_every_source_file_a_document_names_exists(document: Path) -> None:
+    """A module that became a package, or moved, leaves no document pointing at it."""
+    text = document.read_text(encoding="utf-8")
+    missing = sorted({p for p in SOURCE_PATH.findall(text) if not (ROOT / p).is_file()})
+    assert not missing, f"{document.relative_to(ROOT)} names {missing}"

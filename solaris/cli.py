@@ -224,11 +224,16 @@ def serve_command(
     if namespace is not None:
         namespace_arg(namespace, "--namespace")
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
+    from solaris.manifest import FmVersionError, check_fm_version, current_fm_version
+
+    if fm_version is not None:
+        try:
+            check_fm_version(fm_version, "")  # BadParameter names --fm-version
+        except FmVersionError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--fm-version") from None
     connection = redis_option(redis, cfg)
     if fm_version is None:
-        from solaris.manifest import current_fm_version
-
-        fm_version = current_fm_version(cfg)
+        fm_version = current_fm_version(cfg)  # the manifest's, checked as it is read
     from solaris.serving.http import run
     from solaris.store.feast_store import require_applied
 

@@ -7,10 +7,12 @@ below. The object is built once at the edge (CLI, DAG task) and passed down expl
 
 Bad settings fail when the object is built, naming the setting: unknown names at any level
 (a typo'd ``SOLARIS_SELECTION__SHAR``, a YAML key or a keyword override), non-finite floats,
-invalid cron expressions, a ``cycle.start`` without a UTC offset and a ``store.redis``
-connection string that cannot be used (:class:`~solaris.connection.RedisTarget`). A bad
-value that came from a ``SOLARIS_`` variable names the variable; a file that is not a YAML
-mapping is a ``ConfigError`` naming the file (and the line of a parse error).
+booleans where a number belongs (``partitions: true`` is not 1), invalid cron expressions
+and cron expressions of other than five fields, a ``cycle.start`` without a UTC offset and
+a ``store.redis`` connection string that cannot be used
+(:class:`~solaris.connection.RedisTarget`). A bad value that came from a ``SOLARIS_``
+variable names the variable; a file that is not a YAML mapping is a ``ConfigError`` naming
+the file (and the line of a parse error).
 Neither errors nor ``repr(cfg)`` show ``store.redis``, which may hold a password.
 ``SOLARIS_`` variables that are not settings (the YAML path, test and script knobs) are
 listed in :data:`NON_SETTING_ENV`.
@@ -37,6 +39,7 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -119,7 +122,12 @@ ImportPath = Annotated[str, Field(pattern=IMPORT_PATH)]
 Hours = Annotated[float, Field(ge=1 / 3600, le=87_600)]  # one second .. ten years
 Minutes = Annotated[float, Field(ge=1 / 60, le=10_080)]  # one second .. a week
 Days = Annotated[float, Field(ge=1 / 86_400, le=3_650)]  # one second .. ten years
-Milliseconds = Annotated[float, Field(gt=0, le=3_600_000)]  # .. an hour
+Seconds = Annotated[float, Field(ge=0.001, le=86_400)]  # a millisecond .. a day
+# A millisecond at least: the read path's socket timeouts and Redis's XAUTOCLAIM idle time
+# honour nothing shorter (1e-9 ms loads as a positive float but is a timeout of nothing).
+Milliseconds = Annotated[float, Field(ge=1, le=3_600_000)]  # a millisecond .. an hour
+# The FM's task heads: at least one, each a short name without '.' (the FM's rule), no repeats.
+TaskName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
 def _redis_target(value: object) -> RedisTarget:
@@ -150,19 +158,43 @@ def whole_seconds(value: float, unit_seconds: float) -> int:
     return round(value * unit_seconds)
 
 
+def _is_number(annotation: object) -> bool:
+    """Whether a setting's annotation is ``int`` or ``float`` (or either, or unset)."""
+    return annotation in (int, float) or any(_is_number(a) for a in get_args(annotation))
+
+
 class Section(BaseModel):
-    """A section of the settings: unknown keys, non-finite floats and mutation are errors."""
+    """A section of the settings: unknown keys, non-finite floats, booleans where a number
+    belongs and mutation are errors."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: object, info: ValidationInfo) -> object:
+        # pydantic takes True as 1 (and 1.0): `partitions: true` would mean one partition.
+        name = info.field_name
+        if isinstance(value, bool) and name and _is_number(cls.model_fields[name].annotation):
+            raise ValueError(f"{value} is a boolean, not a number: give the number itself")
+        return value
+
 
 def _check_cron(value: str) -> str:
+    """An Airflow schedule: a preset, or a standard five-field cron expression. croniter
+    also takes a sixth field (seconds) and a seventh (year), which Airflow's cron timetable
+    does not read as the user means: ``0 0 * * * *`` would not be "daily at midnight"."""
     if value.startswith("@"):
         if value not in CRON_PRESETS:
             raise ValueError(
                 f"{value!r} is not a schedule preset (one of {', '.join(sorted(CRON_PRESETS))})"
             )
         return value
+    fields = len(value.split())
+    if fields != 5:
+        raise ValueError(
+            f"{value!r} has {fields} fields: a cron expression has five (minute hour "
+            "day-of-month month day-of-week, e.g. '0 0 * * *'), no seconds or year field"
+        )
     if not croniter.is_valid(value):
         raise ValueError(f"{value!r} is not a valid cron expression (e.g. '0 0 * * *')")
     return value
@@ -192,8 +224,8 @@ class RequestLogConfig(Section):
 
     bucket_seconds: int = Field(60, gt=0, le=86_400, description="one request per user per bucket")
     retrieval_k: int = Field(200, gt=0, description="retrieval candidates per request")
-    popularity_window_days: float = Field(
-        14.0, gt=0, description="trailing window of the retrieval's item popularity"
+    popularity_window_days: Days = Field(
+        14.0, description="trailing window of the retrieval's item popularity"
     )
     cooccurrence_weight: float = Field(
         1.0, ge=0, description="weight of history co-occurrence against trailing popularity"
@@ -224,9 +256,10 @@ class ModelConfig(Section):
     shared_dim: int = Field(128, gt=0, description="width of the FM's last shared layer h")
     z_dim: int = Field(32, gt=0, description="autoencoder code size d")
     vm_hidden: int = Field(64, gt=0, description="hidden width of the example VM")
-    tasks: tuple[str, ...] = Field(
+    tasks: tuple[TaskName, ...] = Field(
         ("like", "love"),
-        description="the example FM's task heads (like: rating >= 4, love: rating == 5)",
+        description="the example FM's task heads (like: rating >= 4, love: rating == 5): at "
+        "least one, each named once",
     )
     foundation: ImportPath | None = Field(
         None,
@@ -244,6 +277,16 @@ class ModelConfig(Section):
         description="what retrains the VM behind the verifier: 'package.module:factory', "
         "factory(cfg) -> solaris.adapters.VerifierTrainer; None: the training DAG skips it",
     )
+
+    @field_validator("tasks")
+    @classmethod
+    def _tasks_named_once_at_least_one(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("no task: the FM needs at least one task head (e.g. [like])")
+        repeated = sorted({task for task in value if value.count(task) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} named more than once (a task is one head)")
+        return value
 
 
 class TrainConfig(Section):
@@ -311,10 +354,8 @@ class NearlineConfig(Section):
     stream_maxlen: int = Field(
         100_000, gt=0, description="entries (requests) the embed stream keeps at most"
     )
-    pending_seconds: float = Field(
+    pending_seconds: Seconds = Field(
         120.0,
-        gt=0,
-        le=86_400,
         description="how long a selected pair counts as pending (not selected again) before "
         "its code arrives",
     )
@@ -530,9 +571,7 @@ class CycleConfig(Section):
         "default), which Airflow would refuse at run time",
     )
     embed_retries: int = Field(3, ge=0, description="retries of a failed embedding task")
-    retry_delay_seconds: float = Field(
-        30.0, gt=0, le=86_400, description="first retry delay (doubles)"
-    )
+    retry_delay_seconds: Seconds = Field(30.0, description="first retry delay (doubles)")
     gpu_pool: str = Field("gpu", description="Airflow pool of the embedding tasks")
     gpu_queue: str = Field(
         "gpu",

@@ -42,8 +42,9 @@ down. Sources, highest precedence first:
 4. the defaults below.
 
 The settings are checked when they are built: an unknown name at any level (a typo such as
-`SOLARIS_SELECTION__SHAR`), a value outside its range, a non-finite number, an invalid cron
-and a `cycle.start` without a UTC offset are a `ConfigError` naming the setting (and the
+`SOLARIS_SELECTION__SHAR`), a value outside its range, a non-finite number, a boolean where
+a number belongs, an invalid cron (or one of other than five fields) and a `cycle.start`
+without a UTC offset are a `ConfigError` naming the setting (and the
 variable or file it came from). Neither errors nor `repr(cfg)` show `store.redis`, which may
 hold a password.
 """

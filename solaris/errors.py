@@ -23,6 +23,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── LayoutError            (ValueError)    solaris.orchestration.layout: interval, marker
     ├── HandoffError           (ValueError)    solaris.orchestration.handoff: a task's unit
     ├── CodesError             (RuntimeError)  solaris.manifest: autoencoder artifacts
+    ├── FmVersionError         (ValueError)    solaris.manifest: an fm_version not a short token
     ├── ModelInputError        (ValueError)    solaris.models: a model's argument or input
     ├── DeviceError            (RuntimeError)  solaris.models.device: no such torch device
     ├── CheckpointError        (ValueError)    solaris.models.checkpoints: a checkpoint refused

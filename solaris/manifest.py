@@ -6,23 +6,68 @@ serving endpoint, and an adopter's serving process (:func:`solaris.serving.curre
 
 ``{"fm_version": "<the version every served row carries>", "fm": "<FM.version>",
 "z_dim": 32, "shared_dim": 24}``
+
+An ``fm_version`` is a short printable token (:data:`FM_VERSION_PATTERN`, at most
+:data:`FM_VERSION_MAX` characters): every served row repeats it, so one from a manifest, a
+``SolarisFeatures(fm_version=...)`` argument or ``solaris serve --fm-version`` is checked
+here (:func:`check_fm_version`), once, and a bad one is an :class:`FmVersionError` naming
+where it came from.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from solaris.errors import SolarisError
+from solaris.errors import SolarisError, shown
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
 
-__all__ = ["CODES_MANIFEST", "CodesError", "CodesManifest", "current_fm_version", "read_manifest"]
+__all__ = [
+    "CODES_MANIFEST",
+    "FM_VERSION_MAX",
+    "FM_VERSION_PATTERN",
+    "CodesError",
+    "CodesManifest",
+    "FmVersionError",
+    "check_fm_version",
+    "current_fm_version",
+    "read_manifest",
+]
 
 CODES_MANIFEST = "codes.json"
+FM_VERSION_MAX = 64
+"""The longest ``fm_version``: the cycle's own are ``fm-`` and 12 hex digits."""
+FM_VERSION_PATTERN = rf"[A-Za-z0-9][A-Za-z0-9._:+-]{{0,{FM_VERSION_MAX - 1}}}"
+"""An ``fm_version``: a letter or digit, then letters, digits and ``. _ : + -``."""
+_FM_VERSION = re.compile(FM_VERSION_PATTERN)
+
+
+class FmVersionError(SolarisError, ValueError):
+    """An ``fm_version`` that is not a short printable token; names where it came from."""
+
+
+def check_fm_version(value: object, where: str = "fm_version") -> str:
+    """``value`` when it is an ``fm_version`` (:data:`FM_VERSION_PATTERN`); otherwise an
+    :class:`FmVersionError` naming ``where`` (the argument, option or file; empty where the
+    caller names it), a cut of the value, its length and the rule."""
+    named = f"{where}: " if where else ""
+    if not isinstance(value, str):
+        raise FmVersionError(
+            f"{named}an fm_version is a string, got {type(value).__name__} {shown(value)}"
+        )
+    if _FM_VERSION.fullmatch(value) is None:
+        size = f"{len(value):,} characters" if len(value) > FM_VERSION_MAX else "the value"
+        raise FmVersionError(
+            f"{named}{size} {shown(value)} is not an fm_version: at most {FM_VERSION_MAX} "
+            "characters, a letter or digit then letters, digits and . _ : + - "
+            "(e.g. 'fm-3f2a9c0b1d4e')"
+        )
+    return value
 
 
 class CodesError(SolarisError, RuntimeError):
@@ -51,7 +96,10 @@ def read_manifest(models_dir: Path) -> CodesManifest:
     try:
         raw = json.loads(path.read_text())
         return CodesManifest(
-            str(raw["fm_version"]), str(raw["fm"]), int(raw["z_dim"]), int(raw["shared_dim"])
+            check_fm_version(raw["fm_version"], "fm_version"),
+            str(raw["fm"]),
+            int(raw["z_dim"]),
+            int(raw["shared_dim"]),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CodesError(f"{path} is not a codes manifest: {exc}") from exc

@@ -5,8 +5,9 @@ that reads the namespace's embed stream (filled by serving, :mod:`solaris.servin
 through the Redis Streams consumer group ``nearline.group`` and, per micro-batch of up to
 ``nearline.batch_pairs`` pairs or ``nearline.batch_ms`` from its first entry:
 
-1. checks every entry (:func:`~solaris.serving.nearline.parse_entry`); a malformed one is
-   counted, acknowledged and deleted, never retried and never blocking the stream;
+1. checks every entry (:func:`~solaris.serving.nearline.parse_entry`); a malformed one,
+   or one stamped before ``cycle.start`` or over a day past the wall clock, is counted,
+   acknowledged and deleted, never retried and never blocking the stream;
 2. drops pairs whose code is already fresh for the current ``fm_version`` and was written
    at or after the request that selected them (a pair listed twice, or delivered twice,
    costs one forward pass; a pair selected for refresh on activity is embedded again);
@@ -302,9 +303,10 @@ class NearlineEmbedder:
         the pairs embedded."""
         began = time.monotonic()
         good: list[EmbedEntry] = []
+        not_before = int(self.cfg.cycle.start.timestamp())  # a 1970 entry: embedded as of 1970
         for entry_id, raw in entries:
             try:
-                good.append(parse_entry(raw, self.cfg.store.max_candidates))
+                good.append(parse_entry(raw, self.cfg.store.max_candidates, not_before))
             except ValueError as exc:
                 self.stats.malformed += 1
                 log.warning("embed stream %s: entry %s skipped: %s", self.stream, entry_id, exc)

@@ -166,7 +166,14 @@ def event_extras(events: Any, asset: str) -> list[dict[str, Any]]:
     found = []
     for key in events:
         if key == asset or getattr(key, "name", None) == asset:
-            found.extend(dict(e.extra or {}) for e in events[key])
+            for k, event in enumerate(events[key]):
+                extra = getattr(event, "extra", None) or {}
+                if not isinstance(extra, Mapping):
+                    raise CycleInputError(
+                        f"asset event {asset}[{k}] extra: expected an object (the run's "
+                        f"record), got {type(extra).__name__} {shown(extra)}"
+                    )
+                found.append(dict(extra))
     return found
 
 
@@ -330,7 +337,7 @@ def conf_params() -> dict[str, Any]:
 
 def _event_intervals(extras: Sequence[Mapping[str, Any]]) -> list[tuple[str, Interval]]:
     found = []
-    for extra in extras:
+    for extra in extras:  # each checked by _checked_event: intervals, if any, is a list
         for item in extra.get("intervals") or [extra]:
             if isinstance(item, Mapping) and item.get(INTERVAL_END) is None:
                 continue  # a manual event may carry none
@@ -466,6 +473,14 @@ def _checked_event(record: object) -> dict[str, Any]:
         _conf_namespace(record["namespace"], "asset event")
     if record.get("replay") is not None:
         _conf_replay(record["replay"], "asset event")
+    intervals = record.get("intervals")
+    if intervals is not None and (
+        not isinstance(intervals, Sequence) or isinstance(intervals, str | bytes)
+    ):
+        raise CycleInputError(
+            "asset event intervals: expected a list of {interval_start, interval_end} "
+            f"objects, got {type(intervals).__name__} {shown(intervals)}"
+        )
     return dict(record)
 
 

@@ -33,6 +33,7 @@ import pandas as pd
 import pyarrow as pa
 
 from solaris.errors import SolarisError
+from solaris.manifest import FmVersionError, check_fm_version
 from solaris.store.codec import f16_round
 from solaris.store.contract import (
     COUNT,
@@ -87,9 +88,10 @@ def _as_int(name: str, value: object, *, positive: bool = False) -> int:
 
 
 def _check_version(fm_version: object) -> str:
-    if not isinstance(fm_version, str) or not fm_version:
-        raise AggregateError(f"fm_version must be a non-empty string, got {fm_version!r}")
-    return fm_version
+    try:
+        return check_fm_version(fm_version)  # the one rule for an fm_version
+    except FmVersionError as exc:
+        raise AggregateError(str(exc)) from None
 
 
 def check_codes(z: np.ndarray, n_rows: int, *, name: str = "z") -> np.ndarray:

@@ -456,7 +456,8 @@ def nearest_users(user_ids: np.ndarray, emb: np.ndarray, k: int) -> pd.DataFrame
 
 
 def _explode_neighbors(neighbors: pd.DataFrame, users: np.ndarray) -> pd.DataFrame:
-    """Edges ``(user_id, nbr_user, similarity)`` of the users in ``users``, self-edges removed."""
+    """Edges ``(user_id, nbr_user, similarity)`` of the users in ``users``; a list naming
+    its own user is a :class:`NeighborsError`."""
     if not isinstance(neighbors, pd.DataFrame):
         raise NeighborsError(f"neighbors must be a DataFrame, got {type(neighbors).__name__}")
     missing = [c for c in ("user_id", "nbr_ids", "nbr_sims") if c not in neighbors.columns]
@@ -494,14 +495,16 @@ def _explode_neighbors(neighbors: pd.DataFrame, users: np.ndarray) -> pd.DataFra
     if nan.any():
         at = int(np.searchsorted(np.cumsum(lens), int(np.argmax(nan)), side="right"))
         raise NeighborsError(f"neighbors.nbr_sims contains NaN for user_id {nb['user_id'].iat[at]}")
-    edges = pd.DataFrame(
-        {
-            "user_id": np.repeat(nb["user_id"].to_numpy(np.int64), lens),
-            "nbr_user": flat_ids,
-            "similarity": flat_sims,
-        }
-    )
-    return edges[edges["user_id"] != edges["nbr_user"]]
+    users_of_edges = np.repeat(nb["user_id"].to_numpy(np.int64), lens)
+    own = users_of_edges == flat_ids
+    if own.any():  # a table that says so is not the one UserIndex.query built
+        at = int(np.searchsorted(np.cumsum(lens), int(np.argmax(own)), side="right"))
+        user = nb["user_id"].iat[at]
+        raise NeighborsError(
+            f"neighbors.nbr_ids of user_id {user} names user_id {user} itself: a user is never "
+            "its own neighbour"
+        )
+    return pd.DataFrame({"user_id": users_of_edges, "nbr_user": flat_ids, "similarity": flat_sims})
 
 
 _EXPANSION_ROWS = 1 << 20  # (code, in-edge) rows expanded, and matches folded, at once

@@ -64,7 +64,7 @@ import numpy as np
 from solaris.config import SolarisConfig
 from solaris.connection import RedisTarget
 from solaris.errors import SolarisError
-from solaris.manifest import current_fm_version
+from solaris.manifest import check_fm_version, current_fm_version
 from solaris.namespace import Namespace
 from solaris.serving.metrics import PUBLISH_EVERY_S, ClientState, ServingMetrics
 from solaris.serving.misses import append_misses
@@ -423,8 +423,7 @@ class SolarisFeatures:
         metrics_registry: CollectorRegistry | None = None,
         metrics_publish_s: float | None = PUBLISH_EVERY_S,
     ) -> None:
-        if not isinstance(fm_version, str) or not fm_version:
-            raise FetchArgumentError(f"fm_version must be a non-empty string, got {fm_version!r}")
+        fm_version = check_fm_version(fm_version, "fm_version")  # FmVersionError names it
         if not redis:
             raise FetchArgumentError("redis connection string is empty")
         self.cfg = cfg

@@ -127,11 +127,14 @@ class EmbedEntry:
     items: np.ndarray  # [k] int64
 
 
-def parse_entry(raw: object, max_items: int | None = None) -> EmbedEntry:
+def parse_entry(
+    raw: object, max_items: int | None = None, not_before: int | None = None
+) -> EmbedEntry:
     """An embed-stream entry's fields, checked (the miss stream's format,
-    :func:`~solaris.serving.streams.parse_user_items`); ``ValueError`` saying what is
-    wrong."""
-    user, ts, blob = parse_user_items(raw, max_items)
+    :func:`~solaris.serving.streams.parse_user_items`; an entry stamped before
+    ``not_before``, the embedder's ``cycle.start``, is refused); ``ValueError`` saying what
+    is wrong."""
+    user, ts, blob = parse_user_items(raw, max_items, not_before)
     return EmbedEntry(user, ts, np.frombuffer(blob, dtype="<i8").astype(np.int64))
 
 

@@ -4,7 +4,9 @@ Entries are written by serving processes, but any client of the Redis can write 
 reader takes nothing on trust: numbers are plain ASCII decimals (``int()`` would also take
 ``+5``, ``1_000`` and `` 7 ``), an entry holds at most the candidates a request may have,
 and one stamped more than a day past the wall clock is unreadable (it would otherwise sit
-in the stream until 2255). An unreadable entry is skipped, logged and deleted by the drain.
+in the stream until 2255), as is one stamped before the earliest time its reader works on
+(``not_before``: the near-line embedder's is ``cycle.start``; a 1970 stamp would embed a pair
+as of 1970). An unreadable entry is skipped, logged and deleted by the drain.
 A stream key of another type is a :class:`StreamError` naming the key.
 """
 
@@ -14,6 +16,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -65,17 +68,30 @@ def check_items(count: int, max_items: int | None) -> None:
         )
 
 
-def check_stamp(ts: int, now: float | None = None) -> None:
-    """``ValueError`` when ``ts`` lies more than :data:`FUTURE_SLACK_S` past the wall clock."""
+def check_stamp(ts: int, now: float | None = None, not_before: int | None = None) -> None:
+    """``ValueError`` when ``ts`` lies more than :data:`FUTURE_SLACK_S` past the wall clock,
+    or before ``not_before`` (epoch seconds: ``cycle.start``, before which no interval of the
+    cycle lies)."""
     limit = (time.time() if now is None else now) + FUTURE_SLACK_S
     if ts > limit:
         raise StreamEntryError(f"ts {ts} is more than a day past the wall clock: never drained")
+    if not_before is not None and ts < not_before:
+        raise StreamEntryError(
+            f"ts {ts} ({_utc(ts)}) is before cycle.start ({_utc(not_before)}): no interval "
+            "of the cycle covers it"
+        )
 
 
-def parse_user_items(raw, max_items: int | None = None) -> tuple[int, int, bytes]:
+def _utc(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def parse_user_items(
+    raw, max_items: int | None = None, not_before: int | None = None
+) -> tuple[int, int, bytes]:
     """``(user, ts, item bytes)`` of an entry with the fields ``user``, ``ts`` (decimals)
     and ``items`` (int64 bytes), the miss stream's and the embed stream's format;
-    ``ValueError`` saying what is wrong."""
+    ``ValueError`` saying what is wrong (``not_before``: :func:`check_stamp`)."""
     try:
         fields = entry_fields(raw)
     except (TypeError, ValueError) as exc:
@@ -85,7 +101,7 @@ def parse_user_items(raw, max_items: int | None = None) -> tuple[int, int, bytes
         raise StreamEntryError(f"missing fields {[m.decode() for m in missing]}")
     user = decimal(fields[b"user"], "user", 2**63)
     ts = decimal(fields[b"ts"], "ts", MAX_EPOCH_S)
-    check_stamp(ts)
+    check_stamp(ts, not_before=not_before)
     blob = fields[b"items"]
     if not blob or len(blob) % 8:
         raise StreamEntryError(f"items must be int64 bytes, got {len(blob)} bytes")

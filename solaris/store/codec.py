@@ -344,6 +344,19 @@ def normalize(spec: ViewSpec, params: ViewParams, data: pa.Table | pd.DataFrame)
                     f"{columns[f.name][row]} is after the row's event time "
                     f"{event_us[row] // _US} (the window's end)",
                 )
+        if f.never_key is not None:
+            lengths = pc.list_value_length(columns[f.name]).to_numpy(zero_copy_only=False)
+            flat = pc.list_flatten(columns[f.name]).to_numpy(zero_copy_only=False)
+            keys = columns[f.never_key].to_numpy(zero_copy_only=False)
+            own = flat == np.repeat(keys, lengths)
+            if own.any():
+                row = int(np.searchsorted(np.cumsum(lengths), _first(own), side="right"))
+                raise _bad(
+                    spec,
+                    f.name,
+                    row,
+                    f"names the row's own {f.never_key} {keys[row]}: a list of others' ids",
+                )
         if f.same_length_as is not None:
             mine = pc.list_value_length(columns[f.name]).to_numpy(zero_copy_only=False)
             theirs = pc.list_value_length(columns[f.same_length_as]).to_numpy(zero_copy_only=False)

@@ -161,6 +161,8 @@ class FieldSpec:
         same_length_as: for a list field, the list field whose length each row must equal.
         at_most_event_s: the value may not be later than the row's event time in seconds
             (a window's start, which must not pass the window's end).
+        never_key: for a list of ids, the row's join key whose id the list may not hold (a
+            user is never its own neighbour).
     """
 
     name: str
@@ -170,10 +172,11 @@ class FieldSpec:
     maximum: float | None = None
     same_length_as: str | None = None
     at_most_event_s: bool = False
+    never_key: str | None = None
 
 
 # A cosine similarity, with room for float32 rounding of unit vectors' inner products.
-_COSINE = {"minimum": -1.001, "maximum": 1.001}
+_COSINE: dict[str, Any] = {"minimum": -1.001, "maximum": 1.001}
 
 
 @dataclass(frozen=True, eq=False)
@@ -387,7 +390,13 @@ UNN = ViewSpec(
     partition=USER,
     member=None,
     fields=(
-        FieldSpec(NBR_IDS, Kind.INT64_LIST, "the user's nearest users", minimum=0),
+        FieldSpec(
+            NBR_IDS,
+            Kind.INT64_LIST,
+            "the user's nearest users (never the user itself)",
+            minimum=0,
+            never_key=USER_ID,
+        ),
         FieldSpec(
             NBR_SIMS,
             Kind.FLOAT32_LIST,

@@ -166,6 +166,12 @@ CASES = [
     pytest.param(["fit-autoencoder", "--start", ISO, "--end", "tomorrow"], {}, 2,
                  r"Invalid value for --end: epoch seconds or ISO 8601 with a zone expected, "
                  r"got 'tomorrow'", id="end-not-iso"),
+    pytest.param(["serve", "--fm-version", "fm-" + "x" * 100_000], {}, 2,
+                 r"Invalid value for --fm-version: 100,003 characters 'fm-xxx+\.\.\. is not "
+                 r"an fm_version: at most 64 characters", id="serve-fm-version-of-100-kb"),
+    pytest.param(["serve", "--fm-version", "fm 1;rm"], {}, 2,
+                 r"Invalid value for --fm-version: the value 'fm 1;rm' is not an fm_version",
+                 id="serve-fm-version-with-spaces"),
     pytest.param(["replay", "--share", "1.5"], {}, 2,
                  r"Invalid value for --share: Input should be less than or equal to 1 "
                  r"\(got 1\.5\)", id="share-above-one"),

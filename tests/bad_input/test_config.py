@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import pytest
+from pydantic import BaseModel
 
 from solaris.config import SolarisConfig
 from solaris.connection import RedisTarget
@@ -74,6 +76,16 @@ YAML_CASES = [
      r"namespace: String should match pattern"),
     ("shares-leave-no-test-period", "train:\n  train_share: 0.8\n  val_share: 0.3\n",
      r"train: .*train_share \+ val_share must leave a test period"),
+    ("no-task", "model:\n  tasks: []\n",
+     r"model\.tasks: .*no task: the FM needs at least one task head .*\(got \[\]\)"),
+    ("a-task-twice", "model:\n  tasks: [like, like]\n",
+     r"model\.tasks: .*like named more than once"),
+    ("cron-with-a-seconds-field", "cycle:\n  maintenance_cron: '0 15 3 * * *'\n",
+     r"cycle\.maintenance_cron: .*'0 15 3 \* \* \*' has 6 fields: a cron expression has five"),
+    ("cron-with-a-year-field", "cycle:\n  training_cron: '30 0 * * * 2030'\n",
+     r"cycle\.training_cron: .*has 6 fields"),
+    ("partitions-true", "cycle:\n  partitions: true\n",
+     r"cycle\.partitions: .*True is a boolean, not a number: .*\(got True\)"),
 ]  # fmt: skip
 
 
@@ -139,6 +151,86 @@ def test_a_config_path_that_is_not_a_file_is_refused_naming_it(
 
 
 # --------------------------------------------------------------------------------------------
+# Classes of settings: every number, every duration, every schedule
+# --------------------------------------------------------------------------------------------
+
+
+def _settings(kinds: tuple[type, ...]) -> list[tuple[str, str]]:
+    """``(section, name)`` of every setting of a section whose type is one of ``kinds``
+    (alone or ``| None``)."""
+    found = []
+    for section, field in SolarisConfig.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        for name, setting in model.model_fields.items():
+            types = (setting.annotation, *get_args(setting.annotation))
+            if any(t in kinds for t in types):
+                found.append((section, name))
+    return found
+
+
+NUMBERS = _settings((int, float))
+# Durations by their unit's name; neighbour_index_hours is the one whose 0 means "always".
+DURATIONS = [
+    (section, name)
+    for section, name in _settings((float,))
+    if name.endswith(("_ms", "_seconds", "_minutes", "_hours", "_days"))
+    and name != "neighbour_index_hours"
+]
+CRONS = [(s, n) for s, n in _settings((str,)) if n.endswith("_cron")]
+
+
+def test_the_classes_below_are_found() -> None:
+    assert ("cycle", "partitions") in NUMBERS and ("train", "lr") in NUMBERS
+    assert len(NUMBERS) > 30
+    assert ("store", "fetch_timeout_ms") in DURATIONS and (
+        "nearline",
+        "pending_seconds",
+    ) in DURATIONS
+    assert len(CRONS) == 3
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize(("section", "name"), NUMBERS, ids=[f"{s}.{n}" for s, n in NUMBERS])
+def test_a_boolean_is_refused_by_every_number_setting(
+    section: str, name: str, value: bool, workdir
+) -> None:
+    before = workdir()
+    _expect_config_error(
+        lambda: SolarisConfig(**{section: {name: value}}),
+        rf"^invalid SOLARIS configuration \(1 error\(s\)\):\n  {section}\.{name}: .*"
+        rf"{value} is a boolean, not a number",
+    )
+    assert workdir() == before
+
+
+@pytest.mark.parametrize(("section", "name"), DURATIONS, ids=[f"{s}.{n}" for s, n in DURATIONS])
+def test_a_duration_of_a_nanosecond_is_refused_by_every_duration_setting(
+    section: str, name: str, workdir
+) -> None:
+    before = workdir()
+    _expect_config_error(
+        lambda: SolarisConfig(**{section: {name: 1e-9}}),
+        rf"{section}\.{name}: Input should be greater than or equal to .*\(got 1e-09\)",
+    )
+    assert workdir() == before
+
+
+@pytest.mark.parametrize(("section", "name"), CRONS, ids=[f"{s}.{n}" for s, n in CRONS])
+@pytest.mark.parametrize("cron", ["0 0 * * * *", "0 0 * * * * 2030", "0 0 * *"])
+def test_a_cron_of_other_than_five_fields_is_refused_by_every_schedule(
+    section: str, name: str, cron: str, workdir
+) -> None:
+    before = workdir()
+    _expect_config_error(
+        lambda: SolarisConfig(**{section: {name: cron}}),
+        rf"{section}\.{name}: .*has {len(cron.split())} fields: a cron expression has five",
+    )
+    assert workdir() == before
+
+
+# --------------------------------------------------------------------------------------------
 # SOLARIS_ environment variables and keyword overrides
 # --------------------------------------------------------------------------------------------
 
@@ -157,6 +249,8 @@ ENV_CASES = [
      r"selection\.ttl_hours: Input should be less than or equal to 87600"),
     ("ttl-below-a-second", "SOLARIS_STORE__UAGG_TTL_HOURS", "1e-9",
      r"store\.uagg_ttl_hours: Input should be greater than or equal to 0\.000277"),
+    ("fetch-timeout-of-a-nanosecond", "SOLARIS_STORE__FETCH_TIMEOUT_MS", "1e-9",
+     r"store\.fetch_timeout_ms: Input should be greater than or equal to 1 \(got '1e-9'\)"),
     ("cadence-of-years", "SOLARIS_SELECTION__CADENCE_MINUTES", "1e9",
      r"selection\.cadence_minutes: Input should be less than or equal to 10080"),
     ("retry-delay-of-years", "SOLARIS_CYCLE__RETRY_DELAY_SECONDS", "1e12",

@@ -255,6 +255,21 @@ EVENT_CASES = [
                  id="runs-of-numbers"),
     pytest.param([{"namespace": "live", "replay": True, **_interval()}],
                  r"^will not replay into namespace 'live'", id="replay-event-into-live"),
+    # An extra of the wrong shape: once a raw TypeError or ValueError from dict() or a loop.
+    pytest.param([5], r"^asset event \S*candidates\[0\] extra: expected an object .*got int 5",
+                 id="extra-a-number"),
+    pytest.param([{"namespace": "a", **_interval()}, [("namespace", "a"), 7]],
+                 r"^asset event \S*candidates\[1\] extra: expected an object .*got list",
+                 id="extra-a-list"),
+    pytest.param(["namespace=a"], r"^asset event \S*candidates\[0\] extra: .*got str",
+                 id="extra-a-string"),
+    pytest.param([{"namespace": "a", "intervals": 5}],
+                 r"^asset event intervals: expected a list .*got int 5", id="intervals-a-number"),
+    pytest.param([{"namespace": "a", "intervals": _interval()}],
+                 r"^asset event intervals: expected a list .*got dict", id="intervals-an-object"),
+    pytest.param([{"runs": [{"namespace": "a", "intervals": 7}]}],
+                 r"^asset event intervals: expected a list .*got int 7",
+                 id="run-record-intervals-a-number"),
 ]  # fmt: skip
 
 

@@ -11,12 +11,15 @@ the project is compared before and after).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from solaris.errors import SolarisError
+from solaris.manifest import CODES_MANIFEST, CodesError, FmVersionError, read_manifest
 from solaris.serving.client import FetchArgumentError, SolarisFeatures
 from solaris.store.contract import FEATURE_SERVICE
 from solaris.store.online import FeatureRequestError
@@ -118,6 +121,49 @@ def test_the_client_refuses_a_bad_argument_naming_it_and_writes_nothing(
     assert features.flush(timeout_s=5.0)  # nothing queued would land later either
     assert features.stats.requests == 0
     redis_unchanged()
+
+
+HUGE_VERSION = "fm-" + "x" * 1_000_000  # a megabyte: every served row would repeat it
+
+FM_VERSION_CASES = [
+    pytest.param(HUGE_VERSION, r"^fm_version: 1,000,003 characters 'fm-xxx+\.\.\. is not an "
+                 r"fm_version: at most 64 characters", id="a-megabyte"),
+    pytest.param("fm 1\n", r"^fm_version: the value 'fm 1\\n' is not an fm_version", id="spaces"),
+    pytest.param("", r"^fm_version: the value '' is not an fm_version", id="empty"),
+    pytest.param(5, r"^fm_version: an fm_version is a string, got int 5", id="a-number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("version", "message"), FM_VERSION_CASES)
+def test_the_client_refuses_an_fm_version_that_is_not_a_short_token(
+    version: object, message: str, feast_world: FeastWorld, redis_unchanged
+) -> None:
+    with pytest.raises(FmVersionError, match=message) as caught:
+        SolarisFeatures(
+            feast_world.cfg,
+            redis=feast_world.cfg.store.redis,
+            fm_version=version,  # type: ignore[arg-type]
+            store=feast_world.store,
+            metrics_publish_s=None,
+        )
+    assert isinstance(caught.value, SolarisError) and isinstance(caught.value, ValueError)
+    assert len(str(caught.value)) < 300  # the message quotes a cut, never the megabyte
+    redis_unchanged()
+
+
+def test_a_codes_manifest_with_a_megabyte_fm_version_is_refused_naming_the_file(
+    tmp_path: Path, snapshot_files
+) -> None:
+    manifest = {"fm_version": HUGE_VERSION, "fm": "fm-model-1", "z_dim": 8, "shared_dim": 16}
+    (tmp_path / CODES_MANIFEST).write_text(json.dumps(manifest))
+    files = snapshot_files(tmp_path)
+    before = files()
+
+    with pytest.raises(CodesError, match=rf"{tmp_path}/codes\.json is not a codes manifest: "
+                       r"fm_version: 1,000,003 characters .* at most 64") as caught:  # fmt: skip
+        read_manifest(tmp_path)
+    assert len(str(caught.value)) < 400
+    assert files() == before
 
 
 @pytest.mark.parametrize(

@@ -377,6 +377,27 @@ def test_nearest_users_refuses_a_nan_embedding_naming_its_row() -> None:
     assert isinstance(caught.value, SolarisError) and isinstance(caught.value, ValueError)
 
 
+def test_neighbour_fill_refuses_a_user_named_among_its_own_neighbours() -> None:
+    # Once dropped silently: a table that lists a user as its own neighbour was not built by
+    # the neighbour search, so it is refused, naming the user.
+    neighbors = pd.DataFrame(
+        {"user_id": [5, 6], "nbr_ids": [[6], [7, 6]], "nbr_sims": [[0.9], [0.8, 0.7]]}
+    )
+    pairs = pd.DataFrame(
+        {"user_id": [7], "item_id": [10], "computed_at": [T0], "fm_version": ["fm-1"]}
+    )
+    with pytest.raises(NeighborsError, match=r"nbr_ids of user_id 6 names user_id 6 itself"):
+        neighbour_fill(
+            pd.DataFrame({"user_id": [5, 6], "item_id": [10, 10]}),
+            neighbors,
+            pairs,
+            np.ones((1, Z), np.float32),
+            as_of=T0 + 60,
+            ttl_seconds=3600,
+            fm_version="fm-1",
+        )
+
+
 def test_neighbour_fill_refuses_two_neighbour_rows_of_one_user_naming_it() -> None:
     neighbors = pd.DataFrame({"user_id": [5, 5], "nbr_ids": [[6], [7]], "nbr_sims": [[0.9], [0.8]]})
     pairs = pd.DataFrame(

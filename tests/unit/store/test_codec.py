@@ -68,7 +68,7 @@ def _data(spec: ViewSpec, versions: list[str] | None = None, seed: int = 0) -> d
         elif f.kind is Kind.STRING:
             data[f.name] = list(versions)
         elif f.kind is Kind.INT64_LIST:
-            data[f.name] = [[1, 2, 3], [], [4], [5, 2**62], [7, 8, 9, 10]]
+            data[f.name] = [[2, 3, 6], [], [4], [5, 2**62], [7, 8, 9, 10]]  # never the row's user
         elif f.kind is Kind.FLOAT32_LIST:
             data[f.name] = [[0.5, 0.25, 0.125], [], [1.0], [0.75, -0.5], [0.1, 0.2, 0.3, 0.4]]
     data[EVENT_TS] = data.pop(EVENT_TS)  # the last column, as before

@@ -35,7 +35,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── ViewLookupError        (KeyError)      solaris.store.contract: no view or field so named
     ├── InvalidWriteError      (ValueError)    solaris.store.contract: a bad online write
     ├── ViewDefinitionError    (ValueError)    solaris.store.online: a view the store rejects
-    ├── FeatureRequestError    (ValueError)    solaris.store.online: a bad online read
+    ├── FeatureRequestError    (ValueError)    solaris.store.reads: a bad online read
     ├── FeatureStoreError      (RuntimeError)  solaris.store.feast_store: Feast/Redis failures
     ├── LocalRedisError        (RuntimeError)  solaris.store.local_redis: no local Redis
     ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments

@@ -10,38 +10,38 @@ and used through Feast's own surface (``get_online_features``, ``write_to_online
 ``feast materialize``, ``feast serve``, ``feast teardown``). The layout, record format and
 expiry rules are specified in ``docs/online_store_format.md``; in short:
 
-* **Reads.** A request for one user and ``N`` candidates sends one command per view in one
-  round trip (``HMGET`` of the ``N`` items on the user's pair and nbr hashes, ``GET`` of the
-  user's uagg record, ``HMGET`` on the item-aggregate hash), decodes each view's replies
-  with one ``frombuffer`` and returns a :class:`~solaris.store.response.SolarisOnlineResponse`,
-  which builds Feast's proto only if someone asks for it. Freshness is applied inside the
-  store: rows older than their view's read TTL, or computed after the request time, are not
-  ``PRESENT``, whoever the caller is. A key that answers an error (``WRONGTYPE``: a
-  foreign or corrupted key under the project's prefix) is read as absent for its own rows
-  only, and logged once by name: one bad key never fails the request, nor, through the
-  serving client's circuit breaker, every other user's. Only when every command of the
-  request fails does the read raise.
-* **Writes.** :meth:`SolarisOnlineStore.write_table` is the bulk Arrow path the pipeline
-  uses; ``online_write_batch`` (any Feast producer) converts Feast's rows and calls it. Both
-  validate the whole batch before the first command is sent. The most recent write of a row
-  wins, whatever its event time.
+* **Reads** (:mod:`solaris.store.reads`). A request for one user and ``N`` candidates sends
+  one command per view in one round trip (``HMGET`` of the ``N`` items on the user's pair
+  and nbr hashes, ``GET`` of the user's uagg record, ``HMGET`` on the item-aggregate hash),
+  decodes each view's replies with one ``frombuffer`` and returns a
+  :class:`~solaris.store.response.SolarisOnlineResponse`, which builds Feast's proto only
+  if someone asks for it. Freshness is applied inside the store: rows older than their
+  view's read TTL, or computed after the request time, are not ``PRESENT``, whoever the
+  caller is. A key that answers an error (``WRONGTYPE``: a foreign or corrupted key under
+  the project's prefix) is read as absent for its own rows only, and logged once by name:
+  one bad key never fails the request, nor, through the serving client's circuit breaker,
+  every other user's. Only when every command of the request fails does the read raise.
+* **Writes** (:mod:`solaris.store.writes`). :meth:`SolarisOnlineStore.write_table` is the
+  bulk Arrow path the pipeline uses; ``online_write_batch`` (any Feast producer) converts
+  Feast's rows and calls it. Both validate the whole batch before the first command is
+  sent. The most recent write of a row wins, whatever its event time.
 * **Memory.** Every key expires ``retention`` after its last write, and a write prunes its
   hash of rows older than ``retention`` before its newest row, at most every
   ``prune_every × retention`` of event time.
 
-Feature requests this store cannot serve on its fast path (on-demand views, projections that
-rename join keys, version metadata) go through Feast's generic path (:meth:`online_read` per
-view). Views that are not
-in :mod:`solaris.store.contract` are refused at ``feast apply``.
+This module is the adapter: Feast's configuration, its views checked against
+:mod:`solaris.store.contract`, its requests resolved to a plan, the client and the state
+kept between requests; the read and write paths take plain values and never see Feast's
+configuration. Feature requests this store cannot serve on its fast path (on-demand views,
+projections that rename join keys, version metadata) go through Feast's generic path
+(:meth:`online_read` per view). Views that are not in :mod:`solaris.store.contract` are
+refused at ``feast apply``.
 """
 
 from __future__ import annotations
 
 import contextvars
-import itertools
-import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,11 +49,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import hiredis
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import redis as redis_py
 from feast import Entity, FeatureService, FeatureView, utils
 from feast.errors import FeastObjectNotFoundException
 from feast.infra.online_stores.online_store import OnlineStore
@@ -61,35 +59,22 @@ from feast.online_response import OnlineResponse
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey as EntityKeyProto
 from feast.protos.feast.types.Value_pb2 import Value as ValueProto
 from feast.repo_config import FeastConfigBaseModel, RepoConfig
-from feast.type_map import feast_value_type_to_python_type
 from pydantic import Field, StrictStr
 from redis.cluster import RedisCluster
 
 from solaris.connection import redacted, redis_client, unlink_matching
 from solaris.errors import ConfigError, SolarisError
-from solaris.store import keys, resp
-from solaris.store.codec import (
-    ViewRows,
-    decode_records,
-    decode_uniform,
-    encode_record_array,
-    encode_records,
-    normalize,
-)
+from solaris.store import keys, reads, writes
+from solaris.store.codec import ViewRows, normalize
 from solaris.store.contract import (
-    EVENT_TS,
-    ITEM_ID,
     REQUEST_TS,
-    USER_ID,
     InvalidWriteError,
     ViewParams,
     ViewSpec,
-    epoch_seconds_array,
     view,
 )
+from solaris.store.reads import FeatureRequestError
 from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, row_status
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "FeatureRequestError",
@@ -98,59 +83,7 @@ __all__ = [
     "ViewDefinitionError",
 ]
 
-
 _US = 1_000_000
-_INT64_MAX = np.iinfo(np.int64).max
-_COMMANDS_PER_PIPELINE = 1_000
-
-# One key's whole write on Redis Cluster, where a transaction cannot span the pipeline of
-# many keys: its fields, its expiry and its prune marker in one script, so that a killed
-# writer or a dropped connection never leaves the fields without the expiry. The expiry
-# follows the first HSET: a script that has written is not stopped for memory by Redis
-# (only its first write can be refused, and then nothing was written), so no key is left
-# without one. HSET takes 500 pairs at a time (Lua's unpack has a stack limit).
-#   KEYS[1] hash; ARGV[1] retention ms; ARGV[2] newest event us; ARGV[3..] field, record
-_WRITE_LUA = """
-local key = KEYS[1]
-for first = 3, #ARGV, 1000 do
-  redis.call('HSET', key, unpack(ARGV, first, math.min(first + 999, #ARGV)))
-  if first == 3 then
-    redis.call('PEXPIRE', key, ARGV[1])
-  end
-end
-redis.call('HSETNX', key, '', ARGV[2])
-return redis.call('HGET', key, '')
-"""
-
-# Prune one hash: delete the fields whose record (its first 8 bytes: the event time, int64
-# LE) is older than the cutoff, and record the newest event time written as the hash's last
-# prune (field ""). Event times are below 2^53 us, exact in Lua's doubles.
-#   KEYS[1] hash; ARGV[1] cutoff us; ARGV[2] newest event us written
-_PRUNE_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
-end
-local cutoff = tonumber(ARGV[1])
-local all = redis.call('HGETALL', KEYS[1])
-local stale = {}
-local removed = 0
-for i = 1, #all, 2 do
-  local record = all[i + 1]
-  if all[i] ~= '' and #record >= 8 and struct.unpack('<i8', record) < cutoff then
-    stale[#stale + 1] = all[i]
-    if #stale == 1000 then
-      removed = removed + redis.call('HDEL', KEYS[1], unpack(stale))
-      stale = {}
-    end
-  end
-end
-if #stale > 0 then
-  removed = removed + redis.call('HDEL', KEYS[1], unpack(stale))
-end
-redis.call('HSET', KEYS[1], '', ARGV[2])
-return removed
-"""
-
 
 # The request time of a get_online_features call that Feast answers view by view through
 # online_read, which has no request context of its own.
@@ -161,12 +94,6 @@ _GENERIC_NOW: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 class ViewDefinitionError(SolarisError, ValueError):
     """A feature view that this store cannot hold (not a SOLARIS view, or not as declared)."""
-
-
-class FeatureRequestError(SolarisError, ValueError):
-    """A read this store cannot answer: an unknown feature reference, or entity rows that
-    lack a join key, differ in length or hold ids or request times that are not valid. The
-    message names the reference or the entity column (and the first bad row)."""
 
 
 class SolarisOnlineStoreConfig(FeastConfigBaseModel):
@@ -262,51 +189,6 @@ def view_params(table: FeatureView) -> tuple[ViewSpec, ViewParams]:
     return spec, params
 
 
-def _int64_ids(name: str, values: Any) -> np.ndarray:
-    """Entity ids as int64; :class:`FeatureRequestError` for non-integers and anything
-    outside ``[0, 2**63)`` (writes refuse negative ids, so reading one is always a bug)."""
-    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
-        arr = values
-    else:
-        arr = np.asarray(values)
-        if arr.dtype == object:
-            try:
-                items = [v.int64_val if isinstance(v, ValueProto) else v for v in arr.tolist()]
-                arr = np.asarray(items)
-            except Exception:  # reported below as a bad type
-                pass
-        if arr.ndim != 1:
-            raise FeatureRequestError(
-                f"entity column {name!r} must be one-dimensional, got shape {arr.shape}"
-            )
-        if arr.size == 0:
-            return arr.astype(np.int64)
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-            raise FeatureRequestError(f"entity column {name!r} must hold integers, got {arr.dtype}")
-        if np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > _INT64_MAX:
-            row = int(np.argmax(arr > _INT64_MAX))
-            raise FeatureRequestError(
-                f"entity column {name!r} holds ids outside int64 (first at row {row})"
-            )
-        arr = arr.astype(np.int64)
-    if arr.size and arr.min() < 0:
-        row = int(np.argmax(arr < 0))
-        raise FeatureRequestError(
-            f"entity column {name!r}: ids must be >= 0, got {int(arr[row])} at row {row}"
-        )
-    return arr
-
-
-def _request_time(values: Any, n: int) -> np.ndarray:
-    """The request's ``[n]`` times in epoch seconds (the wall clock when none is given)."""
-    if values is None:
-        return np.full(n, float(int(time.time())))
-    try:
-        return epoch_seconds_array(values, n, repr(REQUEST_TS), rows="entity row")  # type: ignore[no-any-return]
-    except ValueError as exc:
-        raise FeatureRequestError(str(exc)) from None
-
-
 class SolarisOnlineStore(OnlineStore):
     """Feast online store for the SOLARIS views on Redis (see the module docstring)."""
 
@@ -314,12 +196,10 @@ class SolarisOnlineStore(OnlineStore):
         self._client = None
         self._client_key: tuple | None = None
         self._lock = threading.Lock()
-        self._prune = None
-        self._write = None
         self._plans: dict[tuple, tuple[object, object, _Plan | None]] = {}
         self._refused_keys: set[str] = set()  # keys logged as answering an error (bounded)
         self._reply_bytes = 1 << 16  # the last request's reply size: the next one's buffer
-        self._request_conns: _RequestConnections | None = None
+        self._request_conns: reads.RequestConnections | None = None
 
     # -- connection -------------------------------------------------------------------------
 
@@ -338,15 +218,13 @@ class SolarisOnlineStore(OnlineStore):
         built = redis_client(connection, redis_type=cfg.redis_type, retries=cfg.retries)
         with self._lock:
             if self._client is None or self._client_key != key:
-                self._prune = built.register_script(_PRUNE_LUA)
-                self._write = built.register_script(_WRITE_LUA)
                 self._client, self._client_key = built, key
                 return built
             client = self._client
         built.close()
         return client
 
-    # -- writes -----------------------------------------------------------------------------
+    # -- writes (solaris.store.writes) ------------------------------------------------------
 
     def write_table(
         self,
@@ -368,30 +246,17 @@ class SolarisOnlineStore(OnlineStore):
         self, config: RepoConfig, table: FeatureView, rows: pa.Table | pd.DataFrame
     ) -> list[list[bytes]]:
         """The RESP bytes :meth:`write_table` sends to write ``rows`` of the hash view
-        ``table`` on one Redis, without sending them: one transaction per key, in the order
-        sent, each as its packed commands (``MULTI``, the key's ``HSET``s, ``HSETNX`` of its
-        prune marker, ``PEXPIRE``, ``HGET`` of the marker, ``EXEC``). Not included: the
-        ``TYPE`` check of the keys before them and the prune scripts after them (those depend
-        on what Redis answers). What the write path puts on the wire, for benchmarks
-        (``bench.feature_store`` checks its raw floor against these bytes) and debugging.
+        ``table`` on one Redis, without sending them (:func:`solaris.store.writes.write_commands`).
+        What the write path puts on the wire, for benchmarks (``bench.feature_store`` checks
+        its raw floor against these bytes) and debugging.
 
         Raises:
             InvalidWriteError: bad rows, or a view that is not a hash view.
         """
         spec, params = view_params(table)
-        if spec.member is None:
-            raise InvalidWriteError(
-                f"view {spec.name!r} is one string per key, not a hash: it is written with SET"
-            )
-        normalized = normalize(spec, params, rows)
-        if normalized.num_rows == 0:
-            return []
-        order, bounds, key_names = _grouped(config.project, spec, normalized)
-        spans, hset = _hash_writes(spec, params, normalized, order, bounds, key_names, framed=True)
-        groups = _transactions(
-            spans, hset, config.online_store.write_fields_per_command, params.retention_s * 1000
+        return writes.write_commands(
+            config.project, spec, params, rows, config.online_store.write_fields_per_command
         )
-        return [[_MULTI, *group, _EXEC] for group in groups]
 
     def write_normalized(
         self,
@@ -401,73 +266,25 @@ class SolarisOnlineStore(OnlineStore):
         rows: pa.Table,
         progress: Callable[[int], Any] | None = None,
     ) -> int:
-        """Write rows already :func:`~solaris.store.codec.normalize`-d for ``spec``.
-
-        Hash views, per key, one transaction (:meth:`write_commands`): its ``HSET``s, its
-        prune marker (field ``""``, created if absent), its expiry renewed to the retention
-        and the marker read back; the hashes whose newest written row is ``prune_every ×
-        retention`` past their marker are pruned by a script in a second round trip (a small
-        share of the writes). On a cluster each key's write is one script instead. String
-        views: ``SET`` with ``PX``.
-        """
+        """Write rows already :func:`~solaris.store.codec.normalize`-d for ``spec``
+        (:func:`solaris.store.writes.write_rows`: per key, one transaction of its fields,
+        prune marker and expiry; the hashes due pruned in a second round trip)."""
         n = rows.num_rows
         if n == 0:
             return 0
-        client = self.client(config)
-        retention_ms = params.retention_s * 1000
-        order, bounds, key_names = _grouped(config.project, spec, rows)
-        _refuse_foreign_keys(client, spec, key_names)
-        if spec.member is None:
-            # One string per partition: the last row of the batch for it wins.
-            records = encode_records(spec, params, rows, order)
-            commands = [
-                (b"SET", key, records[i - 1], b"PX", retention_ms)
-                for key, i in zip(key_names, bounds[1:].tolist(), strict=True)
-            ]
-            _send(client, commands)
-        else:
-            self._write_hashes(client, config, params, rows, order, bounds, key_names, spec)
+        cfg = config.online_store
+        writes.write_rows(
+            self.client(config),
+            config.project,
+            spec,
+            params,
+            rows,
+            prune_every=cfg.prune_every,
+            fields_per_command=cfg.write_fields_per_command,
+        )
         if progress is not None:
             progress(n)
         return n
-
-    def _write_hashes(self, client, config, params, rows, order, bounds, key_names, spec) -> None:
-        """The hash part of :meth:`write_normalized`: the rows in ``order`` are grouped by
-        key, ``bounds`` delimiting the groups of ``key_names``."""
-        cfg = config.online_store
-        retention_ms = params.retention_s * 1000
-        cluster = isinstance(client, RedisCluster)
-        spans, hset = _hash_writes(spec, params, rows, order, bounds, key_names, framed=not cluster)
-        newest = [top for _key, _span, top in spans]
-        if cluster:
-            # redis-py's cluster pipeline routes each command to its node but cannot make a
-            # transaction of many keys: each key's write is one script, atomic on its node.
-            markers = _send_scripted(
-                client,
-                [
-                    (b"EVALSHA", self._write.sha, 1, key, retention_ms, top, *hset(key, lo, hi)[2:])
-                    for key, (lo, hi), top in spans
-                ],
-            )
-        else:
-            # One transaction per key: its HSETs, its marker and its expiry are applied
-            # together or not at all, so whatever fails (a refused write, a dropped
-            # connection, a killed writer) no key is left without an expiry.
-            markers = _send_transactions(
-                client, _transactions(spans, hset, cfg.write_fields_per_command, retention_ms)
-            )
-        interval = cfg.prune_every * params.retention_s * _US
-        retention_us = params.retention_s * _US
-        # Due when the newest row written is an interval past the marker, or an interval
-        # before it (a marker left by rows from the future, e.g. a replay after live data,
-        # would otherwise block pruning until that date): the prune resets the marker.
-        prunes = [
-            (b"EVALSHA", self._prune.sha, 1, key, top - retention_us, top)
-            for key, top, marker in zip(key_names, newest, markers, strict=True)
-            if marker is not None and abs(top - int(marker)) >= interval
-        ]
-        if prunes:
-            _send_scripted(client, prunes)
 
     def online_write_batch(
         self,
@@ -481,31 +298,9 @@ class SolarisOnlineStore(OnlineStore):
         spec, _ = view_params(table)
         if not data:
             return
-        columns: dict[str, list[Any]] = {k: [] for k in spec.join_keys}
-        for f in spec.fields:
-            columns[f.name] = []
-        columns[EVENT_TS] = []
-        for row, (entity_key, values, event_ts, _created) in enumerate(data):
-            if len(entity_key.join_keys) != len(entity_key.entity_values):
-                raise InvalidWriteError(
-                    f"view {spec.name!r}, row {row}: the entity key names "
-                    f"{len(entity_key.join_keys)} join keys {list(entity_key.join_keys)} but "
-                    f"holds {len(entity_key.entity_values)} values"
-                )
-            ids = dict(zip(entity_key.join_keys, entity_key.entity_values, strict=True))
-            for k in spec.join_keys:
-                columns[k].append(_entity_id(spec, k, ids.get(k), row))
-            for f in spec.fields:
-                proto = values.get(f.name)
-                columns[f.name].append(
-                    None if proto is None else feast_value_type_to_python_type(proto)
-                )
-            columns[EVENT_TS].append(event_ts)
-        frame = pd.DataFrame(columns)
-        frame[EVENT_TS] = pd.to_datetime(frame[EVENT_TS], utc=True)
-        self.write_table(config, table, frame, progress)
+        self.write_table(config, table, writes.feast_rows(spec, data), progress)
 
-    # -- reads ------------------------------------------------------------------------------
+    # -- reads (solaris.store.reads) --------------------------------------------------------
 
     def read(
         self,
@@ -514,36 +309,12 @@ class SolarisOnlineStore(OnlineStore):
         entities: Mapping[str, np.ndarray],
         n: int,
     ) -> list[ViewRows]:
-        """The rows of each view for ``n`` entity rows, in one round trip.
-
-        On a single Redis the commands are packed here and sent on one pooled connection:
-        the ``HMGET`` fields of a request's candidates are packed once and shared by every
-        view keyed by items (pair, nbr, iagg). On a cluster they go through redis-py's
-        cluster pipeline, which routes each key to its node. Reads are not retried: the
-        caller's time bound is the policy.
-        """
+        """The rows of each view for ``n`` entity rows, in one round trip
+        (:func:`solaris.store.reads.read_views`)."""
         if n == 0:
             return [ViewRows.empty(spec, params, 0) for spec, params in plans]
         client = self.client(config)
-        commands: list[tuple[bytes, str, np.ndarray | None]] = []
-        layouts = []
-        for spec, _ in plans:
-            layouts.append(_queue_reads(commands, config.project, spec, entities, n))
-        if isinstance(client, RedisCluster):  # redis-py packs, and routes by key
-            built = [
-                (name, key, *(keys.member_fields(ids).tolist() if ids is not None else ()))
-                for name, key, ids in commands
-            ]
-        else:
-            built = _pack(commands)
-        replies = _send(client, built, errors_as_replies=True)
-        replies = _absent_where_refused(replies, commands, self._refused_keys)
-        out = []
-        pos = 0
-        for (spec, params), (count, assemble) in zip(plans, layouts, strict=True):
-            out.append(decode_records(spec, params, assemble(replies[pos : pos + count])))
-            pos += count
-        return out
+        return reads.read_views(client, config.project, plans, entities, n, self._refused_keys)
 
     def request_commands(
         self,
@@ -559,7 +330,7 @@ class SolarisOnlineStore(OnlineStore):
         path. What the request path puts on the wire, for benchmarks (``bench.feature_store``
         times these bytes on a raw socket) and for debugging."""
         request = self._user_request(config, registry, project, features, user_id, items)
-        return None if request is None else _pack(request[2])
+        return None if request is None else reads.pack(request[2])
 
     def _user_request(
         self,
@@ -569,25 +340,15 @@ class SolarisOnlineStore(OnlineStore):
         features: FeatureService | list[str],
         user_id: int,
         items: np.ndarray,
-    ) -> tuple[Any, Any, list[tuple[bytes, str, np.ndarray | None]]] | None:
+    ) -> tuple[Any, Any, list[reads.Command]] | None:
         """The request path's plan, client and ``(command, key, member ids)`` per view, or
         ``None`` (a cluster, a projection, an on-demand view, no items)."""
         plan = self._plan(registry, project, features, True)
         client = self.client(config)
         if plan is None or isinstance(client, RedisCluster) or not len(items):
             return None
-        if not all(_user_request(v.spec) for v in plan.views):
-            return None
-        commands: list[tuple[bytes, str, np.ndarray | None]] = []
-        for v in plan.views:
-            key = keys.view_key(config.project, v.spec)
-            if v.spec.partition is not None:
-                key = keys.partition_key(key, v.spec, user_id)
-            if v.spec.member is None:
-                commands.append((b"GET", key, None))
-            else:
-                commands.append((b"HMGET", key, items))
-        return plan, client, commands
+        commands = reads.user_commands(config.project, [v.spec for v in plan.views], user_id, items)
+        return None if commands is None else (plan, client, commands)
 
     def read_user(
         self,
@@ -612,26 +373,17 @@ class SolarisOnlineStore(OnlineStore):
         if request is None:
             return None
         plan, client, commands = request
-        shapes = [None if members is None else len(members) for _, _, members in commands]
         conns = self._request_conns
         if conns is None or conns.client is not client or conns.pid != os.getpid():
-            conns = self._request_conns = _RequestConnections(client)
-        replies, self._reply_bytes = _read_uniform(
-            conns, _pack(commands), shapes, self._reply_bytes
+            conns = self._request_conns = reads.RequestConnections(client)
+        rows, self._reply_bytes = reads.read_user_views(
+            conns,
+            commands,
+            [(v.spec, v.params) for v in plan.views],
+            self._reply_bytes,
+            self._refused_keys,
         )
-        replies = _absent_where_refused(replies, commands, self._refused_keys)
-        out = {}
-        for v, reply in zip(plan.views, replies, strict=True):
-            if isinstance(reply, np.ndarray):
-                out[v.prefix] = decode_uniform(v.spec, v.params, reply)
-            elif isinstance(reply, bytes) and reply and v.spec.member is None:
-                one = np.frombuffer(reply, f"V{len(reply)}")  # the one record of a GET
-                out[v.prefix] = decode_uniform(v.spec, v.params, one)
-            else:
-                out[v.prefix] = decode_records(
-                    v.spec, v.params, reply if v.spec.member is not None else [reply]
-                )
-        return out
+        return {v.prefix: r for v, r in zip(plan.views, rows, strict=True)}
 
     def _plan(self, registry, project: str, features, full_feature_names: bool) -> _Plan | None:
         """How to serve ``features`` on the fast path; ``None``: use Feast's generic path.
@@ -739,7 +491,7 @@ class SolarisOnlineStore(OnlineStore):
         for name, values in entity_rows.items():
             key = plan.entity_names.get(name, name)
             if key in plan.join_keys:
-                entities[key] = _int64_ids(name, values)
+                entities[key] = reads.int64_ids(name, values)
         missing = sorted(plan.join_keys - entities.keys())
         if missing:
             raise FeatureRequestError(
@@ -750,7 +502,7 @@ class SolarisOnlineStore(OnlineStore):
             shown = ", ".join(f"{k} has {m}" for k, m in sorted(lengths.items()))
             raise FeatureRequestError(f"entity_rows columns differ in length: {shown}")
         n = next(iter(lengths.values()))
-        now_s = _request_time(entity_rows.get(REQUEST_TS), n)
+        now_s = reads.request_time(entity_rows.get(REQUEST_TS), n)
         rows = self.read(config, [(v.spec, v.params) for v in plan.views], entities, n)
         answers = [
             ViewAnswer(v.spec, v.params, v.prefix, v.features, r)
@@ -768,7 +520,7 @@ class SolarisOnlineStore(OnlineStore):
         given = rows.pop(REQUEST_TS, None)
         now = None
         if given is not None:
-            times = np.unique(_request_time(given, len(next(iter(rows.values()), []))))
+            times = np.unique(reads.request_time(given, len(next(iter(rows.values()), []))))
             if len(times) > 1:
                 raise FeatureRequestError(
                     f"{REQUEST_TS!r} varies by row; requests that go through Feast's generic "
@@ -855,414 +607,3 @@ class SolarisOnlineStore(OnlineStore):
         return sum(
             unlink_matching(client, pattern) for pattern in keys.view_patterns(config.project, spec)
         )
-
-
-def _user_request(spec: ViewSpec) -> bool:
-    """A view one user × items reads by key: partitioned by the user (or not), members
-    the items (or none)."""
-    return (spec.partition is None or spec.partition.join_key == USER_ID) and (
-        spec.member is None or spec.member.join_key == ITEM_ID
-    )
-
-
-def _entity_id(spec: ViewSpec, key: str, value: ValueProto | None, row: int) -> int | None:
-    """The int64 id of one entity value of a Feast write (``None`` when absent: the null
-    check names it); any other value type is refused, never read as 0."""
-    if value is None:
-        return None
-    kind = value.WhichOneof("val")
-    if kind not in ("int64_val", "int32_val"):
-        raise InvalidWriteError(
-            f"view {spec.name!r}, column {key!r}, row {row}: entity ids must be int64, "
-            f"got {kind or 'no value'}"
-        )
-    return getattr(value, kind)
-
-
-def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, n: int):
-    """Add the reads of one view to ``commands`` as ``(command, key, member ids)``; returns
-    (commands added, replies → list aligned with the ``n`` rows)."""
-    prefix = keys.view_key(project, spec)
-    members = entities[spec.member.join_key] if spec.member is not None else None
-    if spec.partition is None:
-        commands.append((b"HMGET", prefix, members))
-        return 1, lambda replies: replies[0]
-    parts = entities[spec.partition.join_key]
-    if parts[0] == parts[-1] and (parts == parts[0]).all():  # one user: the request path
-        key = keys.partition_key(prefix, spec, int(parts[0]))
-        if members is None:
-            commands.append((b"GET", key, None))
-            return 1, lambda replies: replies * n
-        commands.append((b"HMGET", key, members))
-        return 1, lambda replies: replies[0]
-    unique, inverse = np.unique(parts, return_inverse=True)
-    if members is None:
-        for pid in unique.tolist():
-            commands.append((b"GET", keys.partition_key(prefix, spec, pid), None))
-        return len(unique), lambda replies: [replies[i] for i in inverse.tolist()]
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
-    sorted_members = members[order]
-    for k, pid in enumerate(unique.tolist()):
-        key = keys.partition_key(prefix, spec, pid)
-        commands.append((b"HMGET", key, sorted_members[bounds[k] : bounds[k + 1]]))
-
-    def assemble(replies):
-        aligned = np.empty(n, object)
-        aligned[order] = [v for reply in replies for v in reply]
-        return aligned.tolist()
-
-    return len(unique), assemble
-
-
-def _pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> list[bytes]:
-    """The RESP bytes of each of ``commands``; the fields of a member-id array shared by
-    several commands (pair, nbr and iagg of one request) are framed once."""
-    bodies: dict[int, bytes] = {}
-    parts = []
-    for command, key, members in commands:
-        if members is None:
-            parts.append(hiredis.pack_command((command, key)))
-            continue
-        body = bodies.get(id(members))
-        if body is None:
-            body = bodies[id(members)] = resp.frames(keys.member_fields(members)).tobytes()
-        parts.append(resp.command(command, [key], body, len(members)))
-    return parts
-
-
-def _refuse_foreign_keys(client, spec: ViewSpec, key_names: Sequence[str]) -> None:
-    """Raise :class:`InvalidWriteError` naming the keys of ``key_names`` that hold another
-    Redis type than ``spec`` writes (a hash, or a string for a view without members),
-    before anything is written: a ``WRONGTYPE`` in the middle of a batch would leave the
-    keys before it written and the rest not. One ``TYPE`` per key, in the write's round
-    trips (``TYPE`` is O(1))."""
-    wanted = b"hash" if spec.member is not None else b"string"
-    types = _send(client, [(b"TYPE", key) for key in key_names])
-    foreign = [
-        (key, kind.decode() if isinstance(kind, bytes) else str(kind))
-        for key, kind in zip(key_names, types, strict=True)
-        if kind not in (wanted, b"none", "none", wanted.decode())
-    ]
-    if foreign:
-        shown = ", ".join(f"{key} ({kind})" for key, kind in foreign[:5])
-        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        raise InvalidWriteError(
-            f"view {spec.name!r}: {len(foreign)} key(s) hold another Redis type than the "
-            f"{wanted.decode()} the view writes: {shown}{more}. Nothing of the batch was "
-            "written; delete those keys (they are not SOLARIS rows) and write again"
-        )
-
-
-def _absent_where_refused(
-    replies: list,
-    commands: Sequence[tuple[bytes, str, np.ndarray | None]],
-    warned: set[str],
-) -> list:
-    """``replies`` with each error reply (a key of another type, ``WRONGTYPE``) replaced by
-    what an absent key answers (``None``, or ``None`` per ``HMGET`` field), each such key
-    logged once by name (``warned``: the keys logged already, at most 10,000 kept). When
-    every reply is an error the first is raised: then the store itself fails, not one key."""
-    refused = [k for k, reply in enumerate(replies) if isinstance(reply, Exception)]
-    if not refused:
-        return replies
-    if len(refused) == len(replies):
-        raise replies[refused[0]]
-    out = list(replies)
-    for k in refused:
-        _name, key, members = commands[k]
-        out[k] = None if members is None else [None] * len(members)
-        if key not in warned and len(warned) < 10_000:
-            warned.add(key)
-            log.warning(
-                "online store key %s answered %s: its rows are read as absent (delete or "
-                "fix the key; the other keys of the request are served)",
-                key,
-                replies[k],
-            )
-    return out
-
-
-def _round_trip(
-    client: redis_py.Redis, packed: list[bytes], count: int, *, errors_as_replies: bool = False
-) -> list:
-    """Send the ``packed`` commands on one pooled connection and read ``count`` replies.
-    An error reply raises, unless ``errors_as_replies``: then it is returned in its place
-    (it was read whole, so the connection stays in step). On any other error the connection
-    is dropped, since it may hold unread replies, and the error propagates."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        conn.send_packed_command([b"".join(packed)], check_health=False)  # one sendall
-        replies = []
-        for _ in range(count):
-            try:
-                replies.append(conn.read_response(disable_decoding=True))
-            except redis_py.exceptions.ResponseError as exc:
-                if not errors_as_replies:
-                    raise
-                replies.append(exc)
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
-    return replies
-
-
-class _RequestConnections:
-    """Connections of the request path, kept beside redis-py's pool rather than in it:
-    taking one from a list and putting it back costs well under a microsecond, against
-    ~20 µs for the pool's get and release with their bookkeeping (a fifth of the gap to the
-    wire, docs/feature_store.md). One per concurrent read at most; a connection that failed
-    is dropped, not put back; a forked process starts its own."""
-
-    def __init__(self, client: redis_py.Redis) -> None:
-        self.client = client
-        self.pid = os.getpid()
-        self._idle: list = []
-        self._buffers = threading.local()
-
-    def buffer(self, size: int) -> np.ndarray:
-        """A receive buffer of at least ``size`` bytes: this thread's last one when nothing
-        points into it any more (the replies of a request are views of its buffer, so one
-        still held, by this thread or another, keeps the buffer from being overwritten),
-        else a new one. Reusing it keeps the request's 100-200 KB where the last request
-        left it in the cache, and spares the allocation."""
-        buf = getattr(self._buffers, "last", None)
-        # Three references when it is free: the thread-local slot, ``buf`` and the call's
-        # argument; any view of it adds one.
-        if buf is None or len(buf) < size or sys.getrefcount(buf) > 3:
-            buf = self._buffers.last = np.empty(size, np.uint8)
-        return buf
-
-    def take(self):
-        try:
-            return self._idle.pop()  # atomic: no lock
-        except IndexError:
-            return self.client.connection_pool.make_connection()
-
-    def give(self, conn) -> None:
-        self._idle.append(conn)
-
-
-def _read_uniform(
-    conns: _RequestConnections, packed: list[bytes], shapes: Sequence[int | None], size_hint: int
-) -> tuple[list, int]:
-    """:func:`_round_trip` for the request path: send ``packed`` on one connection and read
-    one reply per ``shapes`` entry (see :class:`resp.UniformReplies`) straight from the
-    socket. Uniform replies (every candidate has a record of one length, the usual case)
-    are parsed by numpy into records, without a Python object per field; any other reply
-    stream is handed to hiredis from its first byte, and errors come back as replies.
-    Returns the replies and the bytes read (the next call's ``size_hint``)."""
-    conn = conns.take()
-    try:
-        if conn._sock is None:  # redis-py's socket (TLS included); its reader stays unused
-            conn.connect()
-        sock = conn._sock
-        sock.sendall(b"".join(packed))
-        buf = conns.buffer(max(size_hint, 1 << 16))
-        have = 0
-        parser = resp.UniformReplies(shapes)
-        while True:
-            got = sock.recv_into(memoryview(buf)[have:])
-            if not got:
-                raise redis_py.ConnectionError("Redis closed the connection mid-reply")
-            have += got
-            replies = parser.advance(buf, have)
-            if replies is None:
-                replies = _hiredis_replies(sock, buf[:have].tobytes(), len(shapes))
-                break
-            if replies != resp.INCOMPLETE:
-                break
-            if have == len(buf):
-                buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])
-    except BaseException:
-        conn.disconnect()
-        raise
-    conns.give(conn)
-    return replies, have
-
-
-def _hiredis_replies(sock, received: bytes, count: int) -> list:
-    """``count`` replies parsed by hiredis from ``received`` and then the socket; an error
-    reply is returned in its place as redis-py's ``ResponseError``."""
-    reader = hiredis.Reader()
-    reader.feed(received)
-    replies: list = []
-    chunk = bytearray(1 << 16)
-    while len(replies) < count:
-        reply = reader.gets()
-        if reply is False:
-            got = sock.recv_into(chunk)
-            if not got:
-                raise redis_py.ConnectionError("Redis closed the connection mid-reply")
-            reader.feed(chunk, 0, got)
-            continue
-        if isinstance(reply, hiredis.ReplyError):
-            reply = redis_py.exceptions.ResponseError(str(reply))
-        replies.append(reply)
-    if reader.has_data():  # bytes beyond the replies: the connection is out of step
-        raise redis_py.ConnectionError("Redis sent more than the replies of the request")
-    return replies
-
-
-def _packed(command: bytes | tuple) -> bytes:
-    return command if isinstance(command, bytes) else hiredis.pack_command(command)
-
-
-_MULTI = hiredis.pack_command((b"MULTI",))
-_EXEC = hiredis.pack_command((b"EXEC",))
-
-
-def _grouped(
-    project: str, spec: ViewSpec, rows: pa.Table
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The write's rows grouped by key: ``order`` (stable: within a key the batch's order is
-    kept), ``bounds`` delimiting each key's rows in that order, and the keys' names."""
-    n = rows.num_rows
-    prefix = keys.view_key(project, spec)
-    if spec.partition is None:
-        return np.arange(n), np.array([0, n]), [prefix]
-    parts = rows[spec.partition.join_key].combine_chunks().to_numpy()
-    order = np.argsort(parts, kind="stable")
-    sorted_parts = parts[order]
-    bounds = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
-    part_ids = sorted_parts[bounds[:-1]].tolist()
-    return order, bounds, [keys.partition_key(prefix, spec, pid) for pid in part_ids]
-
-
-def _hash_writes(
-    spec: ViewSpec,
-    params: ViewParams,
-    rows: pa.Table,
-    order: np.ndarray,
-    bounds: np.ndarray,
-    key_names: list[str],
-    *,
-    framed: bool,
-) -> tuple[list[tuple[str, tuple[int, int], int]], Callable[[str, int, int], Any]]:
-    """Each key's ``(key, (lo, hi), newest event µs)`` and ``hset(key, lo, hi)``, the ``HSET``
-    of its rows ``lo:hi``: packed bytes when ``framed`` and the records have one length
-    (every (field, record) pair framed by numpy in one buffer), else a command tuple."""
-    fields = keys.member_fields(rows[spec.member.join_key].combine_chunks().to_numpy()[order])
-    event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()[order]
-    newest = np.maximum.reduceat(event_us, bounds[:-1]).tolist()
-    spans = list(zip(key_names, itertools.pairwise(bounds.tolist()), newest, strict=True))
-    records = encode_record_array(spec, params, rows, order)
-    if records is not None and framed:
-        framed_pairs = resp.pairs(fields, records)
-
-        def hset_bytes(key: str, lo: int, hi: int) -> bytes:
-            return resp.command(b"HSET", [key], framed_pairs[lo:hi].tobytes(), 2 * (hi - lo))
-
-        return spans, hset_bytes
-    values = records.tolist() if records is not None else encode_records(spec, params, rows, order)
-    field_bytes = fields.tolist()
-
-    def hset_tuple(key: str, lo: int, hi: int) -> tuple:
-        args: list[Any] = [None] * (2 * (hi - lo))
-        args[0::2] = field_bytes[lo:hi]
-        args[1::2] = values[lo:hi]
-        return (b"HSET", key, *args)
-
-    return spans, hset_tuple
-
-
-def _transactions(
-    spans: Sequence[tuple[str, tuple[int, int], int]],
-    hset: Callable[[str, int, int], Any],
-    chunk: int,
-    retention_ms: int,
-) -> list[list[bytes]]:
-    """Each key's transaction body, packed: its ``HSET``s of at most ``chunk`` fields, its
-    prune marker (``HSETNX`` of the newest row's time), its expiry and the marker read."""
-    return [
-        [
-            *(_packed(hset(key, start, min(start + chunk, hi))) for start in range(lo, hi, chunk)),
-            hiredis.pack_command((b"HSETNX", key, b"", top)),
-            hiredis.pack_command((b"PEXPIRE", key, int(retention_ms))),
-            hiredis.pack_command((b"HGET", key, b"")),
-        ]
-        for key, (lo, hi), top in spans
-    ]
-
-
-def _send_transactions(client: redis_py.Redis, groups: Sequence[Sequence[bytes]]) -> list:
-    """Each group of packed commands as one ``MULTI`` … ``EXEC`` transaction, as many per
-    round trip as fit :data:`_COMMANDS_PER_PIPELINE` (a group is never split); the last
-    reply of each transaction. An error, queued or executed, raises (a refused command
-    aborts its transaction: ``EXECABORT``, nothing of it applied)."""
-    out: list = []
-    batch: list[bytes] = []
-    sizes: list[int] = []
-
-    def flush() -> None:
-        try:
-            replies = _round_trip(client, batch, sum(sizes) + 2 * len(sizes))
-        except redis_py.exceptions.ExecAbortError as exc:
-            # Out of memory at EXEC rather than at a queued command: the same refusal.
-            if "OOM" in str(exc):
-                raise redis_py.exceptions.OutOfMemoryError(str(exc)) from exc
-            raise
-        pos = 0
-        for size in sizes:
-            executed = replies[pos + size + 1]  # MULTI's OK, size QUEUED, then EXEC's array
-            failed = next((r for r in executed if isinstance(r, Exception)), None)
-            if failed is not None:
-                raise failed
-            out.append(executed[-1])
-            pos += size + 2
-        batch.clear()
-        sizes.clear()
-
-    for group in groups:
-        if batch and sum(sizes) + len(group) > _COMMANDS_PER_PIPELINE:
-            flush()
-        batch.extend((_MULTI, *group, _EXEC))
-        sizes.append(len(group))
-    if batch:
-        flush()
-    return out
-
-
-def _send_scripted(client, commands: Sequence) -> list:
-    """:func:`_send` of commands that may call the store's scripts by ``EVALSHA``: a server
-    that lost them (a restart, a failover, ``SCRIPT FLUSH``) gets them loaded (on every
-    primary of a cluster) and the commands again (they are idempotent)."""
-    try:
-        return _send(client, commands)
-    except redis_py.exceptions.NoScriptError:
-        for script in (_WRITE_LUA, _PRUNE_LUA):
-            client.script_load(script)
-        return _send(client, commands)
-
-
-def _send(
-    client,
-    commands: Sequence,
-    batch: int = _COMMANDS_PER_PIPELINE,
-    *,
-    errors_as_replies: bool = False,
-) -> list:
-    """Send ``commands`` (argument tuples, or commands packed already: bytes) in batches of
-    one round trip each; the replies. An error reply raises, unless ``errors_as_replies``
-    (reads: see :func:`_absent_where_refused`), which returns it in its place.
-
-    A single Redis gets them packed by hiredis on one pooled connection; a cluster through
-    redis-py's cluster pipeline, which routes each key to its node.
-    """
-    replies: list = []
-    for start in range(0, len(commands), batch):
-        part = commands[start : start + batch]
-        if isinstance(client, RedisCluster):
-            pipe = client.pipeline(transaction=False)
-            for name, *args in part:  # redis-py's cluster routing wants str names
-                pipe.execute_command(name.decode(), *args)
-            replies.extend(pipe.execute(raise_on_error=not errors_as_replies))
-        else:
-            packed = [c if isinstance(c, bytes) else hiredis.pack_command(c) for c in part]
-            replies.extend(
-                _round_trip(client, packed, len(part), errors_as_replies=errors_as_replies)
-            )
-    return replies

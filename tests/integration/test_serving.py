@@ -16,7 +16,7 @@ from solaris.config import SolarisConfig
 from solaris.serving.client import FEATURE_SERVICE, SolarisFeatures
 from solaris.serving.misses import append_misses, drain_misses
 from solaris.serving.tiers import TIERS
-from solaris.store import online as online_module
+from solaris.store import reads as reads_module
 from solaris.store.contract import SERVING_VIEWS
 from solaris.store.feast_store import online_store_of
 
@@ -128,13 +128,13 @@ def test_all_tiers_in_one_round_trip_per_fetch(client, rows, monkeypatch) -> Non
     rows.uagg(4, _z(4), 2, window_start=NOW - 24 * H, computed_at=NOW - 60)
     rows.iagg(43, _z(5), 2, NOW - 60)
     calls = []
-    real = online_module._read_uniform
+    real = reads_module._read_uniform
 
     def spy(conns, packed, shapes, size_hint):
         calls.append(len(shapes))
         return real(conns, packed, shapes, size_hint)
 
-    monkeypatch.setattr(online_module, "_read_uniform", spy)
+    monkeypatch.setattr(reads_module, "_read_uniform", spy)
     items = [40, 41, 42, 43, *range(1000, 1296)]  # 300 candidates
     out = client.fetch(4, items, now=NOW)
     assert calls == [len(SERVING_VIEWS)]  # one command per view, one round trip
@@ -190,13 +190,13 @@ def test_the_request_paths_commands_are_what_it_sends(client, rows, monkeypatch)
 
     rows.pair(4, 40, _z(1), NOW - 60)
     sent = []
-    real = online_module._read_uniform
+    real = reads_module._read_uniform
 
     def spy(conns, packed, shapes, size_hint):
         sent.append(b"".join(packed))
         return real(conns, packed, shapes, size_hint)
 
-    monkeypatch.setattr(online_module, "_read_uniform", spy)
+    monkeypatch.setattr(reads_module, "_read_uniform", spy)
     items = np.array([40, 41, 7], np.int64)
     client.fetch(4, items, now=NOW)
     store = client.store
@@ -309,7 +309,7 @@ def test_a_key_of_the_wrong_type_degrades_only_its_own_tier_and_never_opens_the_
     redis_client.rpush(bad_nbr, "not a hash")
     client = SolarisFeatures(cfg, redis=redis_connection, fm_version=FM_VERSION, store=feast_store)
     try:
-        with caplog.at_level("WARNING", logger="solaris.store.online"):
+        with caplog.at_level("WARNING", logger="solaris.store.reads"):
             for _ in range(4):
                 own = client.fetch(1, [10, 11], now=NOW)
                 # The user's pair code is still served; only the bad keys' tiers are absent.

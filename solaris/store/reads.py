@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import hiredis
 import numpy as np
@@ -44,7 +45,7 @@ from solaris.store.contract import (
     ViewSpec,
     epoch_seconds_array,
 )
-from solaris.store.round_trips import send
+from solaris.store.round_trips import Arg, Client, PooledConnection, pack_command, send
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class FeatureRequestError(SolarisError, ValueError):
 
 
 def read_views(
-    client,
+    client: Client,
     project: str,
     views: Sequence[tuple[ViewSpec, ViewParams]],
     entities: Mapping[str, np.ndarray],
@@ -89,9 +90,10 @@ def read_views(
     caller's time bound is the policy. ``warned``: the keys logged as answering an error.
     """
     commands: list[Command] = []
-    layouts = []
+    layouts: list[tuple[int, Callable[[list[Any]], list[Any]]]] = []
     for spec, _ in views:
         layouts.append(_queue_reads(commands, project, spec, entities, n))
+    built: Sequence[bytes | Sequence[Arg]]
     if isinstance(client, RedisCluster):  # redis-py packs, and routes by key
         built = [
             (name, key, *(keys.member_fields(ids).tolist() if ids is not None else ()))
@@ -199,7 +201,8 @@ def request_time(values: Any, n: int) -> np.ndarray:
     if values is None:
         return np.full(n, float(int(time.time())))
     try:
-        return epoch_seconds_array(values, n, repr(REQUEST_TS), rows="entity row")  # type: ignore[no-any-return]
+        times = epoch_seconds_array(values, n, repr(REQUEST_TS), rows="entity row")
+        return cast(np.ndarray, times)
     except ValueError as exc:
         raise FeatureRequestError(str(exc)) from None
 
@@ -212,7 +215,13 @@ def _keyed_by_user(spec: ViewSpec) -> bool:
     )
 
 
-def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, n: int):
+def _queue_reads(
+    commands: list[Command],
+    project: str,
+    spec: ViewSpec,
+    entities: Mapping[str, np.ndarray],
+    n: int,
+) -> tuple[int, Callable[[list[Any]], list[Any]]]:
     """Add the reads of one view to ``commands`` as ``(command, key, member ids)``; returns
     (commands added, replies → list aligned with the ``n`` rows)."""
     prefix = keys.view_key(project, spec)
@@ -240,7 +249,7 @@ def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, n: int)
         key = keys.partition_key(prefix, spec, pid)
         commands.append((b"HMGET", key, sorted_members[bounds[k] : bounds[k + 1]]))
 
-    def assemble(replies):
+    def assemble(replies: list[Any]) -> list[Any]:
         aligned = np.empty(n, object)
         aligned[order] = [v for reply in replies for v in reply]
         return aligned.tolist()
@@ -248,14 +257,14 @@ def _queue_reads(commands: list, project: str, spec: ViewSpec, entities, n: int)
     return len(unique), assemble
 
 
-def pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> list[bytes]:
+def pack(commands: Sequence[Command]) -> list[bytes]:
     """The RESP bytes of each of ``commands``; the fields of a member-id array shared by
     several commands (pair, nbr and iagg of one request) are framed once."""
     bodies: dict[int, bytes] = {}
-    parts = []
+    parts: list[bytes] = []
     for command, key, members in commands:
         if members is None:
-            parts.append(hiredis.pack_command((command, key)))
+            parts.append(pack_command((command, key)))
             continue
         body = bodies.get(id(members))
         if body is None:
@@ -265,10 +274,10 @@ def pack(commands: Sequence[tuple[bytes, str, np.ndarray | None]]) -> list[bytes
 
 
 def _absent_where_refused(
-    replies: list,
-    commands: Sequence[tuple[bytes, str, np.ndarray | None]],
+    replies: list[Any],
+    commands: Sequence[Command],
     warned: set[str],
-) -> list:
+) -> list[Any]:
     """``replies`` with each error reply (a key of another type, ``WRONGTYPE``) replaced by
     what an absent key answers (``None``, or ``None`` per ``HMGET`` field), each such key
     logged once by name (``warned``: the keys logged already, at most 10,000 kept). When
@@ -303,7 +312,7 @@ class RequestConnections:
     def __init__(self, client: redis_py.Redis) -> None:
         self.client = client
         self.pid = os.getpid()
-        self._idle: list = []
+        self._idle: list[PooledConnection] = []
         self._buffers = threading.local()
 
     def buffer(self, size: int) -> np.ndarray:
@@ -319,19 +328,21 @@ class RequestConnections:
             buf = self._buffers.last = np.empty(size, np.uint8)
         return buf
 
-    def take(self):
+    def take(self) -> PooledConnection:
+        """An idle connection, or a new one of the client's pool (not counted by it)."""
         try:
             return self._idle.pop()  # atomic: no lock
         except IndexError:
-            return self.client.connection_pool.make_connection()
+            return cast(PooledConnection, self.client.connection_pool.make_connection())
 
-    def give(self, conn) -> None:
+    def give(self, conn: PooledConnection) -> None:
+        """Put back a connection that is in step (every reply of its request read)."""
         self._idle.append(conn)
 
 
 def _read_uniform(
     conns: RequestConnections, packed: list[bytes], shapes: Sequence[int | None], size_hint: int
-) -> tuple[list, int]:
+) -> tuple[list[Any], int]:
     """:func:`~solaris.store.round_trips.round_trip` for the request path: send ``packed``
     on one connection and read one reply per ``shapes`` entry (see
     :class:`resp.UniformReplies`) straight from the socket. Uniform replies (every candidate
@@ -341,23 +352,26 @@ def _read_uniform(
     call's ``size_hint``)."""
     conn = conns.take()
     try:
-        if conn._sock is None:  # redis-py's socket (TLS included); its reader stays unused
+        sock = conn._sock  # redis-py's socket (TLS included); its reader stays unused
+        if sock is None:
             conn.connect()
-        sock = conn._sock
+            sock = cast(socket.socket, conn._sock)
         sock.sendall(b"".join(packed))
         buf = conns.buffer(max(size_hint, 1 << 16))
         have = 0
         parser = resp.UniformReplies(shapes)
+        replies: list[Any]
         while True:
-            got = sock.recv_into(memoryview(buf)[have:])
+            got = sock.recv_into(buf.data[have:])
             if not got:
                 raise redis_py.ConnectionError("Redis closed the connection mid-reply")
             have += got
-            replies = parser.advance(buf, have)
-            if replies is None:
+            parsed = parser.advance(buf, have)
+            if parsed is None:
                 replies = _hiredis_replies(sock, buf[:have].tobytes(), len(shapes))
                 break
-            if replies != resp.INCOMPLETE:
+            if not isinstance(parsed, str):  # a str is resp.INCOMPLETE
+                replies = parsed
                 break
             if have == len(buf):
                 buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])
@@ -368,12 +382,12 @@ def _read_uniform(
     return replies, have
 
 
-def _hiredis_replies(sock, received: bytes, count: int) -> list:
+def _hiredis_replies(sock: socket.socket, received: bytes, count: int) -> list[Any]:
     """``count`` replies parsed by hiredis from ``received`` and then the socket; an error
     reply is returned in its place as redis-py's ``ResponseError``."""
     reader = hiredis.Reader()
     reader.feed(received)
-    replies: list = []
+    replies: list[Any] = []
     chunk = bytearray(1 << 16)
     while len(replies) < count:
         reply = reader.gets()
@@ -381,7 +395,8 @@ def _hiredis_replies(sock, received: bytes, count: int) -> list:
             got = sock.recv_into(chunk)
             if not got:
                 raise redis_py.ConnectionError("Redis closed the connection mid-reply")
-            reader.feed(chunk, 0, got)
+            # hiredis's stub omits bytearray, which Reader.feed takes (any buffer).
+            reader.feed(chunk, 0, got)  # type: ignore[arg-type]
             continue
         if isinstance(reply, hiredis.ReplyError):
             reply = redis_py.exceptions.ResponseError(str(reply))

@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-import hiredis
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -34,11 +33,24 @@ from redis.cluster import RedisCluster
 from solaris.store import keys, resp
 from solaris.store.codec import encode_record_array, encode_records, normalize
 from solaris.store.contract import EVENT_TS, InvalidWriteError, ViewParams, ViewSpec
-from solaris.store.round_trips import COMMANDS_PER_PIPELINE, round_trip, send
+from solaris.store.round_trips import (
+    COMMANDS_PER_PIPELINE,
+    Arg,
+    Client,
+    pack_command,
+    round_trip,
+    send,
+)
 
 __all__ = ["feast_rows", "write_commands", "write_rows"]
 
 _US = 1_000_000
+
+Span = tuple[str, tuple[int, int], int]
+"""One key's write: its name, its rows ``lo:hi`` in the grouped order, its newest event µs."""
+
+Hset = Callable[[str, int, int], bytes | tuple[Arg, ...]]
+"""``hset(key, lo, hi)``: the ``HSET`` of a key's rows ``lo:hi``, packed or as arguments."""
 
 # One key's whole write on Redis Cluster, where a transaction cannot span the pipeline of
 # many keys: its fields, its expiry and its prune marker in one script, so that a killed
@@ -96,7 +108,7 @@ _PRUNE_SHA = hashlib.sha1(_PRUNE_LUA.encode()).hexdigest()
 
 
 def write_rows(
-    client: Any,
+    client: Client,
     project: str,
     spec: ViewSpec,
     params: ViewParams,
@@ -194,7 +206,15 @@ def feast_rows(
 
 
 def _write_hashes(
-    client, params, rows, order, bounds, key_names, spec, prune_every, fields_per_command
+    client: Client,
+    params: ViewParams,
+    rows: pa.Table,
+    order: np.ndarray,
+    bounds: np.ndarray,
+    key_names: list[str],
+    spec: ViewSpec,
+    prune_every: float,
+    fields_per_command: int,
 ) -> None:
     """The hash part of :func:`write_rows`: the rows in ``order`` are grouped by key,
     ``bounds`` delimiting the groups of ``key_names``."""
@@ -202,7 +222,8 @@ def _write_hashes(
     cluster = isinstance(client, RedisCluster)
     spans, hset = _hash_writes(spec, params, rows, order, bounds, key_names, framed=not cluster)
     newest = [top for _key, _span, top in spans]
-    if cluster:
+    markers: list[Any]
+    if isinstance(client, RedisCluster):
         # redis-py's cluster pipeline routes each command to its node but cannot make a
         # transaction of many keys: each key's write is one script, atomic on its node.
         markers = _send_scripted(
@@ -244,10 +265,10 @@ def _entity_id(spec: ViewSpec, key: str, value: ValueProto | None, row: int) -> 
             f"view {spec.name!r}, column {key!r}, row {row}: entity ids must be int64, "
             f"got {kind or 'no value'}"
         )
-    return getattr(value, kind)
+    return int(getattr(value, kind))
 
 
-def _refuse_foreign_keys(client, spec: ViewSpec, key_names: Sequence[str]) -> None:
+def _refuse_foreign_keys(client: Client, spec: ViewSpec, key_names: Sequence[str]) -> None:
     """Raise :class:`InvalidWriteError` naming the keys of ``key_names`` that hold another
     Redis type than ``spec`` writes (a hash, or a string for a view without members),
     before anything is written: a ``WRONGTYPE`` in the middle of a batch would leave the
@@ -270,12 +291,12 @@ def _refuse_foreign_keys(client, spec: ViewSpec, key_names: Sequence[str]) -> No
         )
 
 
-def _packed(command: bytes | tuple) -> bytes:
-    return command if isinstance(command, bytes) else hiredis.pack_command(command)
+def _packed(command: bytes | tuple[Arg, ...]) -> bytes:
+    return command if isinstance(command, bytes) else pack_command(command)
 
 
-_MULTI = hiredis.pack_command((b"MULTI",))
-_EXEC = hiredis.pack_command((b"EXEC",))
+_MULTI = pack_command((b"MULTI",))
+_EXEC = pack_command((b"EXEC",))
 
 
 def _grouped(
@@ -304,10 +325,11 @@ def _hash_writes(
     key_names: list[str],
     *,
     framed: bool,
-) -> tuple[list[tuple[str, tuple[int, int], int]], Callable[[str, int, int], Any]]:
+) -> tuple[list[Span], Hset]:
     """Each key's ``(key, (lo, hi), newest event µs)`` and ``hset(key, lo, hi)``, the ``HSET``
     of its rows ``lo:hi``: packed bytes when ``framed`` and the records have one length
     (every (field, record) pair framed by numpy in one buffer), else a command tuple."""
+    assert spec.member is not None, "a hash view"  # string views are written with SET
     fields = keys.member_fields(rows[spec.member.join_key].combine_chunks().to_numpy()[order])
     event_us = rows[EVENT_TS].combine_chunks().cast(pa.int64()).to_numpy()[order]
     newest = np.maximum.reduceat(event_us, bounds[:-1]).tolist()
@@ -323,7 +345,7 @@ def _hash_writes(
     values = records.tolist() if records is not None else encode_records(spec, params, rows, order)
     field_bytes = fields.tolist()
 
-    def hset_tuple(key: str, lo: int, hi: int) -> tuple:
+    def hset_tuple(key: str, lo: int, hi: int) -> tuple[Arg, ...]:
         args: list[Any] = [None] * (2 * (hi - lo))
         args[0::2] = field_bytes[lo:hi]
         args[1::2] = values[lo:hi]
@@ -333,8 +355,8 @@ def _hash_writes(
 
 
 def _transactions(
-    spans: Sequence[tuple[str, tuple[int, int], int]],
-    hset: Callable[[str, int, int], Any],
+    spans: Sequence[Span],
+    hset: Hset,
     chunk: int,
     retention_ms: int,
 ) -> list[list[bytes]]:
@@ -343,20 +365,20 @@ def _transactions(
     return [
         [
             *(_packed(hset(key, start, min(start + chunk, hi))) for start in range(lo, hi, chunk)),
-            hiredis.pack_command((b"HSETNX", key, b"", top)),
-            hiredis.pack_command((b"PEXPIRE", key, int(retention_ms))),
-            hiredis.pack_command((b"HGET", key, b"")),
+            pack_command((b"HSETNX", key, b"", top)),
+            pack_command((b"PEXPIRE", key, int(retention_ms))),
+            pack_command((b"HGET", key, b"")),
         ]
         for key, (lo, hi), top in spans
     ]
 
 
-def _send_transactions(client: redis_py.Redis, groups: Sequence[Sequence[bytes]]) -> list:
+def _send_transactions(client: redis_py.Redis, groups: Sequence[Sequence[bytes]]) -> list[Any]:
     """Each group of packed commands as one ``MULTI`` … ``EXEC`` transaction, as many per
     round trip as fit :data:`COMMANDS_PER_PIPELINE` (a group is never split); the last
     reply of each transaction. An error, queued or executed, raises (a refused command
     aborts its transaction: ``EXECABORT``, nothing of it applied)."""
-    out: list = []
+    out: list[Any] = []
     batch: list[bytes] = []
     sizes: list[int] = []
 
@@ -389,7 +411,7 @@ def _send_transactions(client: redis_py.Redis, groups: Sequence[Sequence[bytes]]
     return out
 
 
-def _send_scripted(client, commands: Sequence) -> list:
+def _send_scripted(client: Client, commands: Sequence[Sequence[Arg]]) -> list[Any]:
     """:func:`~solaris.store.round_trips.send` of commands that may call the store's
     scripts by ``EVALSHA``: a server that lost them (a restart, a failover, ``SCRIPT
     FLUSH``) gets them loaded (on every primary of a cluster) and the commands again (they

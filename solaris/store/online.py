@@ -44,7 +44,7 @@ import contextvars
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -52,9 +52,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import redis as redis_py
 from feast import Entity, FeatureService, FeatureView, utils
 from feast.errors import FeastObjectNotFoundException
 from feast.infra.online_stores.online_store import OnlineStore
+from feast.infra.registry.base_registry import BaseRegistry
 from feast.online_response import OnlineResponse
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey as EntityKeyProto
 from feast.protos.feast.types.Value_pb2 import Value as ValueProto
@@ -75,6 +77,7 @@ from solaris.store.contract import (
 )
 from solaris.store.reads import FeatureRequestError
 from solaris.store.response import PRESENT, SolarisOnlineResponse, ViewAnswer, row_status
+from solaris.store.round_trips import Client
 
 __all__ = [
     "FeatureRequestError",
@@ -130,7 +133,7 @@ class SolarisOnlineStoreConfig(FeastConfigBaseModel):
     write_fields_per_command: int = Field(2_000, gt=0)
     """Hash fields per ``HSET`` (bounds one command's size on the wire and in Redis)."""
 
-    def __repr_args__(self):  # the repr never shows the Redis password
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:  # never the password
         for name, value in super().__repr_args__():
             yield name, (redacted(value) if name == "connection_string" else value)
 
@@ -193,17 +196,20 @@ class SolarisOnlineStore(OnlineStore):
     """Feast online store for the SOLARIS views on Redis (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._client = None
-        self._client_key: tuple | None = None
+        self._client: Client | None = None
+        self._client_key: tuple[str, str, int] | None = None
         self._lock = threading.Lock()
-        self._plans: dict[tuple, tuple[object, object, _Plan | None]] = {}
+        # (features, project, full names) -> (registry, its load time, plan): see _plan.
+        self._plans: dict[
+            tuple[tuple[str, ...], str, bool], tuple[BaseRegistry, object, _Plan | None]
+        ] = {}
         self._refused_keys: set[str] = set()  # keys logged as answering an error (bounded)
         self._reply_bytes = 1 << 16  # the last request's reply size: the next one's buffer
         self._request_conns: reads.RequestConnections | None = None
 
     # -- connection -------------------------------------------------------------------------
 
-    def client(self, config: RepoConfig):
+    def client(self, config: RepoConfig) -> Client:
         """The redis-py client of this store, built once (thread-safe; no network I/O under
         the lock, so a hung Redis never serialises the callers)."""
         cfg = config.online_store
@@ -269,7 +275,7 @@ class SolarisOnlineStore(OnlineStore):
         """Write rows already :func:`~solaris.store.codec.normalize`-d for ``spec``
         (:func:`solaris.store.writes.write_rows`: per key, one transaction of its fields,
         prune marker and expiry; the hashes due pruned in a second round trip)."""
-        n = rows.num_rows
+        n = int(rows.num_rows)
         if n == 0:
             return 0
         cfg = config.online_store
@@ -319,7 +325,7 @@ class SolarisOnlineStore(OnlineStore):
     def request_commands(
         self,
         config: RepoConfig,
-        registry: Any,
+        registry: BaseRegistry,
         project: str,
         features: FeatureService | list[str],
         user_id: int,
@@ -335,12 +341,12 @@ class SolarisOnlineStore(OnlineStore):
     def _user_request(
         self,
         config: RepoConfig,
-        registry: Any,
+        registry: BaseRegistry,
         project: str,
         features: FeatureService | list[str],
         user_id: int,
         items: np.ndarray,
-    ) -> tuple[Any, Any, list[reads.Command]] | None:
+    ) -> tuple[_Plan, redis_py.Redis, list[reads.Command]] | None:
         """The request path's plan, client and ``(command, key, member ids)`` per view, or
         ``None`` (a cluster, a projection, an on-demand view, no items)."""
         plan = self._plan(registry, project, features, True)
@@ -353,7 +359,7 @@ class SolarisOnlineStore(OnlineStore):
     def read_user(
         self,
         config: RepoConfig,
-        registry,
+        registry: BaseRegistry,
         project: str,
         features: FeatureService | list[str],
         user_id: int,
@@ -385,7 +391,13 @@ class SolarisOnlineStore(OnlineStore):
         )
         return {v.prefix: r for v, r in zip(plan.views, rows, strict=True)}
 
-    def _plan(self, registry, project: str, features, full_feature_names: bool) -> _Plan | None:
+    def _plan(
+        self,
+        registry: BaseRegistry,
+        project: str,
+        features: FeatureService | list[str],
+        full_feature_names: bool,
+    ) -> _Plan | None:
         """How to serve ``features`` on the fast path; ``None``: use Feast's generic path.
 
         Uses Feast's private ``utils._get_cached_request_context`` (feast 0.67, pinned;
@@ -434,16 +446,15 @@ class SolarisOnlineStore(OnlineStore):
         ) = context
         plan: _Plan | None = None
         if not on_demand and not entityless:
-            views = []
+            views: list[_ViewPlan] = []
             for table, requested in grouped_refs:
                 if table.projection.join_key_map:
-                    views = None
-                    break
+                    break  # renamed join keys: Feast's generic path
                 spec, params = view_params(table)
                 views.append(
                     _ViewPlan(table, spec, params, table.projection.name_to_use(), tuple(requested))
                 )
-            if views is not None:
+            else:
                 plan = _Plan(
                     tuple(views),
                     frozenset(k for v in views for k in v.spec.join_keys),
@@ -462,7 +473,7 @@ class SolarisOnlineStore(OnlineStore):
         config: RepoConfig,
         features: list[str] | FeatureService,
         entity_rows: list[dict[str, Any]] | Mapping[str, Any],
-        registry,
+        registry: BaseRegistry,
         project: str,
         full_feature_names: bool = False,
         include_feature_view_version_metadata: bool = False,
@@ -512,7 +523,16 @@ class SolarisOnlineStore(OnlineStore):
             entities, answers, now_s, full_feature_names=full_feature_names
         )
 
-    def _generic(self, config, features, entity_rows, registry, project, full, metadata):
+    def _generic(
+        self,
+        config: RepoConfig,
+        features: list[str] | FeatureService,
+        entity_rows: Mapping[str, Any],
+        registry: BaseRegistry,
+        project: str,
+        full: bool,
+        metadata: bool,
+    ) -> OnlineResponse:
         """Feast's generic path (per view, through :meth:`online_read`), for the requests
         the fast path does not take. Feast deduplicates entity rows there, so only one
         request time for the whole call can be honoured."""

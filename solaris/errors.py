@@ -46,6 +46,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── StreamEntryError       (ValueError)    solaris.serving.streams: a bad stream entry
     ├── ServingMetricsError    (ValueError)    solaris.serving.metrics: a bad metrics argument
     ├── MetricsPublishError    (RuntimeError)  solaris.serving.metrics: a second publish stream
+    ├── FilterError            (ValueError)    solaris.dashboard.filters: a page's query parameter
     ├── AirflowRunError        (RuntimeError)  solaris.local.airflow: a local DAG run failed
     ├── ServicesError          (RuntimeError)  solaris.local.scheduler: Airflow services, runs
     ├── DagsFolderError        (FileNotFoundError)  solaris.local.demo: no DAGs folder

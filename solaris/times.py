@@ -6,7 +6,9 @@ or ISO 8601 with a zone (or an aware ``datetime``), in ``[0, MAX_EPOCH_S)`` (197
 what the online store records). Everything else is a :class:`TimeInputError` whose message
 says what was wrong; the caller names where the time came from. A naive ISO time is refused
 rather than read in the local zone of whichever machine parses it; so are NaN, infinities,
-booleans, fractions of a second and times in milliseconds.
+booleans, fractions of a second and times in milliseconds. The one exception is asked for by
+name: ``assume_utc=True`` reads a naive time (or a bare date) as UTC, for a form that says its
+times are UTC (the SOLARIS page's ``from``/``to``: a browser's ``datetime-local`` has no zone).
 
 Times inside the system (a request's ``now``, a table's ``ts``) are already epoch seconds
 and are checked by :func:`solaris.store.contract.epoch_seconds`'s rule.
@@ -33,8 +35,9 @@ class TimeInputError(SolarisError, ValueError):
     """A time that is not whole epoch seconds or ISO 8601 with a zone, or out of range."""
 
 
-def epoch_of(value: object) -> int:
-    """``value`` in whole epoch seconds (see the module docstring).
+def epoch_of(value: object, *, assume_utc: bool = False) -> int:
+    """``value`` in whole epoch seconds (see the module docstring); with ``assume_utc``, a
+    naive time is read as UTC instead of refused.
 
     Raises:
         TimeInputError: saying what is wrong with ``value`` (not where it came from).
@@ -61,6 +64,8 @@ def epoch_of(value: object) -> int:
             raise TimeInputError(f"{shown(value)} is not whole epoch seconds")
         seconds = int(number)
     elif isinstance(value, datetime):  # pendulum's DateTime (Airflow's) is one too
+        if value.utcoffset() is None and assume_utc:
+            value = value.replace(tzinfo=UTC)
         if value.utcoffset() is None:
             raise TimeInputError(
                 f"{value} has no time zone (it would be read in the local zone of whichever "

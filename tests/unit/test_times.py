@@ -53,3 +53,20 @@ def test_a_time_that_breaks_the_rule_is_an_error_saying_why(value: object, said:
         epoch_of(value)
     assert isinstance(refused.value, SolarisError) and isinstance(refused.value, ValueError)
     assert len(str(refused.value)) < 200  # a long input is shortened, not echoed whole
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2023-11-14T22:13:20", T),  # naive: read as UTC
+        ("2023-11-14", T - (22 * 3600 + 13 * 60 + 20)),  # a bare date: its midnight, UTC
+        ("2023-11-14T23:13:20+01:00", T),  # a zone still counts
+        (str(T), T),
+    ],
+)
+def test_assume_utc_reads_a_naive_time_as_utc_and_nothing_else_changes(
+    value: str, expected: int
+) -> None:
+    assert epoch_of(value, assume_utc=True) == expected
+    with pytest.raises(TimeInputError, match="outside"):
+        epoch_of("1969-12-31T23:59", assume_utc=True)

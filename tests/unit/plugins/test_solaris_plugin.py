@@ -22,7 +22,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from solaris.dashboard import charts, formatting
+from solaris.dashboard import charts, tables
+from solaris.dashboard.records import load_runs, namespaces_of
 from solaris.namespace import Namespace
 from solaris.orchestration.layout import CycleLayout, Interval, write_run_record
 
@@ -284,7 +285,7 @@ def test_a_replay_flag_in_the_records_decides_over_the_name(
             interval.key,
             {**interval.as_dict(), "namespace": namespace, "replay": replay},
         )
-    infos = {i.name: i.replay for i in plugin.namespaces_of(plugin.load_runs(tmp_path))}
+    infos = {i.name: i.replay for i in namespaces_of(load_runs(tmp_path), live="live")}
     assert infos == {"live": True, "shadow": False}
     assert "namespace <strong>shadow</strong>" in _client(plugin, tmp_path).get("/").text
 
@@ -536,34 +537,11 @@ def test_the_module_app_reads_the_state_uri_when_the_state_is_in_a_bucket(
     assert {"solaris_candidates", "solaris_embeddings"} <= set(body["dags"])
 
 
-# -- the chart helper and the formatters ------------------------------------------------------
-
-
-def test_nice_ticks_cover_the_range_with_round_steps(plugin: ModuleType) -> None:
-    assert charts.nice_ticks(0, 100) == [0, 25, 50, 75, 100]
-    assert charts.nice_ticks(0, 7) == [0, 2, 4, 6, 8]
-    assert charts.nice_ticks(0, 0) == [0, 0.25, 0.5, 0.75, 1.0]
-    ticks = charts.nice_ticks(-3, 1234)
-    assert ticks[0] <= -3 and ticks[-1] >= 1234 and len(ticks) <= 7
-
-
-def test_svg_chart_draws_points_bars_and_escapes_names(plugin: ModuleType) -> None:
-    points = ((T0, 1.0), (T0 + 3600, 3.0))
-    line = charts.svg_chart(
-        charts.Chart("A <b>", (charts.Series("x&y", points),), str), (T0, T0 + 3600)
-    )
-    assert '<title id="chart-a-b-title">A &lt;b&gt;</title>' in line
-    assert line.count("<circle") == 2 and '<path d="M' in line and "x&amp;y: 3.0 at" in line
-    bars = charts.svg_chart(
-        charts.Chart("B", (charts.Series("n", points),), str, kind="bar"), (T0, T0 + 3600)
-    )
-    assert bars.count("<rect") == 1 + 2 and "<circle" not in bars
-    empty = charts.svg_chart(charts.Chart("C", (charts.Series("n", ()),), str), (0, 0))
-    assert "no data for this selection" in empty and '<title id="chart-c-title">C</title>' in empty
+# -- the page's bounds --------------------------------------------------------------------
 
 
 def test_a_long_range_keeps_the_page_bounded(plugin: ModuleType, tmp_path: Path) -> None:
-    n = plugin.MAX_TABLE_ROWS + 5
+    n = tables.MAX_TABLE_ROWS + 5
     layout = _layout(tmp_path)
     for k in range(n):
         interval = Interval(T0 + k * 900, T0 + (k + 1) * 900)
@@ -572,33 +550,12 @@ def test_a_long_range_keeps_the_page_bounded(plugin: ModuleType, tmp_path: Path)
         )
     page = _client(plugin, tmp_path).get("/").text
     table = page[page.index('<section class="dag"') :]
-    assert table.count("<tr>") == 1 + plugin.MAX_TABLE_ROWS  # the header and the newest runs
-    assert f"{n} run(s)" in table and f"the newest {plugin.MAX_TABLE_ROWS} shown" in table
+    assert table.count("<tr>") == 1 + tables.MAX_TABLE_ROWS  # the header and the newest runs
+    assert f"{n} run(s)" in table and f"the newest {tables.MAX_TABLE_ROWS} shown" in table
     assert _chart(page, "Selected vs candidates").count("<circle") == n  # the plot has all
     many = tuple((T0 + k * 60, float(k)) for k in range(charts.MAX_MARKERS + 1))
     line = charts.svg_chart(charts.Chart("D", (charts.Series("n", many),), str), (T0, T0 + 1))
     assert "<circle" not in line and '<path d="M' in line
-
-
-@pytest.mark.parametrize(
-    ("key", "value", "shown"),
-    [
-        ("freshness_s", 10_471.6 * 86_400, "10,471.6 d"),
-        ("seconds", 4.25, "4.2 s"),
-        ("fetch_p99_ms", 250.4, "250 ms"),
-        ("computed_at", T0, "1997-11-20 00:00"),
-        ("pair_share", 0.25, "25.0%"),
-        ("rows", 1234567, "1,234,567"),
-        ("val_logloss", 0.512345, "0.512"),
-        ("published", False, "no"),
-        ("verifier", "vm-3", "vm-3"),
-        ("anything", None, "–"),
-    ],
-)
-def test_figures_are_formatted_by_what_their_key_says(
-    plugin: ModuleType, key: str, value: Any, shown: str
-) -> None:
-    assert formatting.fmt_figure(key, value) == shown
 
 
 # -- the plugin -------------------------------------------------------------------------------
@@ -632,40 +589,6 @@ def test_importing_the_plugin_stays_light() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
-
-
-def test_coverage_leaves_out_unlabelled_intervals_and_plots_servings_shares_where_none_is(
-    plugin: ModuleType,
-) -> None:
-    """The drill's chart: an interval with no labelled impression plotted "any tier 100%";
-    the live namespace, which labels nothing, plotted no coverage though serving knows it."""
-    share = {"pair": 0.25, "nbr": 0.125, "uagg": 0.0, "iagg": 0.5, "none": 0.125}
-    labelled = {"interval_end": T0, "coverage": {"pair": 0.5, "any": 0.9}, "labelled": 10}
-    quiet = {"interval_end": T0 + 900, "coverage": None, "labelled": 0}
-    [coverage, *_] = plugin.build_charts({"solaris_candidates": [labelled, quiet]})
-    assert dict(coverage.series[0].points) == {T0: 50.0}  # the quiet interval: no point
-
-    live = [{"interval_end": T0 + 900 * k, "serving": {"main_tier_share": share}} for k in (1, 2)]
-    [coverage, *_] = plugin.build_charts({"solaris_candidates": live})
-    by_name = {s.name: s.points for s in coverage.series}
-    assert by_name["pair (served rows, main slot)"] == ((T0 + 900, 25.0), (T0 + 1800, 25.0))
-    assert by_name["iagg (served rows, main slot)"][0] == (T0 + 900, 50.0)
-
-
-def test_the_near_line_figures_of_the_candidates_runs_are_plotted(plugin: ModuleType) -> None:
-    runs = [
-        {"interval_end": T0, "nearline": {"pairs_per_s": 3954.0, "lag_p95_s": 1.1, "backlog": 0}},
-        {"interval_end": T0 + 900, "nearline": None},  # no embedder published: no point
-    ]
-    (chart,) = [
-        c for c in plugin.build_charts({"solaris_candidates": runs}) if "Near-line" in c.title
-    ]
-    points = {s.name: s.points for s in chart.series}
-    assert points == {
-        "pairs/s": ((T0, 3954.0),),
-        "lag p95 (s)": ((T0, 1.1),),
-        "backlog (entries)": ((T0, 0.0),),
-    }
 
 
 def test_the_page_takes_its_settings_from_solaris_config_as_the_tasks_do(

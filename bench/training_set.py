@@ -1,6 +1,6 @@
 """Training sets: one ``build_training_set`` call against the chunked ``solaris training-set``.
 
-Run: ``.venv/bin/python -m bench.training_set`` (about 5 minutes on 2 cores; ``--quick``: 2,000
+Run: ``.venv/bin/python -m bench.training_set`` (about 8 minutes on 2 cores; ``--quick``: 2,000
 and 4,000 impressions, under a minute). Everything lives in a temporary copy of
 ``feature_repo/`` (file registry, offline parquet) under a Feast project of its own; no Redis
 is read.
@@ -364,7 +364,7 @@ def _commit() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.training_set", description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000])
-    parser.add_argument("--pairs", type=int, default=100_000, help="offline pair rows")
+    parser.add_argument("--pairs", type=int, default=50_000, help="offline pair rows")
     parser.add_argument("--days", type=int, default=3, help="days of offline rows")
     parser.add_argument("--chunk-rows", type=int, default=5_000)
     parser.add_argument("--seed", type=int, default=0)
@@ -384,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.variant = args.child
         return child(args)
     if args.quick:
-        args.sizes, args.pairs = [2_000, 4_000], 50_000
+        args.sizes, args.pairs = [2_000, 4_000], 20_000
 
     results: dict[int, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_training_set_") as tmp:

@@ -41,7 +41,11 @@ def conf_params() -> dict[str, Any]:
 
     from solaris.namespace import NAME_PATTERN
 
-    uri = {"type": ["null", "string"], "minLength": 1, "maxLength": 4096}
+    def uri(description: str) -> Param:
+        return Param(
+            None, type=["null", "string"], minLength=1, maxLength=4096, description=description
+        )
+
     return {
         "namespace": Param(
             None,
@@ -49,10 +53,8 @@ def conf_params() -> dict[str, Any]:
             pattern=NAME_PATTERN,
             description="the namespace whose features are read; default: the settings'",
         ),
-        "impressions": Param(
-            None, **uri, description="parquet file or folder: user_id, item_id, ts (required)"
-        ),
-        "out": Param(None, **uri, description="folder or URL prefix to write to (required)"),
+        "impressions": uri("parquet file or folder: user_id, item_id, ts (required)"),
+        "out": uri("folder or URL prefix to write to (required)"),
         "fm_version": Param(
             None,
             type=["null", "string"],

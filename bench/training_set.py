@@ -1,9 +1,9 @@
 """Training sets: one ``build_training_set`` call against the chunked ``solaris training-set``.
 
-Run: ``.venv/bin/python -m bench.training_set`` (about 8 minutes on 2 cores; ``--quick``: 2,000
-and 4,000 impressions, under a minute). Everything lives in a temporary copy of
-``feature_repo/`` (file registry, offline parquet) under a Feast project of its own; no Redis
-is read.
+Run: ``.venv/bin/python -m bench.training_set`` (6 CPU minutes; 15 minutes of wall time on a
+busy 2-core machine; ``--quick``: 2,000 and 4,000 impressions, about 2 minutes). Everything
+lives in a temporary copy of ``feature_repo/`` (file registry, offline parquet) under a Feast
+project of its own; no Redis is read.
 
 It writes seeded synthetic offline rows of the four serving views over ``--days`` (3) days,
 date-partitioned as :mod:`solaris.pipeline.materialize` lays them out (``--pairs`` pair rows,

@@ -3,10 +3,13 @@
 :func:`write_training_set` reads a table of impressions (a parquet file or folder, local or
 any fsspec URL), sorts it by time, and builds the point-in-time training rows of
 :func:`~solaris.serving.training_set.build_training_set` for one chunk of at most
-``chunk_rows`` impressions at a time: each chunk's join asks Feast for a narrow window of
-time, and the working memory is the chunk's, not the input's. The rows of an impression do
-not depend on which other impressions share its call, so the result equals one
-``build_training_set`` call on all of them (a test compares them byte for byte).
+``chunk_rows`` impressions at a time: what grows with the impressions (entity frames, joined
+answers, assembled features) is bounded by the chunk; the input table itself is held in
+Arrow form (a few dozen bytes a row). Feast's ``file`` offline store still reads each view's
+files whole on every call, so every chunk pays that again (``bench/training_set.py``): keep
+chunks large. The rows of an impression do not depend on which other impressions share its
+call, so the result equals one ``build_training_set`` call on all of them (a test compares
+them byte for byte).
 
 Output, at ``out`` (a folder or a URL prefix)::
 

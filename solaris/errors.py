@@ -40,6 +40,7 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── LocalRedisError        (RuntimeError)  solaris.store.local_redis: no local Redis
     ├── FetchArgumentError     (ValueError)    solaris.serving.client: bad fetch arguments
     ├── TierInputError         (ValueError)    solaris.serving.tiers: bad tier-assembly input
+    ├── TrainingSetError       (ValueError)    solaris.serving.training_export: an out refused
     ├── RequestError           (ValueError)    solaris.serving.http: a request refused (400)
     │   └── UnsupportedMediaType                solaris.serving.http: a body's media type (415)
     ├── StreamError            (RuntimeError)  solaris.serving.streams: a stream key of another type

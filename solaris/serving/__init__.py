@@ -2,6 +2,7 @@
 
 from solaris.serving.client import SolarisFeatures, current_fm_version
 from solaris.serving.tiers import TIERS, TierFeatures, assemble_tiers
+from solaris.serving.training_export import read_training_set, write_training_set
 from solaris.serving.training_set import build_training_set
 
 __all__ = [
@@ -11,4 +12,6 @@ __all__ = [
     "assemble_tiers",
     "build_training_set",
     "current_fm_version",
+    "read_training_set",
+    "write_training_set",
 ]

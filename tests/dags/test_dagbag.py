@@ -20,6 +20,7 @@ DAG_IDS = {
     "solaris_clustering",
     "solaris_training",
     "solaris_maintenance",
+    "solaris_training_set",
 }
 
 # Parses dags/ in a fresh interpreter and reports what the parse cost and pulled in.
@@ -62,7 +63,7 @@ def parsed(tmp_path: Path) -> dict:
     return result
 
 
-def test_dag_files_import_without_errors_and_define_the_six_dags(parsed: dict) -> None:
+def test_dag_files_import_without_errors_and_define_the_seven_dags(parsed: dict) -> None:
     assert parsed["errors"] == {}
     assert set(parsed["dag_ids"]) == DAG_IDS
 
@@ -170,6 +171,35 @@ def test_maintenance_runs_on_its_cron_one_run_at_a_time_with_three_independent_t
     # One failing (the metadata DB unreachable) does not keep the others from their part.
     assert all(not t.upstream_task_ids and not t.outlets for t in dag.tasks)
     assert set(dag.params) == {"namespace", "replay", "interval_start", "interval_end", "intervals"}
+
+
+def test_training_set_runs_on_demand_with_one_task_and_its_own_conf(dags) -> None:
+    dag = dags["solaris_training_set"]
+    assert type(dag.timetable).__name__ == "NullTimetable"  # manual runs only
+    assert not dag.catchup and "solaris" in dag.tags
+    assert [t.task_id for t in dag.tasks] == ["write_training_set"]
+    assert not dag.tasks[0].outlets
+    assert set(dag.params) == {
+        "namespace",
+        "impressions",
+        "out",
+        "fm_version",
+        "chunk_rows",
+        "overwrite",
+    }
+    # A conf of the wrong shape is refused when the run is created.
+    import copy
+
+    def checked(conf: dict) -> dict:
+        params = copy.deepcopy(dag.params)
+        params.update(conf)
+        return params.validate()
+
+    good = {"impressions": "s3://b/imp/", "out": "s3://b/train/", "chunk_rows": 7}
+    assert checked(good)["chunk_rows"] == 7
+    for bad in ({"chunk_rows": 0}, {"overwrite": "yes"}, {"namespace": "Not A Name"}):
+        with pytest.raises(Exception, match=next(iter(bad))):
+            checked(bad)
 
 
 def test_every_task_body_is_one_call_into_solaris() -> None:

@@ -21,6 +21,8 @@ SURFACE = {
         "assemble_tiers",
         "build_training_set",
         "current_fm_version",
+        "read_training_set",
+        "write_training_set",
     ],
     "solaris.adapters": [
         "IMPORT_PATH",

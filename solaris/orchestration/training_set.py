@@ -1,4 +1,4 @@
-"""The training-set DAG (``solaris_training_set``): one manual run writes one training set.
+"""The training-set DAG's task (``solaris_training_set``): one manual run writes one training set.
 
 Its task, :func:`write_task`, reads the run's conf and calls
 :func:`solaris.serving.training_export.write_training_set`, as ``solaris training-set``

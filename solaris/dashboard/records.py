@@ -16,6 +16,7 @@ from solaris.dashboard.filters import Filters
 from solaris.dashboard.formatting import as_number
 from solaris.files import StatePath
 from solaris.orchestration.layout import INTERVAL_END, read_all_run_records
+from solaris.store.contract import MAX_EPOCH_S
 
 __all__ = [
     "SERVING_FIGURES",
@@ -86,13 +87,15 @@ _KEY_START = re.compile(r"^(\d+)")
 
 def record_time(record: Mapping[str, Any]) -> int | None:
     """When a run happened, for plots and the time filter: its interval end (every task
-    records one), else the time its key names."""
+    records one), else the time its key names; None when neither is a time the cycle can
+    record (``[0, MAX_EPOCH_S)``: a record claiming 1e300 is left out of the plots, not a
+    500)."""
     end = as_number(record.get(INTERVAL_END))
-    if end is not None:
-        return int(end)
-    key = str(record.get("key", ""))
-    match = _KEY_END.fullmatch(key) or _KEY_START.match(key)
-    return int(match[1]) if match else None
+    if end is None:
+        key = str(record.get("key", ""))
+        match = _KEY_END.fullmatch(key) or _KEY_START.match(key)
+        end = int(match[1]) if match else None
+    return int(end) if end is not None and 0 <= end < MAX_EPOCH_S else None
 
 
 def nested(record: Mapping[str, Any], key: str, sub: str) -> Any:

@@ -46,6 +46,12 @@ def test_record_time_is_the_interval_end_else_the_key() -> None:
     assert record_time({"interval_end": T0}) == T0
     assert record_time({"key": f"{T0 - 3600:011d}-{T0:011d}"}) == T0
     assert record_time({"key": f"{T0:011d}"}) == T0
+
+
+def test_a_record_time_the_cycle_cannot_record_is_no_time() -> None:
+    assert record_time({"interval_end": 1e300}) is None  # plotted, it overflowed the ticks
+    assert record_time({"interval_end": -1}) is None
+    assert record_time({"key": f"{10**10:011d}"}) is None
     assert record_time({"interval_end": "yesterday", "key": "k"}) is None
     assert nested({"serving": {"failures": 3}}, "serving", "failures") == 3
     assert nested({"serving": [1]}, "serving", "failures") is None

@@ -143,3 +143,19 @@ def test_every_product_module_imports_with_the_examples_blocked() -> None:
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_no_orchestration_module_imports_airflow_when_imported_but_the_executors() -> None:
+    """The task bodies run without a scheduler; only ``warm`` (executors Airflow loads,
+    subclassing its own) imports Airflow at module level."""
+    offenders = []
+    for name, path in MODULES.items():
+        if not name.startswith("solaris.orchestration") or name.endswith(".warm"):
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                module = node.module if isinstance(node, ast.ImportFrom) else None
+                if any(n.split(".")[0] == "airflow" for n in [*names, module or ""]):
+                    offenders.append(f"{name}: {ast.unparse(node)}")
+    assert not offenders, offenders

@@ -22,9 +22,12 @@ import re
 from datetime import UTC, datetime
 
 from solaris.errors import SolarisError, shown
-from solaris.store.contract import MAX_EPOCH_S
 
-__all__ = ["TimeInputError", "epoch_of", "iso_utc"]
+__all__ = ["MAX_EPOCH_S", "TimeInputError", "epoch_of", "iso_utc"]
+
+MAX_EPOCH_S = 10**10
+"""Upper bound (exclusive) of an epoch-seconds time anywhere in SOLARIS (year 2286): a larger
+value is milliseconds or garbage, not seconds."""
 
 # ASCII digits only (str.isdigit() also takes '²' and other scripts' digits), and short
 # enough for int() (which refuses over 4,300 digits).

@@ -16,7 +16,7 @@ from solaris.dashboard.filters import Filters
 from solaris.dashboard.formatting import as_number
 from solaris.files import StatePath
 from solaris.orchestration.layout import INTERVAL_END, read_all_run_records
-from solaris.store.contract import MAX_EPOCH_S
+from solaris.times import MAX_EPOCH_S
 
 __all__ = [
     "SERVING_FIGURES",

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from solaris.errors import SolarisError
 from solaris.files import ArgumentTypeError, StatePath, arrow_source, atomic_write, state_path
-from solaris.store.contract import MAX_EPOCH_S
+from solaris.times import MAX_EPOCH_S
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,7 +15,7 @@ from solaris.orchestration.enrichment import (
     rebuild_user_neighbours,
 )
 from solaris.orchestration.runs import Params, task_run
-from solaris.store.contract import MAX_EPOCH_S
+from solaris.times import MAX_EPOCH_S
 
 __all__ = ["DAG_ID", "cluster_users", "enrichment_published"]
 

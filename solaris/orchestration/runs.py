@@ -59,8 +59,7 @@ from solaris.orchestration.resources import (
     check_partition_count,
     refuse_live,
 )
-from solaris.store.contract import MAX_EPOCH_S
-from solaris.times import TimeInputError, epoch_of
+from solaris.times import MAX_EPOCH_S, TimeInputError, epoch_of
 
 __all__ = [
     "ASSETS",

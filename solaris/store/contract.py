@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from solaris.errors import SolarisError
+from solaris.times import MAX_EPOCH_S  # the store records times in this range
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
@@ -79,10 +80,6 @@ __all__ = [
 
 LAYOUT_VERSION = 1
 """Version of the Redis layout (docs/online_store_format.md); carried in every view's tags."""
-
-MAX_EPOCH_S = 10**10
-"""Upper bound (exclusive) of an epoch-seconds time anywhere in SOLARIS (year 2286): a larger
-value is milliseconds or garbage, not seconds."""
 
 # Join keys, the offline event-time column and the request-time entity column.
 USER_ID = "user_id"

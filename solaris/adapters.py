@@ -259,8 +259,7 @@ def traffic_requests(cfg: SolarisConfig, start: int, end: int) -> pd.DataFrame:
     and the columns, not a ``KeyError`` deep in a task."""
     import pandas as pd
 
-    from solaris.serving.request_log import REQUEST_ID, SCORE
-    from solaris.store.contract import ITEM_ID, USER_ID
+    from solaris.store.contract import ITEM_ID, REQUEST_ID, SCORE, USER_ID
 
     frame = traffic_source(cfg).requests(start, end)
     where = f"requests.source: {cfg.requests.source!r}"

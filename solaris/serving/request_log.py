@@ -56,7 +56,14 @@ from solaris.serving.streams import (
     stream_error,
     warn_skipped,
 )
-from solaris.store.contract import ITEM_ID, MAX_EPOCH_S, USER_ID, epoch_seconds
+from solaris.store.contract import (
+    ITEM_ID,
+    MAX_EPOCH_S,
+    REQUEST_ID,
+    SCORE,
+    USER_ID,
+    epoch_seconds,
+)
 
 __all__ = [
     "NEARLINE",
@@ -70,8 +77,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REQUEST_ID = "request_id"
-SCORE = "score"
 NEARLINE = "nearline"  # the row's pair went to the embed stream as it was logged
 
 _INT_COLUMNS = (REQUEST_ID, USER_ID, ITEM_ID, "ts")

@@ -51,7 +51,9 @@ __all__ = [
     "NBR_SIMS",
     "N_NBRS",
     "PAIR",
+    "REQUEST_ID",
     "REQUEST_TS",
+    "SCORE",
     "SERVING_VIEWS",
     "SIMILARITY",
     "SRC_USER",
@@ -88,6 +90,9 @@ EVENT_TS = "event_ts"
 REQUEST_TS = "request_ts"
 """Optional column of ``entity_rows`` in ``get_online_features``: the request time in epoch
 seconds, against which freshness is judged (default: the wall clock)."""
+# The request log's own columns (serving logs them; the cycle and the adapters read them).
+REQUEST_ID = "request_id"
+SCORE = "score"
 
 # Feature names.
 Z = "z"

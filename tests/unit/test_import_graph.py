@@ -93,6 +93,11 @@ FORBIDDEN = {
     # The SOLARIS page's logic runs in the Airflow api-server: it reads run records (through
     # orchestration.layout) and nothing that computes or serves them.
     "dashboard": {"serving", "pipeline", "evaluation", "models", "local", "cli"},
+    # The user's adapters are loaded by every layer that computes: they stand below them.
+    "adapters": {"serving", "pipeline", "orchestration", "evaluation", "local", "dashboard", "cli"},
+    # The one time rule: below everything but the error tree.
+    "times": {"store", "data", "serving", "pipeline", "models", "orchestration", "evaluation"}
+    | {"local", "dashboard", "cli", "config", "adapters"},
 }
 # The product imports no example (the CLI gets the example's commands by an entry point).
 EXAMPLE_IMPORTS_ALLOWED: set[str] = set()

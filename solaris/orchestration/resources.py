@@ -35,6 +35,7 @@ __all__ = [
     "feature_store",
     "live_state",
     "mapped_task_budget",
+    "parquet_rows",
     "read_parquet",
     "refuse_live",
     "reset_namespace",
@@ -289,7 +290,7 @@ def parquet_rows(path: StatePath) -> int:
     try:
         if filesystem is None:
             return int(pq.read_metadata(where).num_rows)
-        with filesystem.open_input_file(where) as fh:
+        with filesystem.open(where, "rb") as fh:  # fsspec: the footer by ranged reads
             return int(pq.read_metadata(fh).num_rows)
     except Exception as exc:
         raise CycleInputError(f"cannot read the cycle file {path}: {exc}") from exc

@@ -37,10 +37,8 @@ __all__ = [
     "REQUESTS_SCHEMA",
     "REQUEST_LOG_SCHEMA",
     "SchemaError",
-    "fill_codes_schema",
     "pair_codes",
     "pair_embeddings_schema",
-    "read_fill_codes",
     "read_table",
     "request_log_frame",
     "validate",
@@ -48,7 +46,6 @@ __all__ = [
     "validate_pair_embeddings",
     "validate_request_log",
     "validate_requests",
-    "write_fill_codes",
     "write_table",
 ]
 
@@ -642,97 +639,3 @@ def pair_codes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     z = table["z"].combine_chunks().flatten().to_numpy().reshape(-1, d)
     computed_at = table["computed_at"].cast(pa.int64()).to_numpy() // 1_000_000
     return np.asarray(z, dtype=np.float32), computed_at
-
-
-def fill_codes_schema(z_dim: int) -> pa.Schema:
-    """One partition's codes for the neighbour fill (:func:`write_fill_codes`): pairs sorted
-    by ``(user_id, item_id)``, each once, with their float16 code."""
-    return pa.schema(
-        [
-            pa.field("user_id", pa.int64(), nullable=False),
-            pa.field("item_id", pa.int64(), nullable=False),
-            pa.field("z", pa.list_(pa.float16(), z_dim), nullable=False),
-        ]
-    )
-
-
-def write_fill_codes(
-    path: str | StatePath, users: np.ndarray, items: np.ndarray, z16: np.ndarray
-) -> StatePath:
-    """``users [n]`` (ascending), ``items [n]`` and ``z16 [n, d]`` float16 as one Arrow IPC
-    file (uncompressed, one record batch), atomically.
-
-    Why Arrow IPC and not parquet: every partition's neighbour fill reads every partition's
-    file, but only the rows of its users' neighbours. An uncompressed IPC file is memory-
-    mapped: opening it reads nothing, a binary search in ``user_id`` touches a few pages,
-    and the codes of the matches are gathered from the mapping. Parquet would be decoded
-    whole by each reader."""
-    z16 = np.ascontiguousarray(z16, dtype=np.float16)
-    if z16.ndim != 2 or not (len(users) == len(items) == len(z16)):
-        raise SchemaError(str(path), None, "fill codes: users, items and z16 [n, d] differ in length")
-    d = z16.shape[1]
-    z = pa.FixedSizeListArray.from_arrays(pa.array(z16.reshape(-1)), d)
-    table = pa.Table.from_arrays(
-        [pa.array(users, pa.int64()), pa.array(items, pa.int64()), z],
-        schema=fill_codes_schema(d),
-    )
-
-    def write(fh) -> None:
-        with pa.ipc.new_file(fh, table.schema) as writer:
-            writer.write_table(table, max_chunksize=max(len(table), 1))
-
-    return atomic_write(state_path(path), write)
-
-
-def read_fill_codes(
-    path: str | StatePath, *, z_dim: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(users [n] int64, items [n] int64, z16 [n, z_dim] float16)`` of a file
-    :func:`write_fill_codes` wrote: memory-mapped on a local filesystem (nothing is read
-    until used), read whole from object storage. A missing file, another schema or
-    unsorted users raise :class:`SchemaError` naming the file."""
-    single = state_path(path)
-    source = str(single)
-    if not single.exists():
-        raise SchemaError(
-            source,
-            None,
-            "no fill codes: no such file (the enrichment's "
-            "aggregates write them for the interval before the fill reads them)",
-        )
-    where, filesystem = arrow_source(single)
-    try:
-        if filesystem is None:
-            reader = pa.ipc.open_file(pa.memory_map(where))
-        else:
-            with filesystem.open(where, "rb") as fh:
-                reader = pa.ipc.open_file(pa.py_buffer(fh.read()))
-        # The writer makes one record batch: its columns are views of the mapping. A table
-        # of several would be combined, which copies (1 ms a file of 100,000 codes, and
-        # every partition's fill opens every file).
-        if reader.num_record_batches == 1:
-            table = pa.Table.from_batches([reader.get_batch(0)])
-        else:
-            table = reader.read_all().combine_chunks()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise SchemaError(source, None, f"cannot read fill codes: {exc}") from exc
-    expected = fill_codes_schema(z_dim)
-    if not table.schema.equals(expected):
-
-        def columns(schema: pa.Schema) -> str:
-            return ", ".join(f"{f.name}: {f.type}" for f in schema)
-
-        raise SchemaError(
-            source,
-            None,
-            f"fill codes have ({columns(table.schema)}), expected ({columns(expected)})",
-        )
-    if table.num_rows == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, z_dim), np.float16)
-    users = table.column("user_id").chunk(0).to_numpy()
-    items = table.column("item_id").chunk(0).to_numpy()
-    z = table.column("z").chunk(0).flatten().to_numpy().reshape(-1, z_dim)
-    if len(users) > 1 and (users[1:] < users[:-1]).any():
-        row = int(np.argmax(users[1:] < users[:-1])) + 1
-        raise SchemaError(source, "user_id", f"not sorted: row {row} is below the row before")
-    return users, items, z

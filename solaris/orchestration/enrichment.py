@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
@@ -313,7 +313,7 @@ def aggregate_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[in
     codes fresh for the neighbour fill, sorted by user
     (``fill_codes/<as_of>/<partition>.arrow``, looked up by every partition's
     :func:`fill_partitions`). Returns the figures the reduction records."""
-    from solaris.data.schemas import write_fill_codes
+    from solaris.data.fill_codes import write_fill_codes
     from solaris.files import atomic_write_parquet
     from solaris.orchestration.window_state import partition_windows, published_markers
 
@@ -424,7 +424,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {line}"
 
 
-def _require_files(as_of: int, task: str, files: Iterable[tuple[StatePath, str]]) -> None:
+def _require_files(
+    as_of: int,
+    task: str,
+    files: Iterable[tuple[StatePath, str]],
+    problem: Callable[[StatePath], str | None] | None = None,
+) -> None:
     """Every ``(path, remedy)`` of ``files`` is there and opens, from its footer or header
     only (:func:`~solaris.files.state_file_problem`): checked before ``task`` writes
     anything, so a lost or torn file never stops it half done.
@@ -434,13 +439,14 @@ def _require_files(as_of: int, task: str, files: Iterable[tuple[StatePath, str]]
             file's ``remedy``, and how many more are bad."""
     from solaris.files import state_file_problem
 
-    bad = [(p, problem, fix) for p, fix in files if (problem := state_file_problem(p))]
+    check = state_file_problem if problem is None else problem
+    bad = [(p, trouble, fix) for p, fix in files if (trouble := check(p))]
     if not bad:
         return
-    path, problem, remedy = bad[0]
+    path, trouble, remedy = bad[0]
     more = f" ({len(bad) - 1} more of its files are missing or unreadable)" if len(bad) > 1 else ""
     raise CycleInputError(
-        f"interval end {as_of}: {task} needs {path}, which is {problem}{more}. {remedy}; "
+        f"interval end {as_of}: {task} needs {path}, which is {trouble}{more}. {remedy}; "
         "nothing was written"
     )
 
@@ -569,13 +575,18 @@ def _built_at(layout: CycleLayout, as_of: int) -> int:
 
 
 def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict:
-    """For each partition in turn: its users' ``unn`` rows from the neighbour index built as
-    of ``as_of`` (or, with ``neighbours_every_interval`` off, the clustering DAG's newest
-    table), then ``nbr`` for the partition's candidates of the last TTL that the verifier
-    did not select, from their neighbours' fresh codes (any partition's, looked up in every
-    partition's fill codes by :func:`lookup_fill`: a task holds its targets' sums and one
-    block of matches).
-    Writes the partition's keys only. Returns the figures :func:`record_neighbours` sums."""
+    """The partitions' ``unn`` rows from the neighbour index built as of ``as_of`` (or, with
+    ``neighbours_every_interval`` off, the clustering DAG's newest table), then ``nbr`` for
+    their candidates of the last TTL that the verifier did not select, from their
+    neighbours' fresh codes (any partition's, looked up in every partition's fill codes by
+    :func:`lookup_fill`).
+
+    Every read comes first: the inputs' headers (:func:`_check_fill_inputs`), each
+    partition's neighbour lists and targets, then one lookup for the targets of all the
+    task's partitions, which opens each partition's fill codes once (on object storage a
+    task's requests are a few per partition, not a few per partition per partition of the
+    task). Then each partition's rows are written under its keys only. Returns the figures
+    :func:`record_neighbours` sums."""
     import numpy as np
     import pandas as pd
 
@@ -589,27 +600,26 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
     partitions = list(partitions)
     index = table = None
     built_at = as_of
+    fill_rows: dict[int, int] = {}
     if cfg.cycle.neighbours_every_interval:
         built_at = _built_at(layout, as_of)
-        _check_fill_inputs(cfg, layout, as_of, partitions, built_at)
+        fill_rows = _check_fill_inputs(cfg, layout, as_of, partitions, built_at)
         index = _read_index(layout.neighbour_index(as_of), as_of)
     elif (newest := layout.latest_neighbours(as_of)) is not None:
         table = read_parquet(newest)
-        _check_fill_inputs(cfg, layout, as_of, partitions, None)
+        fill_rows = _check_fill_inputs(cfg, layout, as_of, partitions, None)
     if index is not None:
         user_parts = parts.of(index.user_ids)  # once: every partition below picks its own
     elif table is not None:
         user_parts = parts.of(table["user_id"].to_numpy(np.int64))
-    done: list[int] = []
     figures = {"nbr_rows": 0, "unn_rows": 0, "codes_read": 0, "targets": 0, "matches": 0}
+    queried_of: dict[int, pd.DataFrame] = {}
+    targets_of: list[pd.DataFrame] = []
+    lists_of: list[pd.DataFrame] = []
     for partition in partitions:
-        done.append(partition)
         if index is not None:
             unn, queried = _neighbour_lists(cfg, layout, index, user_parts, partition, built_at)
-            if len(queried):
-                stamped = queried.assign(event_ts=pd.Timestamp(int(as_of), unit="s", tz="UTC"))
-                _materialize(cfg, "unn", stamped, _batch_id(cfg, as_of, partition))
-            figures["unn_rows"] += len(queried)
+            queried_of[partition] = queried
         elif table is not None:
             unn = table[user_parts == partition]
         else:
@@ -617,16 +627,33 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         recent = recent_requests(cfg, as_of, ttl, partition)
         if not (len(recent) and len(unn)):
             continue
-        targets = recent[["user_id", "item_id"]].drop_duplicates(ignore_index=True)
-        rows, folded = lookup_fill(cfg, as_of, targets, unn, version)
-        if len(rows):
-            _materialize(cfg, "nbr", rows, _batch_id(cfg, as_of, partition))
-        figures["nbr_rows"] += len(rows)
-        figures["matches"] += int(rows[N_NBRS].sum()) if len(rows) else 0  # the fill's work
+        targets_of.append(recent[["user_id", "item_id"]].drop_duplicates(ignore_index=True))
+        lists_of.append(unn)
+    rows = None
+    if targets_of:
+        targets = pd.concat(targets_of, ignore_index=True)
+        neighbours = pd.concat(lists_of, ignore_index=True)
+        rows, folded = lookup_fill(cfg, as_of, targets, neighbours, version, fill_rows)
         figures["codes_read"] += folded
         figures["targets"] += len(targets)
+        figures["matches"] += int(rows[N_NBRS].sum()) if len(rows) else 0  # the fill's work
+    of_rows = parts.of(rows["user_id"].to_numpy(np.int64)) if rows is not None else None
+    stamp = pd.Timestamp(int(as_of), unit="s", tz="UTC")
+    for partition in partitions:  # the writes: each partition's keys, its own batch
+        queried = queried_of.get(partition)
+        if queried is not None and len(queried):
+            stamped = queried.assign(event_ts=stamp)
+            _materialize(cfg, "unn", stamped, _batch_id(cfg, as_of, partition))
+            figures["unn_rows"] += len(queried)
+        if of_rows is not None:
+            mine = rows[of_rows == partition]
+            if len(mine):
+                _materialize(
+                    cfg, "nbr", mine.reset_index(drop=True), _batch_id(cfg, as_of, partition)
+                )
+            figures["nbr_rows"] += len(mine)
     return {
-        "partitions_run": [done[0], done[-1]] if done else [],
+        "partitions_run": [partitions[0], partitions[-1]] if partitions else [],
         **figures,
         "seconds": round(time.perf_counter() - began, 3),
     }
@@ -638,17 +665,21 @@ def _check_fill_inputs(
     as_of: int,
     partitions: Sequence[int],
     built_at: int | None,
-) -> None:
+) -> dict[int, int]:
     """What the fill of ``partitions`` reads, checked before its first write (footers and
     headers only): the neighbour index and the partitions' kept neighbour lists (None
     ``built_at``: the clustering DAG's table instead), every partition's fill codes (any
     user's neighbours may be in any partition) and the partitions' request logs of the
     codes' TTL. A partition without kept lists is no error: its users are queried again.
+    Returns the row counts of the fill codes on object storage, read from their headers
+    (one ranged ``GET`` each, which :func:`lookup_fill` then does not repeat); none locally.
 
     Raises:
         CycleInputError: a file is missing or unreadable, naming it; nothing was written."""
+    from solaris.files import is_local
+
     if not partitions:
-        return
+        return {}
     task = f"the neighbour fill of partitions {partitions[0]} to {partitions[-1]}"
     files: list[tuple[StatePath, str]] = []
     if built_at is not None:
@@ -661,12 +692,36 @@ def _check_fill_inputs(
             if path.name in kept:
                 files.append((path, remedy))
     every = range(cfg.cycle.partitions)
-    files += [(layout.fill_codes(as_of, k), _rerun_aggregates_of(k)) for k in every]
+    codes = [(layout.fill_codes(as_of, k), _rerun_aggregates_of(k)) for k in every]
+    remote = {str(path): k for k, (path, _) in enumerate(codes) if not is_local(path)}
+    files += [(path, fix) for path, fix in codes if is_local(path)]
     logs = "Restore it (drained from the request stream: a rerun cannot drain it again)"
     for partition in partitions:
         for path, _ in _request_logs(layout, as_of, _fill_window(cfg), partition):
             files.append((path, f"{logs}, or remove it to fill without its requests"))
-    _require_files(as_of, task, files)
+    rows: dict[int, int] = {}
+    z_dim = cfg.model.z_dim
+
+    def problem(path: StatePath) -> str | None:
+        """A file's problem: a fill codes file on object storage from its header (kept)."""
+        from solaris.data.fill_codes import read_fill_codes_rows
+        from solaris.data.schemas import SchemaError
+        from solaris.files import state_file_problem
+
+        k = remote.get(str(path))
+        if k is None:
+            return state_file_problem(path)
+        try:
+            rows[k] = read_fill_codes_rows(path, z_dim=z_dim)
+        except SchemaError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return "missing"
+            return f"unreadable ({_one_line(exc)})"
+        return None
+
+    files += [codes[k] for k in remote.values()]
+    _require_files(as_of, task, files, problem=problem)
+    return rows
 
 
 def _read_index(path: StatePath, as_of: int) -> Any:
@@ -724,20 +779,25 @@ def lookup_fill(
     targets: pd.DataFrame,
     neighbours: pd.DataFrame,
     fm_version: str,
+    fill_rows: Mapping[int, int] | None = None,
 ) -> tuple[pd.DataFrame, int]:
     """``nbr`` rows of ``targets`` from the codes fresh at ``as_of``, and the number of code
     rows visited: every partition's fill codes (written by :func:`aggregate_partitions` for
-    ``as_of``) folded in turn into a :class:`~solaris.pipeline.neighbors.NeighbourFill`,
-    which visits only the rows of the targets' users and of their neighbours and reads only
-    the codes of the matches. The files are memory-mapped (locally): memory is the targets'
-    sums and one block of matches, and the work is the targets' own, not the window's."""
+    ``as_of``) opened once and folded in turn into a
+    :class:`~solaris.pipeline.neighbors.NeighbourFill`, which visits only the rows of the
+    targets' users and of their neighbours and reads only the codes of the matches. Local
+    files are memory-mapped; on object storage a file's key columns are read, then the
+    codes of its matches by ranges (:func:`~solaris.data.fill_codes.open_fill_codes`;
+    ``fill_rows``: the files' row counts when their headers were read already). Memory is
+    the targets' sums, one file's keys and one block of matches."""
 
-    from solaris.data.schemas import read_fill_codes
+    from solaris.data.fill_codes import open_fill_codes
     from solaris.pipeline.neighbors import CodeIndex, NeighbourFill
     from solaris.store.partitions import Partitioning
 
     layout = CycleLayout(Namespace.of(cfg))
     count = cfg.cycle.partitions
+    known = fill_rows or {}
     fill = NeighbourFill(targets, neighbours, z_dim=cfg.model.z_dim)
     # The users whose codes matter, by partition: each is looked up in its own partition's
     # file only (a search per user, not per user and file), and a file none of them is in
@@ -748,8 +808,8 @@ def lookup_fill(
         if not len(rows):
             continue
         path = layout.fill_codes(as_of, partition)
-        codes = CodeIndex(*read_fill_codes(path, z_dim=cfg.model.z_dim))
-        visited += fill.add_index(codes, near[rows])  # ascending: split keeps row order
+        opened = open_fill_codes(path, z_dim=cfg.model.z_dim, rows=known.get(partition))
+        visited += fill.add_index(CodeIndex(*opened), near[rows])  # split keeps row order
     return fill.rows(as_of=as_of, fm_version=fm_version), visited
 
 

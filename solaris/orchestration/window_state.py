@@ -304,14 +304,14 @@ def _interval_codes(
 
 
 def _read_codes(cfg: SolarisConfig, layout: CycleLayout, end: int, partition: int) -> CodeIndex:
-    from solaris.data.schemas import read_fill_codes
+    from solaris.data.fill_codes import read_fill_codes
     from solaris.pipeline.neighbors import CodeIndex
 
     return CodeIndex(*read_fill_codes(layout.window_codes(end, partition), z_dim=cfg.model.z_dim))
 
 
 def _write_codes(path: StatePath, codes: CodeIndex) -> None:
-    from solaris.data.schemas import write_fill_codes
+    from solaris.data.fill_codes import write_fill_codes
 
     write_fill_codes(path, np.asarray(codes.users), np.asarray(codes.items), codes.z16)
 

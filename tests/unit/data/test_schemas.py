@@ -15,17 +15,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from solaris.data.fill_codes import write_fill_codes
 from solaris.data.schemas import (
     CANDIDATES_SCHEMA,
     REQUESTS_SCHEMA,
     SchemaError,
     pair_embeddings_schema,
-    read_fill_codes,
     read_table,
     validate_candidates,
     validate_pair_embeddings,
     validate_requests,
-    write_fill_codes,
     write_table,
 )
 
@@ -204,57 +203,6 @@ def test_round_trip_pair_embeddings_normalises_z_and_computed_at(tmp_path: Path)
     back = read_table(target, "pair_embeddings", z_dim=Z_DIM, as_of=2)
     assert back.schema.equals(pair_embeddings_schema(Z_DIM))
     assert back.column("computed_at").cast(pa.int64()).to_pylist() == [1_000_000, 2_000_000]
-
-
-def test_fill_codes_round_trip_memory_mapped_and_exact(tmp_path: Path) -> None:
-    users = np.array([1, 1, 4, 9], np.int64)
-    items = np.array([3, 7, 3, 2], np.int64)
-    z16 = np.arange(4 * Z_DIM, dtype=np.float16).reshape(4, Z_DIM) / 7
-    target = tmp_path / "fc" / "00000.arrow"
-    write_fill_codes(target, users, items, z16)
-    back_u, back_i, back_z = read_fill_codes(target, z_dim=Z_DIM)
-    assert back_u.tolist() == users.tolist() and back_i.tolist() == items.tolist()
-    assert back_z.dtype == np.float16 and np.array_equal(back_z, z16)
-    assert not back_z.flags.owndata  # a view of the mapping, not a copy
-    write_fill_codes(target, users[:0], items[:0], z16[:0])
-    assert [a.shape for a in read_fill_codes(target, z_dim=Z_DIM)] == [(0,), (0,), (0, Z_DIM)]
-
-
-def test_fill_codes_written_in_several_batches_read_the_same(tmp_path: Path) -> None:
-    """Another writer's file of several record batches is read as one (combined), with the
-    same arrays as the one-batch file the cycle writes and maps."""
-    users, items = np.array([1, 2, 2, 5], np.int64), np.array([3, 1, 4, 2], np.int64)
-    z16 = np.arange(4 * Z_DIM, dtype=np.float16).reshape(4, Z_DIM)
-    one = write_fill_codes(tmp_path / "one.arrow", users, items, z16)
-    table = pa.ipc.open_file(pa.memory_map(str(one))).read_all()
-    with pa.ipc.new_file(str(tmp_path / "many.arrow"), table.schema) as writer:
-        writer.write_table(table, max_chunksize=1)
-    assert pa.ipc.open_file(str(tmp_path / "many.arrow")).num_record_batches == 4
-    for a, b in zip(
-        read_fill_codes(one, z_dim=Z_DIM),
-        read_fill_codes(tmp_path / "many.arrow", z_dim=Z_DIM),
-        strict=True,
-    ):
-        assert np.array_equal(a, b)
-
-
-def test_fill_codes_refuse_a_missing_file_another_width_and_unsorted_users(
-    tmp_path: Path,
-) -> None:
-    target = tmp_path / "00003.arrow"
-    with pytest.raises(SchemaError, match=r"00003\.arrow.*no such file"):
-        read_fill_codes(target, z_dim=Z_DIM)
-    z16 = np.zeros((3, Z_DIM), np.float16)
-    write_fill_codes(target, np.array([5, 2, 8]), np.array([1, 1, 1]), z16)
-    with pytest.raises(SchemaError, match=r"00003\.arrow.*user_id.*not sorted: row 1"):
-        read_fill_codes(target, z_dim=Z_DIM)
-    with pytest.raises(
-        SchemaError, match=r"00003\.arrow.*halffloat>\[3\]\), expected.*halffloat>\[4\]\)"
-    ):
-        read_fill_codes(target, z_dim=4)
-    target.write_bytes(b"not arrow")
-    with pytest.raises(SchemaError, match=r"00003\.arrow.*cannot read fill codes"):
-        read_fill_codes(target, z_dim=Z_DIM)
 
 
 def test_read_table_accepts_directory_of_parquet_files(tmp_path: Path) -> None:

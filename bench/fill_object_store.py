@@ -37,14 +37,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import platform
 import subprocess
-import threading
 import time
-import uuid
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,40 +53,6 @@ AS_OF = 1_700_000_100
 FM_VERSION = "bench-fm-1"
 BEGIN, END = "<!-- bench.fill_object_store: begin -->", "<!-- bench.fill_object_store: end -->"
 WAYS = ("per partition, whole files", "per task, ranged")
-
-
-class _Counting:
-    """A WSGI layer that counts requests by method and response body bytes."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.lock = threading.Lock()
-        self.methods: Counter[str] = Counter()
-        self.bytes = 0
-
-    def reset(self) -> None:
-        with self.lock:
-            self.methods.clear()
-            self.bytes = 0
-
-    def __call__(self, environ: dict, start_response: Any) -> Any:
-        with self.lock:
-            self.methods[environ["REQUEST_METHOD"]] += 1
-        for chunk in self.app(environ, start_response):
-            with self.lock:
-                self.bytes += len(chunk)
-            yield chunk
-
-
-def _server() -> tuple[Any, _Counting, str]:
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    counting = _Counting(DomainDispatcherApplication(create_backend_app))
-    server = make_server("127.0.0.1", 0, counting, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, counting, f"http://127.0.0.1:{server.server_port}"
 
 
 def _world(args: argparse.Namespace) -> dict[str, Any]:
@@ -198,25 +159,15 @@ def _run(cfg: Any, world: dict[str, Any], tasks: int, way: str) -> tuple[pd.Data
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    import s3fs
-
+    from bench import object_store
     from solaris.data.fill_codes import write_fill_codes
     from solaris.namespace import Namespace
     from solaris.orchestration.layout import CycleLayout
     from solaris.pipeline.neighbors import CodeIndex
     from solaris.store.partitions import Partitioning
 
-    server, counting, url = _server()
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": url,
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",  # moto accepts any; nothing secret
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-    )
-    bucket = f"fillbench-{uuid.uuid4().hex[:8]}"
-    s3fs.S3FileSystem(endpoint_url=url, skip_instance_cache=True).mkdir(bucket)
+    store = object_store.start("fillbench")
+    bucket = store.bucket
     world = _world(args)
     codes = CodeIndex.of(world["pairs"], world["z16"])
     file_bytes_per_row = 16 + 2 * Z_DIM
@@ -236,13 +187,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         by_way: dict[str, Any] = {}
         answers = []
         for way in WAYS:
-            counting.reset()
+            store.reset()
             began = time.perf_counter()
             rows, figures = _run(cfg, world, args.tasks, way)
             seconds = time.perf_counter() - began
             answers.append(rows)
-            with counting.lock:
-                methods, served = dict(counting.methods), counting.bytes
+            methods, served = store.counts()
             by_way[way] = {
                 "requests": sum(methods.values()),
                 "by_method": methods,
@@ -266,7 +216,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         }
         results.append(entry)
         print(_line(entry), flush=True)
-    server.shutdown()
+    store.stop()
     return {
         "meta": {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

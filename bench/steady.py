@@ -33,7 +33,12 @@ intervals' aggregates are also recomputed from the window's codes right after ea
 (:func:`~solaris.orchestration.enrichment.aggregate_partitions` with the setting off: the
 same bytes written again), so the two are measured side by side in one run.
 
-What it does not measure: object-store requests (the state is on local disk here), several
+With ``--object-store``, the cycle's state (``cycle.state_uri``) lives in a bucket of a local
+S3 endpoint (moto's server, :mod:`bench.object_store`) that counts every request and every
+byte it serves: each interval also records the object-store requests (by method) and bytes
+of its three DAG runs, into ``bench/results/steady_s3.json`` and the ``bench.steady.s3`` block.
+
+What it does not measure: several
 processes (every task runs in this one, so the peak RSS is this process's, imports included),
 and sizes past what one process replays in minutes. The ratio is the point: the cycle's
 per-interval cost at the same rows, after and before its windows fill.
@@ -78,6 +83,9 @@ class IntervalFigures:
     # The same interval's aggregates recomputed from the window's codes, after the run (the
     # steady intervals only): the carried windows against the path without them, side by side.
     recomputed: dict[str, float] = field(default_factory=dict)
+    # With --object-store: the requests (by method) and bytes the store served the DAG runs.
+    store_requests: dict[str, int] = field(default_factory=dict)
+    store_bytes: int = 0
 
 
 def _proc_io() -> int:
@@ -101,10 +109,12 @@ def _peak_mb() -> float:
     return int(line.split()[1]) / 1024
 
 
-def _settings(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The bench's settings: the synthetic example's adapters, the production windows."""
+def _settings(work: Path, args: argparse.Namespace, bucket: str | None) -> dict[str, Any]:
+    """The bench's settings: the synthetic example's adapters, the production windows, the
+    state in ``bucket`` when given."""
     repo = work / "feature_repo"
     shutil.copytree(REPO / "feature_repo", repo, ignore=shutil.ignore_patterns("data"))
+    state = {"state_uri": f"s3://{bucket}/state"} if bucket else {}
     return {
         "namespace": f"bsteady{os.getpid()}",
         "replay": True,
@@ -123,6 +133,7 @@ def _settings(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             "airflow_home": str(work / "airflow"),
             "demo_days": args.days,
             "demo_cadence_minutes": args.cadence_minutes,
+            **state,
         },
     }
 
@@ -177,10 +188,11 @@ def _stage_figures(layout, interval_end: int, key: str) -> tuple[dict, dict]:
 
 
 def replay(
-    args: argparse.Namespace, work: Path, echo=print
+    args: argparse.Namespace, work: Path, echo=print, store: Any = None
 ) -> tuple[IntervalFigures, list[IntervalFigures]]:
     """The cycle over the synthetic traffic, one interval at a time, measured; then its
-    first interval again on the emptied namespace (the baseline: a warm process)."""
+    first interval again on the emptied namespace (the baseline: a warm process). ``store``:
+    a :class:`bench.object_store.CountingStore` holding the state, counted per interval."""
     import yaml
 
     from solaris.config import SolarisConfig
@@ -193,7 +205,7 @@ def replay(
     from solaris.pipeline.codes import fit_autoencoder_from_traffic
 
     path = work / "solaris.yaml"
-    path.write_text(yaml.safe_dump(_settings(work, args)))
+    path.write_text(yaml.safe_dump(_settings(work, args, store.bucket if store else None)))
     cfg = SolarisConfig.load(path)
     began = time.perf_counter()
     prepare(cfg, _world(args.rows, args.days, args.cadence_minutes, args.seed))
@@ -218,10 +230,15 @@ def replay(
         def measure(interval) -> IntervalFigures:
             io0, cpu0 = _proc_io(), _cpu_s()
             _reset_peak()
+            if store is not None:
+                store.reset()
             report = run_window(airflow, [interval], cfg, train_at_end=False, progress=False)
+            requests, served = store.counts() if store is not None else ({}, 0)
             seconds, codes = _stage_figures(layout, interval.end, interval.key)
             [candidates] = report.candidates
             return IntervalFigures(
+                store_requests=requests,
+                store_bytes=served,
                 end=interval.end,
                 candidates=int(candidates.get("candidates", 0)),
                 wall_s={d: round(sum(s), 3) for d, s in report.seconds.items()},
@@ -303,6 +320,11 @@ def summarize(
         "peak_rss_mb": row(lambda f: f.peak_rss_mb),
         "candidates": row(lambda f: f.candidates),
     }
+    if first.store_requests:  # the state on the counted object store
+        out["interval"]["store_requests"] = row(lambda f: sum(f.store_requests.values()))
+        out["interval"]["store_gets"] = row(lambda f: f.store_requests.get("GET", 0))
+        out["interval"]["store_heads"] = row(lambda f: f.store_requests.get("HEAD", 0))
+        out["interval"]["store_mb"] = row(lambda f: f.store_bytes / 1e6)
     return out
 
 
@@ -314,7 +336,8 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         "",
         f"{meta['rows']:,} candidate rows an interval, {meta['intervals']} intervals of "
         f"{meta['cadence_minutes']:g} min ({meta['days']:g} days after a warm-up day), P = "
-        f"{meta['partitions']}; steady state = median of the last {meta['steady']} intervals.",
+        f"{meta['partitions']}; steady state = median of the last {meta['steady']} intervals"
+        + ("; the state on a counted local S3 endpoint." if meta.get("object_store") else "."),
         "",
         "| per interval | first interval (empty namespace) | steady state | steady ÷ first |",
         "|---|---|---|---|",
@@ -340,8 +363,14 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         "read_mb": ("interval: bytes read (rchar)", " MB"),
         "peak_rss_mb": ("interval: peak RSS of the process", " MB"),
         "candidates": ("interval: candidate rows served", ""),
+        "store_requests": ("interval: object-store requests", ""),
+        "store_gets": ("interval: object-store GETs", ""),
+        "store_heads": ("interval: object-store HEADs", ""),
+        "store_mb": ("interval: bytes the object store served", " MB"),
     }
     for key, (name, unit) in names.items():
+        if key not in summary["interval"]:
+            continue
         r = summary["interval"][key]
         lines.append(
             f"| {name} | {fmt(r['first'], unit)} | {fmt(r['steady'], unit)} | {r['ratio']}× |"
@@ -366,14 +395,15 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
 BEGIN, END = "<!-- bench.steady: begin -->", "<!-- bench.steady: end -->"
 
 
-def write_block(page: Path, table: str) -> None:
-    """Replace what lies between the page's two markers with ``table``."""
+def write_block(page: Path, table: str, block: str = "bench.steady") -> None:
+    """Replace what lies between the page's two ``block`` markers with ``table``."""
+    begin, end = f"<!-- {block}: begin -->", f"<!-- {block}: end -->"
     text = page.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{page} has no {BEGIN} ... {END} block for the table")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    page.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{page} has no {begin} ... {end} block for the table")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    page.write_text(f"{head}{begin}\n{table}{end}{tail}")
 
 
 def _commit() -> str:
@@ -401,7 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 300 rows, 60-minute intervals"
     )
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "steady.json")
+    parser.add_argument(
+        "--object-store",
+        action="store_true",
+        help="the cycle's state in a counted local S3 bucket (requests and bytes per interval)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="default bench/results/steady.json")
     parser.add_argument(
         "--docs",
         type=Path,
@@ -411,8 +446,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.cadence_minutes = 300, 60.0
+    results = REPO / "bench" / "results"
+    args.json = args.json or results / ("steady_s3.json" if args.object_store else "steady.json")
+    store = None
+    if args.object_store:
+        from bench import object_store
+
+        store = object_store.start("bsteady")
     with tempfile.TemporaryDirectory(prefix="bench_steady_") as tmp:
-        first, figures = replay(args, Path(tmp))
+        first, figures = replay(args, Path(tmp), store=store)
+    if store is not None:
+        store.stop()
     summary = summarize(first, figures, args.steady)
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -424,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "steady": args.steady,
         "intervals": len(figures),
         "quick": args.quick,
+        "object_store": args.object_store,
     }
     table = markdown(summary, meta)
     print(table)
@@ -440,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     if not args.quick:
-        write_block(args.docs, table)
+        write_block(args.docs, table, "bench.steady.s3" if args.object_store else "bench.steady")
     print(f"wrote {args.json}" + ("" if args.quick else f" and the table in {args.docs}"))
     return 0
 

@@ -27,7 +27,7 @@ Parquet would be decoded whole by each reader.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -109,7 +109,7 @@ def write_fill_codes(
         )
     table = _table(users, items, z16)
 
-    def write(fh) -> None:
+    def write(fh: BinaryIO) -> None:
         with pa.ipc.new_file(fh, table.schema) as writer:
             writer.write_table(table, max_chunksize=max(len(table), 1))
 
@@ -197,8 +197,9 @@ def read_fill_codes_rows(path: str | StatePath, *, z_dim: int) -> int:
     single = state_path(path)
     source = str(single)
     head = body_start(z_dim)
+    where, fs = arrow_source(single)
     try:
-        data = single.fs.cat_file(single.path, start=0, end=head)
+        data = fs.cat_file(where, start=0, end=head)
     except FileNotFoundError as exc:
         raise _missing(source) from exc
     except OSError as exc:
@@ -237,8 +238,9 @@ def open_fill_codes(
     body = body_start(z_dim)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, z_dim), np.float16)
+    where, fs = arrow_source(single)
     try:
-        keys = single.fs.cat_file(single.path, start=body, end=body + 16 * n)
+        keys = fs.cat_file(where, start=body, end=body + 16 * n)
     except (OSError, ValueError) as exc:
         raise SchemaError(source, None, f"cannot read fill codes: {exc}") from exc
     if len(keys) != 16 * n:
@@ -274,15 +276,15 @@ class RangedCodes:
         if not len(rows):
             return np.zeros((0, d), np.float16)
         if rows.min() < 0 or rows.max() >= self.shape[0]:
-            raise IndexError(f"{self._path}: rows outside [0, {self.shape[0]})")
+            raise SchemaError(str(self._path), "z", f"rows asked outside [0, {self.shape[0]})")
         wanted, back = np.unique(rows, return_inverse=True)
         first, last = coalesce(wanted, self._row_bytes, _MERGE_GAP_BYTES, _MAX_RANGES)
         size = self._row_bytes
         starts = [self._offset + int(a) * size for a in first]
         ends = [self._offset + (int(b) + 1) * size for b in last]
-        fs = self._path.fs
+        where, fs = arrow_source(self._path)
         try:
-            parts = fs.cat_ranges([self._path.path] * len(starts), starts, ends, on_error="raise")
+            parts = fs.cat_ranges([where] * len(starts), starts, ends, on_error="raise")
         except (OSError, ValueError) as exc:
             raise SchemaError(str(self._path), "z", f"cannot read fill codes: {exc}") from exc
         self.requests += len(parts)
@@ -294,7 +296,8 @@ class RangedCodes:
         before = np.concatenate([[0], np.cumsum(np.asarray(last) - np.asarray(first) + 1)])
         k = np.searchsorted(np.asarray(first), wanted, side="right") - 1
         at = wanted - np.asarray(first)[k] + before[k]
-        return block[at][back]
+        picked: np.ndarray = block[at][back]
+        return picked
 
 
 def coalesce(

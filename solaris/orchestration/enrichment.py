@@ -574,7 +574,7 @@ def _built_at(layout: CycleLayout, as_of: int) -> int:
         ) from exc
 
 
-def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict:
+def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -> dict[str, Any]:
     """The partitions' ``unn`` rows from the neighbour index built as of ``as_of`` (or, with
     ``neighbours_every_interval`` off, the clustering DAG's newest table), then ``nbr`` for
     their candidates of the last TTL that the verifier did not select, from their
@@ -637,7 +637,7 @@ def fill_partitions(cfg: SolarisConfig, as_of: int, partitions: Iterable[int]) -
         figures["codes_read"] += folded
         figures["targets"] += len(targets)
         figures["matches"] += int(rows[N_NBRS].sum()) if len(rows) else 0  # the fill's work
-    of_rows = parts.of(rows["user_id"].to_numpy(np.int64)) if rows is not None else None
+    of_rows = None if rows is None else parts.of(rows["user_id"].to_numpy(np.int64))
     stamp = pd.Timestamp(int(as_of), unit="s", tz="UTC")
     for partition in partitions:  # the writes: each partition's keys, its own batch
         queried = queried_of.get(partition)

@@ -55,6 +55,35 @@ def test_the_table_names_every_stage_and_the_run_it_came_from() -> None:
         assert f"| {stage}: task seconds |" in table
 
 
+def test_object_store_requests_and_bytes_are_summarised_when_the_state_was_counted() -> None:
+    first = _interval(900, 0.2, 100)
+    first.store_requests, first.store_bytes = {"GET": 40, "PUT": 10}, 2_000_000
+    later = [_interval(900 * k, 0.2, 100) for k in range(2, 5)]
+    for k, f in enumerate(later, start=2):
+        f.store_requests, f.store_bytes = {"GET": 40 * k, "PUT": 10, "HEAD": k}, 2_000_000 * k
+    summary = summarize(first, later, steady=3)
+    assert summary["interval"]["store_requests"]["steady"] == 133  # median of 92, 133, 174
+    assert summary["interval"]["store_heads"] == {"first": 0.0, "steady": 3.0, "ratio": None}
+    assert summary["interval"]["store_mb"]["ratio"] == 3.0
+    meta = {
+        "date": "d",
+        "commit": "c",
+        "rows": 1,
+        "days": 1,
+        "cadence_minutes": 15,
+        "partitions": 2,
+        "steady": 3,
+        "intervals": 4,
+        "object_store": True,
+    }
+    table = markdown(summary, meta)
+    assert "| interval: object-store requests | 50.00 | 133 | 2.66× |" in table
+    assert "counted local S3 endpoint" in table
+    # without the store, no store rows
+    plain = [_interval(900 * k, 0.2, 100) for k in range(1, 4)]
+    assert "object-store" not in markdown(summarize(plain[0], plain, steady=3), meta)
+
+
 def test_the_docs_block_is_replaced_between_its_markers_and_nothing_else(tmp_path) -> None:
     page = tmp_path / "page.md"
     page.write_text(f"before\n{BEGIN}\nold table\n{END}\nafter\n")

@@ -325,7 +325,7 @@ def _check_inputs(plan: Repartition, client: Any) -> None:
                 "rerun; nothing was written"
             )
     drained = layout.drained(Interval(0, 1), 0).parent.parent
-    for entry in sorted(drained.iterdir()) if drained.is_dir() else ():
+    for entry in _listing(drained):
         if entry.is_dir() and not entry.name.startswith("."):
             interval = Interval.from_key(entry.name)
             check_drained(layout, interval, plan.old.count, range(plan.old.count))
@@ -517,7 +517,7 @@ def _intervals(layout: CycleLayout, kind: str) -> list[tuple[Interval, list[Stat
         folder = whole.parent / interval.key
         found = [p for p in (whole, _staging(whole)) if p.is_file()]
         if folder.is_dir():
-            found += sorted(folder.glob("[0-9]*.parquet")) + sorted(folder.glob(f"{_STAGING}*"))
+            found += _partition_files(folder)
         if found:
             out.append((interval, found))
     return out
@@ -527,12 +527,23 @@ def _neighbour_folders(layout: CycleLayout) -> list[tuple[int, list[StatePath]]]
     """``(built_at, files)`` of every folder of kept neighbour lists."""
     root = layout.neighbour_lists(0, 0).parent.parent
     out = []
-    for entry in sorted(root.iterdir()) if root.is_dir() else ():
+    for entry in _listing(root):
         if entry.name.isdigit() and entry.is_dir():
-            found = sorted(entry.glob("[0-9]*.parquet")) + sorted(entry.glob(f"{_STAGING}*"))
+            found = _partition_files(entry)
             if found:
                 out.append((int(entry.name), found))
     return out
+
+
+def _listing(folder: StatePath) -> list[StatePath]:
+    """The entries of ``folder`` by name (none when it is not there)."""
+    return sorted(folder.iterdir(), key=str) if folder.is_dir() else []
+
+
+def _partition_files(folder: StatePath) -> list[StatePath]:
+    """A folder's partitions' files and the staged ones an interrupted re-split left."""
+    found: list[StatePath] = [*folder.glob("[0-9]*.parquet"), *folder.glob(f"{_STAGING}*")]
+    return sorted(found, key=str)
 
 
 def _staging(path: StatePath) -> StatePath:
@@ -609,7 +620,7 @@ def _redraw_drained(layout: CycleLayout, interval: Interval, tables: list[pa.Tab
     from solaris.files import atomic_write_json
 
     folder = layout.drained(interval, 0).parent
-    old = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    old: list[StatePath] = sorted(folder.glob("*.json"), key=str) if folder.is_dir() else []
     if not old:
         return 0
     written = set()

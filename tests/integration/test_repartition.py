@@ -103,7 +103,7 @@ def _ledger(layout: CycleLayout, interval: Interval) -> pd.DataFrame:
     return pd.concat([pd.read_parquet(p) for p in files], ignore_index=True)
 
 
-@pytest.mark.parametrize(("old", "new"), [(4, 2), (3, 4), (2, 1)])
+@pytest.mark.parametrize(("old", "new"), [(4, 2), (3, 4), (2, 1), (1, 3)])
 def test_the_cycle_of_the_new_count_drains_every_request_and_selects_no_fresh_pair_again(
     tmp_path, namespaces, redis_connection, redis_client, old, new
 ) -> None:

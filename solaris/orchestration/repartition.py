@@ -11,7 +11,9 @@ re-splitting by ``Partitioning(N)`` of each row's user everything split by the o
   drain's de-duplication key, ``(rid, item)``, with them), added there before it is
   deleted from the old stream; an entry already in its new stream stays (a stream of the
   old count and one of the new can have the same name); an entry whose user cannot be read
-  goes to partition 0's stream, whose drain deletes and counts it, as it would have;
+  goes to partition 0's stream, whose drain deletes and counts it, as it would have (the
+  miss stream, the embed stream with its consumer group and the metrics stream are one a
+  namespace, whatever the count: untouched);
 - **the interval files** (:class:`~solaris.orchestration.layout.CycleLayout`): the
   request-log files, the selection ledgers and the near-line ledgers of every interval,
   and the drain records (``drained/<interval>/<p>.json``, rewritten from the new request-log
@@ -237,9 +239,11 @@ def begin(cfg: SolarisConfig, count: int) -> Repartition:
             log.info("resuming the re-split of %s from %d to %d", namespace.name, old, to)
             return _replace(plan, Partitioning(old), resumed=True)
         if raw is None:
+            from solaris.connection import redacted
+
             raise RepartitionError(
                 f"namespace {namespace.name!r} records no partition count (Redis key "
-                f"{namespace.partitions_key} of {redis}): no serving process or task has "
+                f"{namespace.partitions_key} of {redacted(redis)}): no serving process or task has "
                 "used it, so there is nothing to re-split (check the name and store.redis); "
                 "a new namespace takes cycle.partitions (SOLARIS_CYCLE__PARTITIONS) at its "
                 "first use; nothing was written"

@@ -107,7 +107,7 @@ def _ledger(layout: CycleLayout, interval: Interval) -> pd.DataFrame:
 def test_the_cycle_of_the_new_count_drains_every_request_and_selects_no_fresh_pair_again(
     tmp_path, namespaces, redis_connection, redis_client, old, new
 ) -> None:
-    from solaris.orchestration.candidates import select_partitions
+    from solaris.orchestration.candidates import check_drained, select_partitions
 
     cfg = _in_flight(tmp_path, namespaces(), redis_connection, old)
     namespace, layout = Namespace.of(cfg), CycleLayout(Namespace.of(cfg))
@@ -135,6 +135,9 @@ def test_the_cycle_of_the_new_count_drains_every_request_and_selects_no_fresh_pa
         assert (Partitioning(new).of(ledger["user_id"].to_numpy()) == k).all()
     drained = sorted(p.name for p in layout.drained(EARLIER, 0).parent.glob("*.json"))
     assert drained == [f"{k:05d}.json" for k in range(new)]
+    check_drained(layout, EARLIER, new, range(new))  # a retry of it finds every row
+    records = [json.loads(layout.drained(EARLIER, k).read_text()) for k in range(new)]
+    assert sum(r["requests"] for r in records) == FRESH_USERS
     lists = [layout.neighbour_lists(BUILT_AT, k) for k in range(new)]
     users = pd.concat([pd.read_parquet(p) for p in lists if p.is_file()])["user_id"]
     assert sorted(users) == list(range(1_000, 1_000 + REQUESTS))

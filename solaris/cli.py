@@ -27,6 +27,7 @@ __all__ = [
     "fit_autoencoder_command",
     "load_config",
     "namespace_arg",
+    "namespace_repartition",
     "namespace_reset",
     "redis_option",
     "serve_command",
@@ -406,6 +407,32 @@ def namespace_reset(
 
     reset_namespace(cfg, cycle_redis(cfg), deployment=deployment, force=force)
     typer.echo(f"reset {Namespace.of(cfg).describe()}")
+
+
+@namespace_app.command("repartition")
+def namespace_repartition(
+    name: Annotated[str, typer.Argument(help="the namespace to re-split")],
+    partitions: Annotated[
+        int, typer.Option("--partitions", help="its new partition count (cycle.partitions)")
+    ],
+    config: ConfigOption = None,
+) -> None:
+    """Change a namespace's partition count (cycle.partitions), re-splitting what is in
+    flight: its request streams, its interval ledgers and request logs, its kept neighbour
+    lists (state rebuilt when absent is removed). Stop its serving processes, near-line
+    embedders and cycle DAGs first, then start them with the new count; every process is
+    refused while it runs, and a rerun after a crash finishes it."""
+    namespace_arg(name, "NAME")
+    from solaris.store.partitions import PartitionError, Partitioning
+
+    try:
+        Partitioning(partitions)
+    except PartitionError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--partitions") from None
+    cfg = load_config(config, namespace=name)
+    from solaris.orchestration.repartition import repartition
+
+    typer.echo(repartition(cfg, partitions).describe())
 
 
 @namespace_app.command("apply")

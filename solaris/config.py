@@ -544,8 +544,9 @@ class CycleConfig(Section):
         "enrichment's per-user work are split by partition, so a task holds one partition's "
         "rows; a multiple of the cluster's node count keeps a partition's writes on one node; "
         "the namespace records it at first use (<namespace>:partitions) and serving, the "
-        "near-line embedder and every task refuse another count (a reset of the namespace "
-        "clears it)",
+        "near-line embedder and every task refuse another count; `solaris namespace "
+        "repartition NAME --partitions N` changes it, re-splitting what is in flight (a reset "
+        "of the namespace clears it)",
     )
     shard_rows: int = Field(2_000, gt=0, description="pairs per mapped embedding task")
     select_requests: int = Field(

@@ -16,7 +16,8 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── NeighborsError         (ValueError)    solaris.pipeline.neighbors: bad neighbour input
     ├── AggregateError         (ValueError)    solaris.pipeline.aggregate: bad aggregate input
     ├── PartitionError         (ValueError)    solaris.store.partitions: a bad partition count
-    │   └── PartitionCountError                 another count than the namespace's
+    │   ├── PartitionCountError                 another count than the namespace's
+    │   └── RepartitionError                    solaris.orchestration.repartition: a re-split
     ├── CycleInputError        (RuntimeError)  solaris.orchestration.resources: DAG conf, inputs
     │   ├── LiveNamespaceError                  a reset or replay aimed at live state
     │   └── PlanError                           mapped tasks Airflow would refuse

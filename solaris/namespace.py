@@ -13,6 +13,7 @@ embed stream           ``<name>:embed`` (the near-line path, ``solaris nearline`
 serving metrics        ``<name>:serving_metrics``
 live traffic marker    ``<name>:live`` (serving logged a request on live traffic)
 partition count        ``<name>:partitions`` (``cycle.partitions``, recorded at first use)
+re-split in progress   ``<name>:repartition`` (``solaris namespace repartition``)
 cycle state            ``<state root>/namespaces/<name>/`` (ledgers, codes, run records)
 offline feature rows   ``<offline root>/<name>/<view>/``
 =====================  ==================================================================
@@ -155,6 +156,14 @@ class Namespace:
         (:func:`solaris.store.partitions.record_partition_count`). A reset of the namespace
         deletes it with the rest."""
         return f"{self.name}:partitions"
+
+    @property
+    def repartition_key(self) -> str:
+        """Set while ``solaris namespace repartition`` re-splits the namespace into another
+        partition count (JSON ``{"from": P, "to": N}``), deleted once it is done: every
+        process checking the count is refused meanwhile, and a rerun of the command after a
+        crash finishes the same re-split (:mod:`solaris.orchestration.repartition`)."""
+        return f"{self.name}:repartition"
 
     @property
     def serving_metrics_stream(self) -> str:

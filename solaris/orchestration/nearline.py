@@ -164,7 +164,7 @@ class NearlineEmbedder:
         # One partition count per namespace, whoever uses it (refused by name otherwise).
         record_partition_count(
             self._redis,
-            self.namespace.partitions_key,
+            self.namespace,
             cfg.cycle.partitions,
             who=f"the near-line embedder in namespace {self.namespace.name!r}",
         )

@@ -106,8 +106,8 @@ def check_partition_count(cfg: SolarisConfig, who: str) -> int:
 
     client = redis_client(cycle_redis(cfg), redis_type=cfg.store.redis_type, timeout_s=10.0)
     try:
-        key = Namespace.of(cfg).partitions_key
-        return record_partition_count(client, key, cfg.cycle.partitions, who=who)
+        namespace = Namespace.of(cfg)
+        return record_partition_count(client, namespace, cfg.cycle.partitions, who=who)
     finally:
         client.close()
 

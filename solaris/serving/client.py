@@ -528,7 +528,7 @@ class SolarisFeatures:
             return
         record_partition_count(
             client,
-            self.namespace.partitions_key,
+            self.namespace,
             self.cfg.cycle.partitions,
             who=f"serving in namespace {self.namespace.name!r}",
         )

@@ -27,12 +27,15 @@ import functools
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from solaris.errors import SolarisError
 from solaris.store.contract import USER
+
+if TYPE_CHECKING:
+    from solaris.namespace import Namespace
 
 __all__ = [
     "SLOTS",
@@ -59,11 +62,12 @@ class PartitionError(SolarisError, ValueError):
 
 class PartitionCountError(PartitionError):
     """A process configured with another partition count than the one its namespace
-    recorded (:func:`record_partition_count`); it wrote and read nothing partitioned."""
+    recorded (:func:`record_partition_count`), or started while the namespace is being
+    re-split; it wrote and read nothing partitioned."""
 
 
-def record_partition_count(client: Any, key: str, count: int, *, who: str) -> int:
-    """Check ``count`` against the partition count recorded under ``key`` (a namespace's
+def record_partition_count(client: Any, namespace: Namespace, count: int, *, who: str) -> int:
+    """Check ``count`` against the partition count ``namespace`` recorded (its
     :attr:`~solaris.namespace.Namespace.partitions_key`), recording it first when there is
     none (``SET NX``: the first process to use the namespace decides). Returns the count.
 
@@ -71,26 +75,46 @@ def record_partition_count(client: Any, key: str, count: int, *, who: str) -> in
     the cycle drains the streams of its own count; the ledgers and state files are split by
     partition too. A serving process with one count and a cycle with another leave requests
     in streams nobody drains, and a cycle whose count changed between intervals reads the
-    old split's ledger ``k`` as the new partition ``k``, both without a word.
+    old split's ledger ``k`` as the new partition ``k``, both without a word. The count is
+    changed by ``solaris namespace repartition`` (:mod:`solaris.orchestration.repartition`),
+    which re-splits what is in flight; while it runs (its
+    :attr:`~solaris.namespace.Namespace.repartition_key` is set) every process is refused.
 
     Raises:
-        PartitionCountError: the namespace records another count (``who`` names the
-            process, the message the setting and the key).
+        PartitionCountError: the namespace records another count, or is being re-split
+            (``who`` names the process, the message the setting and the key).
     """
     checked = Partitioning(count).count
-    client.set(key, checked, nx=True)
-    raw = client.get(key)
+    pipe = client.pipeline(transaction=False)
+    pipe.set(namespace.partitions_key, checked, nx=True)
+    pipe.get(namespace.partitions_key)
+    pipe.get(namespace.repartition_key)
+    _, raw, pending = pipe.execute()
     recorded = int(raw) if raw is not None else checked
+    command = f"solaris namespace repartition {namespace.name} --partitions"
+    if pending is not None:
+        raise PartitionCountError(
+            f"{who}: namespace {namespace.name!r} is being re-split into other partitions "
+            f"(Redis key {namespace.repartition_key} holds {_text(pending)}): its request "
+            "streams and files are moving, and nothing may read or write them until the "
+            f're-split ends; finish it (`{command} N`, N the count "to" names), then start '
+            "this process with cycle.partitions set to N"
+        )
     if recorded != checked:
         raise PartitionCountError(
             f"{who}: cycle.partitions is {checked}, but the namespace records {recorded} "
-            f"(Redis key {key}): its request streams, ledgers and state files are split "
-            f"into {recorded}, and a process splitting them into {checked} would leave "
-            "requests in streams no one drains and read other partitions' ledgers; set "
-            f"cycle.partitions (SOLARIS_CYCLE__PARTITIONS) to {recorded}, or reset the "
-            "namespace (solaris namespace reset) to start it with another count"
+            f"(Redis key {namespace.partitions_key}): its request streams, ledgers and state "
+            f"files are split into {recorded}, and a process splitting them into {checked} "
+            "would leave requests in streams no one drains and read other partitions' "
+            f"ledgers; set cycle.partitions (SOLARIS_CYCLE__PARTITIONS) to {recorded}, or "
+            f"change the namespace's count with `{command} {checked}` (it re-splits what is "
+            "in flight; stop serving, the near-line embedders and the cycle first)"
         )
     return recorded
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _crc16_table() -> np.ndarray:

@@ -153,3 +153,76 @@ def test_a_lost_ledger_file_of_an_earlier_interval_stops_the_selection_before_an
     with pytest.raises(CycleInputError, match=r"partition 2 .* is missing \(.*00002\.parquet\)"):
         select_partitions(cfg, INTERVAL, range(4))
     assert (snap(), keys()) == before
+
+
+def test_a_refused_repartition_leaves_every_key_and_file_as_it_was(
+    tmp_path, namespace, redis_url, redis_client, monkeypatch, snapshot_files, snapshot_redis
+) -> None:
+    """A namespace of 4 partitions with an interval selected and requests in flight: a
+    re-split into an invalid count, into the count it records, of a namespace that records
+    none, past a torn ledger or a drained request log that is gone, or while another
+    re-split is under way, is refused naming what is wrong, and nothing is written; the
+    command's refusals are one line (exit 1) and a bad --partitions a usage error (exit 2)."""
+    from typer.testing import CliRunner
+
+    from solaris.cli import app
+    from solaris.orchestration.candidates import select_partitions
+    from solaris.orchestration.layout import CycleLayout
+    from solaris.orchestration.repartition import RepartitionError, repartition
+    from solaris.store.partitions import PartitionError
+
+    cfg = _cfg(tmp_path, namespace, redis_url, 4)
+    _serve(cfg, redis_url, requests=20)
+    earlier = Interval(INTERVAL.start - 900, INTERVAL.start)
+    select_partitions(cfg, earlier, range(4))
+    _serve(cfg, redis_url, requests=20)
+    layout = CycleLayout(Namespace.of(cfg))
+    ledger, log = layout.selections(earlier, 1), layout.request_log(earlier, 2)
+    unknown = _cfg(tmp_path, f"{namespace}_x", redis_url, 4)
+    snap = snapshot_files(tmp_path / "artifacts")
+    keys = snapshot_redis(redis_client, f"{namespace}*")
+    before = snap(), keys()
+    cases = [
+        (lambda: repartition(cfg, 0), PartitionError, r"must be in \[1, 16384\], got 0"),
+        (lambda: repartition(cfg, 4), RepartitionError, r"already records 4 partitions"),
+        (lambda: repartition(unknown, 2), RepartitionError, r"_x' records no partition count"),
+    ]
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+        assert (snap(), keys()) == before
+
+    torn = ledger.read_bytes()
+    ledger.write_bytes(torn[: len(torn) // 2])
+    before = snap(), keys()
+    with pytest.raises(RepartitionError, match=r"00001\.parquet is unreadable .* nothing was"):
+        repartition(cfg, 2)
+    assert (snap(), keys()) == before
+    ledger.write_bytes(torn)
+
+    kept = log.read_bytes()
+    log.unlink()
+    before = snap(), keys()
+    with pytest.raises(CycleInputError, match=r"00002\.parquet of partition 2 is missing"):
+        repartition(cfg, 2)
+    assert (snap(), keys()) == before
+    log.write_bytes(kept)
+
+    pending = Namespace.of(cfg).repartition_key
+    redis_client.set(pending, '{"from": 4, "to": 8}')
+    before = snap(), keys()
+    with pytest.raises(RepartitionError, match=r"from 4 to 8 partitions .* not 2"):
+        repartition(cfg, 2)
+    assert (snap(), keys()) == before
+    redis_client.delete(pending)
+
+    monkeypatch.setenv("SOLARIS_STORE__REDIS", redis_url)
+    monkeypatch.setenv("SOLARIS_ARTIFACTS_DIR", str(tmp_path / "artifacts"))
+    before = snap(), keys()
+    runner = CliRunner()
+    refused = runner.invoke(app, ["namespace", "repartition", namespace, "--partitions", "4"])
+    assert (refused.exit_code, refused.output.count("\n")) == (1, 1), refused.output
+    assert "Error: " in refused.output and "already records 4" in refused.output
+    usage = runner.invoke(app, ["namespace", "repartition", namespace, "--partitions", "0"])
+    assert usage.exit_code == 2 and "--partitions" in usage.output
+    assert (snap(), keys()) == before

@@ -337,7 +337,8 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         f"{meta['rows']:,} candidate rows an interval, {meta['intervals']} intervals of "
         f"{meta['cadence_minutes']:g} min ({meta['days']:g} days after a warm-up day), P = "
         f"{meta['partitions']}; steady state = median of the last {meta['steady']} intervals"
-        + ("; the state on a counted local S3 endpoint." if meta.get("object_store") else "."),
+        + ("; the state on a counted local S3 endpoint" if meta.get("object_store") else "")
+        + (" (`--quick`: a smaller run than the default)." if meta.get("quick") else "."),
         "",
         "| per interval | first interval (empty namespace) | steady state | steady ÷ first |",
         "|---|---|---|---|",
@@ -443,7 +444,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=REPO / "docs" / "scaling.md",
         help="the page whose generated block (between its steady-state markers) is rewritten",
     )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        help="write the docs block of an earlier run's JSON (a smoke run's included), run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.render is not None:
+        data = json.loads(args.render.read_text())
+        table = markdown(data["summary"], data["meta"])
+        block = "bench.steady.s3" if data["meta"].get("object_store") else "bench.steady"
+        write_block(args.docs, table, block)
+        print(table)
+        return 0
     if args.quick:
         args.rows, args.cadence_minutes = 300, 60.0
     results = REPO / "bench" / "results"

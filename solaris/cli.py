@@ -214,6 +214,14 @@ def serve_command(
     max_connections: Annotated[
         int, typer.Option(min=1, help="open connections per worker; more are answered 503")
     ] = 1024,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="seconds a request's line and headers may take to arrive; a connection "
+            "still sending them is answered 408 and closed",
+        ),
+    ] = 10.0,
     config: ConfigOption = None,
 ) -> None:
     """Serve features over HTTP to callers in any language: POST /v1/features answers one
@@ -264,6 +272,7 @@ def serve_command(
         token=token,
         allow_unauthenticated=allow_unauthenticated,
         max_connections=max_connections,
+        header_timeout_s=header_timeout,
         on_listening=listening,
     )
 

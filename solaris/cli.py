@@ -217,7 +217,6 @@ def serve_command(
     header_timeout: Annotated[
         float,
         typer.Option(
-            min=0.001,
             help="seconds a request's line and headers may take to arrive; a connection "
             "still sending them is answered 408 and closed",
         ),
@@ -228,8 +227,14 @@ def serve_command(
     user x items as one Arrow IPC record batch (docs/serving_http.md); POST /v1/requests
     logs a served request for the cycle, as SolarisFeatures.log_request does; GET /metrics
     sums every worker's counts. Stops on Ctrl-C or SIGTERM."""
+    import math
     import os
 
+    if not (math.isfinite(header_timeout) and header_timeout > 0):
+        raise typer.BadParameter(
+            f"a finite number of seconds > 0 expected, got {header_timeout!r}",
+            param_hint="--header-timeout",
+        )
     if namespace is not None:
         namespace_arg(namespace, "--namespace")
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))

@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -737,8 +738,10 @@ def run(
 
     if workers < 1:
         raise SolarisError(f"workers must be >= 1, got {workers}")
-    if not header_timeout_s > 0:
-        raise SolarisError(f"the header time limit must be > 0 s, got {header_timeout_s!r}")
+    if not (math.isfinite(header_timeout_s) and header_timeout_s > 0):
+        raise SolarisError(
+            f"header_timeout_s must be a finite number of seconds > 0, got {header_timeout_s!r}"
+        )
     if token is not None and not token.strip():
         raise SolarisError("the bearer token is empty")
     if not is_loopback(host) and token is None and not allow_unauthenticated:

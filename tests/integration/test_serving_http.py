@@ -61,6 +61,16 @@ def _post(url: str, body: bytes, content_type: str) -> tuple[int, dict, bytes]:
         return exc.code, dict(exc.headers), exc.read()
 
 
+def _kill_all(server: subprocess.Popen) -> None:
+    """The server started in a session of its own, and every process of it."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
 @pytest.fixture
 def endpoint(
     solaris_cfg: SolarisConfig, redis_connection: str, feast_store, tmp_path: Path
@@ -79,7 +89,11 @@ def endpoint(
         f"--fm-version={FM_VERSION}",
         f"--metrics-dir={tmp_path / 'metrics'}",
     ]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # A session of its own: a supervisor killed here takes its workers along (they would
+    # hold the output pipe open, and reading it would wait for them for good).
+    server = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -90,7 +104,7 @@ def endpoint(
         except OSError:
             pass
         if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
+            _kill_all(server)
             pytest.fail(f"solaris serve did not start:\n{server.stdout.read().decode()}")
         time.sleep(0.2)
     workers: set[str] = set()
@@ -103,7 +117,7 @@ def endpoint(
     try:
         code = server.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        server.kill()
+        _kill_all(server)
         pytest.fail("solaris serve did not stop within 30 s of SIGTERM")
     output = server.stdout.read().decode()
     assert code == 0, output

@@ -215,14 +215,27 @@ def serve_command(
     max_connections: Annotated[
         int, typer.Option(min=1, help="open connections per worker; more are answered 503")
     ] = 1024,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            help="seconds a request's line and headers may take to arrive; a connection "
+            "still sending them is answered 408 and closed",
+        ),
+    ] = 10.0,
     config: ConfigOption = None,
 ) -> None:
     """Serve features over HTTP to callers in any language: POST /v1/features answers one
     user x items as one Arrow IPC record batch (docs/serving_http.md); POST /v1/requests
     logs a served request for the cycle, as SolarisFeatures.log_request does; GET /metrics
     sums every worker's counts. Stops on Ctrl-C or SIGTERM."""
+    import math
     import os
 
+    if not (math.isfinite(header_timeout) and header_timeout > 0):
+        raise typer.BadParameter(
+            f"a finite number of seconds > 0 expected, got {header_timeout!r}",
+            param_hint="--header-timeout",
+        )
     if namespace is not None:
         namespace_arg(namespace, "--namespace")
     cfg = load_config(config, **({"namespace": namespace} if namespace else {}))
@@ -265,6 +278,7 @@ def serve_command(
         token=token,
         allow_unauthenticated=allow_unauthenticated,
         max_connections=max_connections,
+        header_timeout_s=header_timeout,
         on_listening=listening,
     )
 

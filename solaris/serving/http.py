@@ -50,8 +50,10 @@ collectors).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARROW_STREAM",
+    "DEFAULT_HEADER_TIMEOUT_S",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_PORT",
     "METRICS_EVERY_S",
@@ -105,6 +108,7 @@ _TIER_TYPE = pa.dictionary(pa.int8(), pa.utf8())
 _TIER_NAMES = pa.array([*TIERS, NONE], pa.utf8())
 _MAX_BODY = 1 << 20
 _BODY_TIMEOUT_S = 10.0  # a body that trickles in slower than this is answered 408
+DEFAULT_HEADER_TIMEOUT_S = 10.0  # a request line and headers not in by then: 408, closed
 _KEEP_ALIVE_S = 5.0  # an idle kept-alive connection is closed after this
 DEFAULT_PORT = ENDPOINT_PORT
 DEFAULT_MAX_CONNECTIONS = 1024  # per worker; more are answered 503
@@ -170,6 +174,7 @@ class ServeSettings:
     metrics_dir: str | None = None
     token_sha256: str | None = None  # the bearer token's digest: the token is never handed on
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -548,8 +553,6 @@ class FeatureApp:
 async def _body(receive: Any) -> bytes | None:
     """The request body (None: over the size limit); ``TimeoutError`` when a part of it
     takes more than :data:`_BODY_TIMEOUT_S` to arrive."""
-    import asyncio
-
     parts, size = [], 0
     while True:
         async with asyncio.timeout(_BODY_TIMEOUT_S):  # a timer, not a task per part
@@ -617,6 +620,69 @@ def check_port(host: str, port: int) -> int:
         return int(probe.getsockname()[1])
 
 
+def _late_head_answer(limit_s: float) -> bytes:
+    body = f"the request line and headers did not arrive within {limit_s:g} s\n".encode()
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+    )
+
+
+def _headers_in_time(limit_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol (httptools) with a time limit on each request's head.
+
+    uvicorn bounds the time between requests (keep-alive) but not the time a request line
+    and its headers take to arrive: a client that trickles them, or opens a connection and
+    sends nothing, holds the connection (and a place under ``--max-connections``) for good.
+    Here the head must be complete within ``limit_s`` of the connection opening (its first
+    request) or of the request's first byte (the next ones); the timer stops when the
+    request reaches the application, which bounds its body itself (``_BODY_TIMEOUT_S``).
+    A late head is answered ``408`` and the connection closed; a connection that sent
+    nothing is closed without an answer."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    late = _late_head_answer(limit_s)
+
+    class HeadersInTime(HttpToolsProtocol):
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_begun = False  # a byte of the awaited request arrived
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._head_timer = self.loop.call_later(limit_s, self._head_late)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head_begun = True
+            if self._head_timer is None:  # a later request: its own time from its first byte
+                self._head_timer = self.loop.call_later(limit_s, self._head_late)
+
+        def on_headers_complete(self) -> None:
+            self._stop_head_timer()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_head_timer()
+            super().connection_lost(exc)
+
+        def _stop_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            self._head_begun = False
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing():
+                return
+            answering = self.cycle is not None and not self.cycle.response_complete
+            if self._head_begun and not answering:  # never inside an answer still going out
+                self.transport.write(late)
+            self.transport.close()
+
+    return HeadersInTime
+
+
 def _serve_one(host: str, port: int, environment: str) -> None:
     """One worker process: its own listening socket, one uvicorn server until SIGTERM."""
     import uvicorn
@@ -629,6 +695,7 @@ def _serve_one(host: str, port: int, environment: str) -> None:
         log_level="warning",
         access_log=False,
         lifespan="on",
+        http=_headers_in_time(settings.header_timeout_s),
         limit_concurrency=settings.max_connections,
         timeout_keep_alive=int(_KEEP_ALIVE_S),
     )
@@ -652,6 +719,7 @@ def run(
     token: str | None = None,
     allow_unauthenticated: bool = False,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
     on_listening: Callable[[int], None] | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM: ``workers`` processes on ``host:port`` (loopback by
@@ -661,13 +729,19 @@ def run(
 
     ``token``: the bearer token ``/v1/features``, ``/v1/requests`` and ``/metrics`` require
     (``/healthz`` stays open); a ``host`` other than the loopback is refused without one unless
-    ``allow_unauthenticated``. A taken port is a one-line :class:`SolarisError`, before
-    anything starts; ``on_listening`` is called with the port once it is known free."""
+    ``allow_unauthenticated``. A request's line and headers must arrive within
+    ``header_timeout_s`` (``_headers_in_time``). A taken port is a one-line
+    :class:`SolarisError`, before anything starts; ``on_listening`` is called with the port
+    once it is known free."""
     import multiprocessing
     import tempfile
 
     if workers < 1:
         raise SolarisError(f"workers must be >= 1, got {workers}")
+    if not (math.isfinite(header_timeout_s) and header_timeout_s > 0):
+        raise SolarisError(
+            f"header_timeout_s must be a finite number of seconds > 0, got {header_timeout_s!r}"
+        )
     if token is not None and not token.strip():
         raise SolarisError("the bearer token is empty")
     if not is_loopback(host) and token is None and not allow_unauthenticated:
@@ -692,6 +766,7 @@ def run(
         str(metrics_dir) if metrics_dir else None,
         token_digest(token.strip()) if token is not None else None,
         max_connections,
+        header_timeout_s,
     ).to_env()
     if workers == 1:
         _serve_one(host, port, environment)

@@ -172,6 +172,12 @@ CASES = [
     pytest.param(["serve", "--fm-version", "fm 1;rm"], {}, 2,
                  r"Invalid value for --fm-version: the value 'fm 1;rm' is not an fm_version",
                  id="serve-fm-version-with-spaces"),
+    pytest.param(["serve", "--header-timeout", "0"], {}, 2,
+                 r"Invalid value for --header-timeout: a finite number of seconds > 0 expected, "
+                 r"got 0\.0", id="serve-header-timeout-zero"),
+    pytest.param(["serve", "--header-timeout", "inf"], {}, 2,
+                 r"Invalid value for --header-timeout: a finite number of seconds > 0 expected, "
+                 r"got inf", id="serve-header-timeout-infinite"),
     pytest.param(["replay", "--share", "1.5"], {}, 2,
                  r"Invalid value for --share: Input should be less than or equal to 1 "
                  r"\(got 1\.5\)", id="share-above-one"),

@@ -61,6 +61,16 @@ def _post(url: str, body: bytes, content_type: str) -> tuple[int, dict, bytes]:
         return exc.code, dict(exc.headers), exc.read()
 
 
+def _kill_all(server: subprocess.Popen) -> None:
+    """The server started in a session of its own, and every process of it."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
 @pytest.fixture
 def endpoint(
     solaris_cfg: SolarisConfig, redis_connection: str, feast_store, tmp_path: Path
@@ -79,7 +89,11 @@ def endpoint(
         f"--fm-version={FM_VERSION}",
         f"--metrics-dir={tmp_path / 'metrics'}",
     ]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # A session of its own: a supervisor killed here takes its workers along (they would
+    # hold the output pipe open, and reading it would wait for them for good).
+    server = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -90,7 +104,7 @@ def endpoint(
         except OSError:
             pass
         if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
+            _kill_all(server)
             pytest.fail(f"solaris serve did not start:\n{server.stdout.read().decode()}")
         time.sleep(0.2)
     workers: set[str] = set()
@@ -103,7 +117,7 @@ def endpoint(
     try:
         code = server.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        server.kill()
+        _kill_all(server)
         pytest.fail("solaris serve did not stop within 30 s of SIGTERM")
     output = server.stdout.read().decode()
     assert code == 0, output
@@ -493,3 +507,92 @@ def test_an_unknown_namespace_is_refused_in_one_line_writing_nothing(
     assert "namespace 'nosuch' has no views" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert files() == before and sorted(redis_client.keys("*")) == keys
+
+
+def _answer(sock: socket.socket, request: bytes, parts: int = 1, pause: float = 0.0) -> bytes:
+    """``request`` sent in ``parts`` pieces ``pause`` s apart; the answer to ``/healthz``."""
+    step = -(-len(request) // parts)
+    for k in range(0, len(request), step):
+        if k:
+            time.sleep(pause)
+        sock.sendall(request[k : k + step])
+    answer, deadline = b"", time.monotonic() + 10
+    while not answer.endswith(b"ok\n") and time.monotonic() < deadline:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    return answer
+
+
+def test_headers_that_trickle_or_never_come_are_cut_off_and_requests_in_time_pass(
+    solaris_cfg, redis_connection, feast_store, tmp_path
+):
+    """Issue 45: 300 connections trickling headers were all still open after 16 s. With a
+    1 s header limit, connections that trickle a header line every 0.2 s are answered 408
+    and closed, one that sends nothing is closed without an answer, both within the limit
+    and a margin; meanwhile the server answers, a request whose head takes half the limit
+    passes, and a kept-alive connection idle for longer than the limit serves its next
+    request (the limit runs from a request's first byte, not between requests)."""
+    import contextlib
+    import select
+
+    limit = 1.0
+    config = tmp_path / "solaris.yaml"
+    config.write_text(yaml.safe_dump(solaris_cfg.model_dump(mode="json")))
+    port = _free_port()
+    server = _serve(
+        config, f"--port={port}", f"--redis={redis_connection}", f"--header-timeout={limit}"
+    )
+    base = f"http://127.0.0.1:{port}"
+    _wait_healthy(server, base)
+    request = b"GET /healthz HTTP/1.1\r\nHost: solaris\r\nX-Part: one\r\n\r\n"
+    opened: list[socket.socket] = []
+    try:
+        trickling = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+        silent = socket.create_connection(("127.0.0.1", port))
+        opened += [*trickling, silent]
+        start = time.monotonic()
+        for sock in trickling:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: solaris\r\n")
+        answers = {sock: b"" for sock in opened}
+        closed: dict[socket.socket, float] = {}
+        answered_meanwhile = None
+        while len(closed) < len(opened) and time.monotonic() - start < limit + 3:
+            waiting = [sock for sock in opened if sock not in closed]
+            for sock in select.select(waiting, [], [], 0.2)[0]:
+                try:
+                    chunk = sock.recv(4096)
+                except ConnectionResetError:
+                    chunk = b""
+                answers[sock] += chunk
+                if not chunk:
+                    closed[sock] = time.monotonic() - start
+            for sock in trickling:  # a header line, never the blank one; none after the 408
+                if sock not in closed and not select.select([sock], [], [], 0)[0]:
+                    with contextlib.suppress(OSError):
+                        sock.sendall(b"X-Slow: 1\r\n")
+            if answered_meanwhile is None:
+                with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
+                    answered_meanwhile = response.read()
+        assert answered_meanwhile == b"ok\n"
+        assert len(closed) == len(opened), f"{len(opened) - len(closed)} connections still open"
+        assert all(limit - 0.1 <= t <= limit + 1.5 for t in closed.values()), closed
+        for sock in trickling:
+            assert answers[sock].startswith(b"HTTP/1.1 408 "), answers[sock]
+            assert b"did not arrive within 1 s" in answers[sock]
+        assert answers[silent] == b""
+
+        with socket.create_connection(("127.0.0.1", port)) as kept:
+            kept.settimeout(10)
+            first = _answer(kept, request, parts=3, pause=limit / 4)  # in half the limit
+            time.sleep(limit * 1.5)  # idle between requests: keep-alive's 5 s, not the limit
+            second = _answer(kept, request)
+        assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"ok\n"), first
+        assert second.startswith(b"HTTP/1.1 200 ") and second.endswith(b"ok\n"), second
+    finally:
+        for sock in opened:
+            sock.close()
+        server.send_signal(signal.SIGTERM)
+        output = server.communicate(timeout=30)[0].decode()
+    assert server.returncode == 0 and "Traceback" not in output, output

@@ -528,7 +528,13 @@ def models_list(
         namespace_arg(namespace, "--namespace")
     cfg = load_config(config)
     from solaris.manifest import CodesError, read_manifest
-    from solaris.model_versions import flat_layout, pins, version_folder, versions
+    from solaris.model_versions import (
+        ModelVersionError,
+        flat_layout,
+        pins,
+        version_folder,
+        versions,
+    )
     from solaris.namespace import Namespace
 
     root = Namespace.of(cfg).models_root
@@ -554,8 +560,12 @@ def models_list(
             "without a pin"
         )
     if namespace is not None:
-        folder = Namespace.of(cfg.model_copy(update={"namespace": namespace})).models_dir
-        typer.echo(f"namespace {namespace!r} reads {folder}")
+        try:
+            folder = Namespace.of(cfg.model_copy(update={"namespace": namespace})).models_dir
+        except ModelVersionError as exc:  # what the readers of the namespace would raise
+            typer.echo(f"namespace {namespace!r} reads nothing: {exc}")
+        else:
+            typer.echo(f"namespace {namespace!r} reads {folder}")
 
 
 @models_app.command("promote")

@@ -12,7 +12,7 @@ with, and the old models were gone. So nothing in it is ever rewritten::
         codes.json, *.pt    the older, flat layout (read by a namespace with no pin)
 
 A version's ``<id>`` is its creation time and a digest of its files
-(``20261207T225612Z-3f2a9c0b``): ids sort by age, and two runs never share one. A version
+(``20261207T225612.041337Z-3f2a9c0b``): ids sort by age, and two runs never share one. A version
 is built in a hidden folder and renamed into ``versions/`` complete (:func:`commit_version`),
 its files made read-only; a reader never sees half of one, and a folder in ``versions/`` is
 never written again.
@@ -66,8 +66,9 @@ __all__ = [
 
 VERSIONS = "versions"
 PINS = "pins"
-VERSION_PATTERN = r"\d{8}T\d{6}Z-[0-9a-f]{8}"
-"""A version id: UTC creation time to the second, then 8 hex digits of its files' digest."""
+VERSION_PATTERN = r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}"
+"""A version id: UTC creation time to the microsecond, then 8 hex digits of its files'
+digest."""
 _VERSION = re.compile(VERSION_PATTERN)
 _DRAFT = ".draft-"
 
@@ -239,11 +240,13 @@ def commit_version(root: Path, folder: Path) -> str:
         with path.open("rb") as handle:
             os.fsync(handle.fileno())
         path.chmod(0o444)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    now = time.time_ns()
+    second, micro = divmod(now // 1000, 1_000_000)
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(second))}.{micro:06d}Z"
     version = f"{stamp}-{_digest(folder)[:8]}"
     target = version_folder(root, version)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():  # the same files in the same second: that version already
+    if target.exists():  # the same files in the same microsecond: that version already
         shutil.rmtree(folder)
         return version
     os.rename(folder, target)

@@ -570,7 +570,10 @@ def models_list(
 
 @models_app.command("promote")
 def models_promote(
-    version: Annotated[str, typer.Argument(help="the version to pin (`solaris models list`)")],
+    version: Annotated[
+        str,
+        typer.Argument(help="the version to pin (`solaris models list`), or 'newest'"),
+    ],
     namespace: Annotated[str, typer.Option(help="the namespace whose models change")],
     config: ConfigOption = None,
     force: Annotated[
@@ -589,7 +592,7 @@ def models_promote(
     from solaris.orchestration.resources import live_state
 
     root = Namespace.of(cfg).models_root
-    check_version(root, version, namespace)  # before Redis is asked anything
+    version = check_version(root, version, namespace)  # before Redis is asked anything
     pin = pin_version(root, namespace, version, live=live_state(cfg, namespace), force=force)
     was = f" (was {pin.previous})" if pin.previous else ""
     typer.echo(f"namespace {namespace!r} reads model version {pin.version}{was}")

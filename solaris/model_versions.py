@@ -45,6 +45,7 @@ from solaris.errors import SolarisError
 from solaris.files import atomic_write_json
 
 __all__ = [
+    "NEWEST",
     "PINS",
     "VERSIONS",
     "VERSION_PATTERN",
@@ -71,6 +72,8 @@ VERSION_PATTERN = r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}"
 digest."""
 _VERSION = re.compile(VERSION_PATTERN)
 _DRAFT = ".draft-"
+NEWEST = "newest"
+"""Names the newest version where a version is asked for (a script's replay namespace)."""
 
 
 class ModelVersionError(SolarisError, LookupError):
@@ -259,9 +262,13 @@ def commit_version(root: Path, folder: Path) -> str:
 
 
 def check_version(root: Path, version: object, name: str) -> str:
-    """``version`` when it is a version under ``root``; a :class:`ModelVersionError` naming
-    those that are otherwise (``name``: the namespace it was to be pinned for)."""
-    if not isinstance(version, str) or version not in versions(root):
+    """``version`` when it is a version under ``root`` (:data:`NEWEST`: the newest one);
+    a :class:`ModelVersionError` naming those that are otherwise (``name``: the namespace
+    it was to be pinned for)."""
+    known = versions(root)
+    if version == NEWEST and known:
+        return known[-1]
+    if not isinstance(version, str) or version not in known:
         raise ModelVersionError(
             f"no model version {version!r} to pin for namespace {name!r}: "
             f"{_known(Path(root))}. Nothing was changed"
@@ -284,8 +291,8 @@ def refuse_live_pin(name: str, live: str | None, what: str, remedy: str, *, forc
 def pin_version(
     root: Path, name: str, version: str, *, live: str | None, force: bool = False
 ) -> Pin:
-    """Pin ``version`` for namespace ``name`` (one small JSON file, written atomically);
-    return the new pin.
+    """Pin ``version`` (or :data:`NEWEST`) for namespace ``name`` (one small JSON file,
+    written atomically); return the new pin.
 
     ``live``: why the namespace holds live state, or None (the caller's judgement,
     :func:`solaris.orchestration.resources.live_state`). Nothing is written when refused.
@@ -295,7 +302,7 @@ def pin_version(
         ModelPinError: ``live`` is set and ``force`` is not (naming the namespace and
             ``--force``)."""
     root = Path(root)
-    check_version(root, version, name)
+    version = check_version(root, version, name)
     current = _read_pin(root, name)
     if current is not None and current.version == version:
         return current

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from solaris.model_versions import (
+    NEWEST,
     VERSION_PATTERN,
     ModelPinError,
     ModelVersionError,
@@ -144,3 +145,12 @@ def test_a_pin_naming_a_missing_version_or_unreadable_is_an_error_naming_the_fil
         ModelVersionError, match=r"pins model version 20260101T000000.000000Z-0123abcd"
     ):
         models_folder(tmp_path, "b")
+
+
+def test_newest_names_the_newest_version_and_nothing_when_there_is_none(tmp_path: Path) -> None:
+    with pytest.raises(ModelVersionError, match=r"'newest'.*there is none"):
+        pin_version(tmp_path, "a", NEWEST, live=None)
+    assert not (tmp_path / "pins").exists()
+    _version(tmp_path, b"one")
+    second = _version(tmp_path, b"two")
+    assert pin_version(tmp_path, "a", NEWEST, live=None).version == second

@@ -1,7 +1,7 @@
 """Benchmark of the near-line path: request → servable code, with the real components.
 
 Run: ``.venv/bin/python -m bench.nearline`` after ``make demo`` (it embeds with the demo's
-MovieLens FM and autoencoder, ``artifacts/models``); ``make bench`` runs it last;
+MovieLens FM and autoencoder, the model version it pinned); ``make bench`` runs it last;
 ``--quick`` for a smoke run.
 
 Traffic: ``--rate`` (100) requests/s of one random user × ``--candidates`` (200) random
@@ -154,8 +154,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.baseline = 20.0, 10.0
-    if not (args.artifacts / "models" / "codes.json").is_file():
+    from solaris.model_versions import pin_version, pinned
+
+    # The bench's namespace reads the model version the demo pinned for its own (or the
+    # older flat layout's models).
+    models = args.artifacts / "models"
+    demo = pinned(models, "demo")
+    if demo is None and not (models / "codes.json").is_file():
         sys.exit(f"bench.nearline needs the demo's models under {args.artifacts}: run make demo")
+    if demo is not None:
+        pin_version(models, NAMESPACE, demo.version, live=None)
 
     from solaris.config import SolarisConfig
     from solaris.connection import redis_client

@@ -11,6 +11,7 @@
 # running Airflow; `make demo` prints the command for its own window and cadence). The
 # namespace's earlier state (Redis keys, streams, cycle and offline files) is deleted first,
 # so the replay starts cold like the demo; the live namespace and others are not touched.
+# The namespace is pinned to the newest model version (or $SOLARIS_MODEL_VERSION).
 # The backfill runs one interval at a time, in order (max active runs 1), and each
 # candidates run waits for the previous interval's embeddings and enrichment. Interrupted,
 # it can be run again: the earlier replay's backfills are cancelled first.
@@ -18,7 +19,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
     usage
     exit 0
@@ -47,6 +48,9 @@ fi
 # before anything is deleted), so the script can simply be run again.
 "$ROOT/.venv/bin/python" -m solaris.local.backfills "$namespace"
 "$ROOT/.venv/bin/solaris" namespace reset "$namespace"
+# The replay reads the models pinned for its namespace: SOLARIS_MODEL_VERSION, by default the
+# newest version (after `make demo`, the demo's; `solaris models list` shows them all).
+"$ROOT/.venv/bin/solaris" models promote --namespace "$namespace" "${SOLARIS_MODEL_VERSION:-newest}"
 conf="{\"namespace\": \"$namespace\", \"replay\": true}"
 # The daily clustering of the range first: its runs wait for the enrichment as of their time,
 # and the candidates run after each waits for it (a replay's sensors), so the two backfills

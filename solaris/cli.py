@@ -26,6 +26,8 @@ __all__ = [
     "epoch_option",
     "fit_autoencoder_command",
     "load_config",
+    "models_list",
+    "models_promote",
     "namespace_arg",
     "namespace_repartition",
     "namespace_reset",
@@ -66,6 +68,11 @@ def _data_group() -> None:
 
 namespace_app = typer.Typer(help="The namespaces the cycle runs in.", no_args_is_help=True)
 app.add_typer(namespace_app, name="namespace")
+
+models_app = typer.Typer(
+    help="Model versions and the one each namespace reads.", no_args_is_help=True
+)
+app.add_typer(models_app, name="models")
 
 ConfigOption = Annotated[
     Path | None,
@@ -490,19 +497,119 @@ def fit_autoencoder_command(
     ] = 200_000,
 ) -> None:
     """Train the autoencoder h -> z on your FM (model.foundation), from the pairs of your
-    traffic (requests.source) in [start, end); writes it and codes.json to the models folder."""
+    traffic (requests.source) in [start, end); writes it and codes.json as a new model
+    version (the older ones are kept) and pins it for the config's namespace, unless that
+    namespace holds live state: then its pin is left and the promote command printed."""
     first, last = epoch_option(start, "--start"), epoch_option(end, "--end")
     if last <= first:
         raise typer.BadParameter(f"{end!r} is not after --start {start!r}", param_hint="--end")
     if max_pairs < 1:
         raise typer.BadParameter(f"must be >= 1, got {max_pairs}", param_hint="--max-pairs")
+    cfg = load_config(config)
+    from solaris.model_versions import pin_version
+    from solaris.namespace import Namespace
+    from solaris.orchestration.resources import live_state
     from solaris.pipeline.codes import fit_autoencoder_from_traffic
 
-    manifest, mse = fit_autoencoder_from_traffic(load_config(config), first, last, max_pairs)
+    live = live_state(cfg, cfg.namespace)  # judged before the training's minutes
+    manifest, mse, version = fit_autoencoder_from_traffic(cfg, first, last, max_pairs)
     typer.echo(
         f"autoencoder for FM {manifest.fm}: fm_version {manifest.fm_version} "
-        f"(h {manifest.shared_dim} -> z {manifest.z_dim}, reconstruction MSE {mse:.4f})"
+        f"(h {manifest.shared_dim} -> z {manifest.z_dim}, reconstruction MSE {mse:.4f}), "
+        f"model version {version}"
     )
+    if live is not None:
+        typer.echo(
+            f"namespace {cfg.namespace!r} still reads the models it read before ({live}): "
+            f"promote this version when its VM is ready for it (`solaris models promote "
+            f"--namespace {cfg.namespace} {version} --force`)"
+        )
+        return
+    pin_version(Namespace.of(cfg).models_root, cfg.namespace, version, live=None)
+    typer.echo(f"namespace {cfg.namespace!r} now reads model version {version}")
+
+
+@models_app.command("list")
+def models_list(
+    namespace: Annotated[
+        str | None, typer.Option(help="also say which version this namespace reads")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """The model versions of the models folder, oldest first, each with its fm_version and
+    the namespaces that pin it; the older flat layout, if any, on a line of its own."""
+    if namespace is not None:
+        namespace_arg(namespace, "--namespace")
+    cfg = load_config(config)
+    from solaris.manifest import CodesError, read_manifest
+    from solaris.model_versions import (
+        ModelVersionError,
+        flat_layout,
+        pins,
+        version_folder,
+        versions,
+    )
+    from solaris.namespace import Namespace
+
+    root = Namespace.of(cfg).models_root
+
+    def fm_version(folder: Path) -> str:
+        try:
+            return read_manifest(folder).fm_version
+        except CodesError:
+            return "(no codes.json)"
+
+    pinned = pins(root)
+    names = versions(root)
+    typer.echo(f"models in {root}: {len(names)} version(s)")
+    for version in names:
+        by = sorted(ns for ns, pin in pinned.items() if pin.version == version)
+        typer.echo(
+            f"  {version}  fm_version {fm_version(version_folder(root, version))}  "
+            f"pinned by: {', '.join(by) or '-'}"
+        )
+    if flat_layout(root):
+        typer.echo(
+            f"  (older flat layout)  fm_version {fm_version(root)}  read by namespaces "
+            "without a pin"
+        )
+    if namespace is not None:
+        try:
+            folder = Namespace.of(cfg.model_copy(update={"namespace": namespace})).models_dir
+        except ModelVersionError as exc:  # what the readers of the namespace would raise
+            typer.echo(f"namespace {namespace!r} reads nothing: {exc}")
+        else:
+            typer.echo(f"namespace {namespace!r} reads {folder}")
+
+
+@models_app.command("promote")
+def models_promote(
+    version: Annotated[
+        str,
+        typer.Argument(help="the version to pin (`solaris models list`), or 'newest'"),
+    ],
+    namespace: Annotated[str, typer.Option(help="the namespace whose models change")],
+    config: ConfigOption = None,
+    force: Annotated[
+        bool, typer.Option(help="change the models of a namespace that holds live state")
+    ] = False,
+) -> None:
+    """Pin VERSION for a namespace: what its cycle, near-line embedder and serving read
+    from then on. Refused for an unknown version, and for a namespace holding live state
+    (the live one, the settings' own when they are not a replay's, one whose cycle ran live
+    or whose serving logged live traffic) unless --force: its VM was trained with the codes
+    of the version it reads now. Nothing is written when refused."""
+    namespace_arg(namespace, "--namespace")
+    cfg = load_config(config)
+    from solaris.model_versions import check_version, pin_version
+    from solaris.namespace import Namespace
+    from solaris.orchestration.resources import live_state
+
+    root = Namespace.of(cfg).models_root
+    version = check_version(root, version, namespace)  # before Redis is asked anything
+    pin = pin_version(root, namespace, version, live=live_state(cfg, namespace), force=force)
+    was = f" (was {pin.previous})" if pin.previous else ""
+    typer.echo(f"namespace {namespace!r} reads model version {pin.version}{was}")
 
 
 def writable_file(path: Path, hint: str) -> None:

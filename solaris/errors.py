@@ -25,6 +25,8 @@ built-in base it had (``ValueError`` for bad input, ``RuntimeError`` for a faile
     ├── HandoffError           (ValueError)    solaris.orchestration.handoff: a task's unit
     ├── CodesError             (RuntimeError)  solaris.manifest: autoencoder artifacts
     ├── FmVersionError         (ValueError)    solaris.manifest: an fm_version not a short token
+    ├── ModelVersionError      (LookupError)   solaris.model_versions: no such model version
+    ├── ModelPinError          (RuntimeError)  solaris.model_versions: a live namespace's pin
     ├── ModelInputError        (ValueError)    solaris.models: a model's argument or input
     ├── DeviceError            (RuntimeError)  solaris.models.device: no such torch device
     ├── CheckpointError        (ValueError)    solaris.models.checkpoints: a checkpoint refused

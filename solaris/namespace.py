@@ -20,7 +20,10 @@ offline feature rows   ``<offline root>/<name>/<view>/``
 
 The namespace is ``SolarisConfig.namespace`` (default ``live``); a DAG run can name another
 in its conf (``{"namespace": "replay_1998", ...}``), and the asset events it emits carry it
-to the downstream runs. Models (``<artifacts_dir>/models``) are inputs, shared by all.
+to the downstream runs. Models (``<artifacts_dir>/models``) are inputs shared by all, kept
+in versions that are never rewritten; each namespace reads the version pinned for it
+(``<artifacts_dir>/models/pins/<name>.json``, :mod:`solaris.model_versions`), changed only by
+a promote.
 
 The state root is ``cycle.state_uri``, a local folder or an fsspec URL (object storage,
 for workers that share no disk); by default it is ``artifacts_dir``. The offline root is
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from solaris.errors import SolarisError
 from solaris.files import StatePath, state_path
+from solaris.model_versions import models_folder
 
 if TYPE_CHECKING:
     from solaris.config import SolarisConfig
@@ -199,9 +203,17 @@ class Namespace:
         return f"{self._offline_base}/{self.name}/{view}"
 
     @property
-    def models_dir(self) -> Path:
-        """The trained models the cycle reads (shared by every namespace: inputs only)."""
+    def models_root(self) -> Path:
+        """The models folder every namespace shares: its versions and their pins
+        (:mod:`solaris.model_versions`)."""
         return self.artifacts_dir / "models"
+
+    @property
+    def models_dir(self) -> Path:
+        """The trained models this namespace reads: the version pinned for it (the older
+        flat layout without a pin), resolved here for every reader
+        (:func:`~solaris.model_versions.models_folder`, whose errors it raises)."""
+        return models_folder(self.models_root, self.name)
 
     def describe(self) -> str:
         """One line for logs and the demo's output."""

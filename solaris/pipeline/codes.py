@@ -1,8 +1,8 @@
 """The codes SOLARIS serves: an autoencoder ``h -> z`` trained on the user's FM, versioned.
 
 Whatever FM a user brings (:class:`solaris.adapters.FoundationModel`), SOLARIS trains the
-autoencoder on that FM's last shared layer ``h`` and stores it in the models folder with
-a manifest, ``codes.json``::
+autoencoder on that FM's last shared layer ``h`` and stores it, with a manifest
+``codes.json``, as a new model version (:mod:`solaris.model_versions`)::
 
     {"fm_version": "<the version every served row carries>", "fm": "<FM.version>",
      "z_dim": 32, "shared_dim": 24}
@@ -152,11 +152,17 @@ def save_autoencoder(
 
 def fit_autoencoder_from_traffic(
     cfg: SolarisConfig, start: int, end: int, max_pairs: int = 200_000
-) -> tuple[CodesManifest, float]:
+) -> tuple[CodesManifest, float, str]:
     """Train the autoencoder on ``model.foundation``'s ``h`` of the distinct pairs of
     ``requests.source`` in ``[start, end)`` (each as of its first request; a seeded sample
-    of at most ``max_pairs``) and save it to the models folder."""
+    of at most ``max_pairs``) and save it as a new model version beside the others
+    (:mod:`solaris.model_versions`); returns its manifest, reconstruction MSE and version
+    id. No namespace's pin changes here: the caller promotes it (``solaris fit-autoencoder``
+    does for its own namespace)."""
+    import shutil
+
     from solaris import adapters
+    from solaris.model_versions import commit_version, draft_folder
     from solaris.namespace import Namespace
 
     if end <= start:
@@ -167,8 +173,13 @@ def fit_autoencoder_from_traffic(
     if len(pairs) > max_pairs:
         pairs = pairs.sample(n=max_pairs, random_state=cfg.train.seed)
     ae, version, mse = fit_autoencoder(fm, pairs, cfg)
-    manifest = save_autoencoder(Namespace.of(cfg).models_dir, ae, fm_version=version, fm=fm.version)
-    return manifest, mse
+    root = Namespace.of(cfg).models_root
+    draft = draft_folder(root)
+    try:
+        manifest = save_autoencoder(draft, ae, fm_version=version, fm=fm.version)
+        return manifest, mse, commit_version(root, draft)
+    finally:
+        shutil.rmtree(draft, ignore_errors=True)  # gone already when committed
 
 
 def load_autoencoder(models_dir: Path, fm: FoundationModel) -> tuple[Autoencoder, str]:

@@ -55,6 +55,15 @@ def test_demo_prints_every_figure_and_writes_valid_artifacts(config_file: Path) 
     assert all(0.0 <= c <= 1.0 for c in summary["coverage"].values())
     read_table(artifacts / "log" / "candidates.parquet", "candidates")
     assert "airflow" not in summary
+    # The models are a new version, pinned for the demo's namespace, which reads them.
+    version = summary["models"]["version"]
+    listed = CliRunner().invoke(
+        app, ["models", "list", "--config", str(config_file), "--namespace", "demo"]
+    )
+    assert listed.exit_code == 0, listed.output
+    fm_version = summary["models"]["fm_version"]
+    assert f"{version}  fm_version {fm_version}  pinned by: demo\n" in listed.output
+    assert f"namespace 'demo' reads {artifacts / 'models' / 'versions' / version}" in listed.output
 
     # `solaris replay` reads the same artifacts back and reproduces the demo's coverage.
     replayed = CliRunner().invoke(app, ["replay", "--config", str(config_file)])

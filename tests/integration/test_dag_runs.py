@@ -353,6 +353,7 @@ def test_live_clock_interval_and_replay_never_touch_each_others_state(
     from solaris.examples.movielens.models.vm import VerticalModel
     from solaris.local.airflow import LocalAirflow
     from solaris.local.cycle import downstream_conf
+    from solaris.model_versions import pin_version
     from solaris.orchestration.resources import read_parquet
     from solaris.serving.client import SolarisFeatures
 
@@ -360,6 +361,8 @@ def test_live_clock_interval_and_replay_never_touch_each_others_state(
     replay = Namespace.of(replay_cfg)
     live_cfg = replay_cfg.model_copy(update={"namespace": f"{replay.name}_live", "replay": False})
     live = Namespace.of(live_cfg)
+    # A namespace reads the model version pinned for it: the live one the demo's models.
+    pin_version(live.models_root, live.name, summary["models"]["version"], live=None)
     client = redis_client(REDIS)
     monkeypatch.setenv(
         "SOLARIS_CONFIG", str(Path(replay_cfg.artifacts_dir) / "airflow" / "solaris.yaml")

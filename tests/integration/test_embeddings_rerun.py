@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from solaris.config import SolarisConfig
+from solaris.model_versions import pin_version, versions
 from solaris.namespace import Namespace
 from solaris.orchestration.embeddings import (
     embed_and_materialize,
@@ -48,7 +49,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cfg(artifacts: Path, namespace: str, repo: Path, redis: str, **cycle) -> SolarisConfig:
-    return SolarisConfig(
+    made = SolarisConfig(
         namespace=namespace,
         artifacts_dir=artifacts,
         model={
@@ -61,6 +62,11 @@ def _cfg(artifacts: Path, namespace: str, repo: Path, redis: str, **cycle) -> So
         train={"ae_epochs": 1},
         cycle=cycle,
     )
+    # The module's models were trained once: every namespace of the module reads them.
+    root = Namespace.of(made).models_root
+    if versions(root):
+        pin_version(root, namespace, versions(root)[-1], live=None)
+    return made
 
 
 @pytest.fixture(params=["local", "s3"])

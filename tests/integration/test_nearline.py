@@ -22,6 +22,7 @@ import redis as redis_py
 import yaml
 
 from solaris.config import SolarisConfig
+from solaris.model_versions import pin_version, versions
 from solaris.namespace import Namespace
 from solaris.orchestration.nearline import NearlineEmbedder, read_status
 from solaris.orchestration.resources import feature_store
@@ -52,7 +53,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cfg(artifacts: Path, namespace: str, repo: Path, redis: str, **nearline) -> SolarisConfig:
-    return SolarisConfig(
+    made = SolarisConfig(
         namespace=namespace,
         artifacts_dir=artifacts,
         device="cpu",
@@ -66,6 +67,11 @@ def _cfg(artifacts: Path, namespace: str, repo: Path, redis: str, **nearline) ->
         train={"ae_epochs": 1},
         nearline={"enabled": True, **nearline},
     )
+    # The module's models were trained once: every namespace of the module reads them.
+    root = Namespace.of(made).models_root
+    if versions(root):
+        pin_version(root, namespace, versions(root)[-1], live=None)
+    return made
 
 
 @pytest.fixture

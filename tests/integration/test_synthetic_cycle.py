@@ -36,6 +36,7 @@ def synthetic_cycle(
 
     from solaris.examples.synthetic import SyntheticWorld, prepare
     from solaris.local.demo import run_airflow_stage
+    from solaris.model_versions import pin_version
     from solaris.pipeline.codes import fit_autoencoder_from_traffic
 
     tmp = tmp_path_factory.mktemp("synthetic")
@@ -62,7 +63,8 @@ def synthetic_cycle(
     )
     prepare(cfg)
     start = SyntheticWorld().spec.start_ts
-    manifest, _ = fit_autoencoder_from_traffic(cfg, start, start + DAY)
+    manifest, _, version = fit_autoencoder_from_traffic(cfg, start, start + DAY)
+    pin_version(Namespace.of(cfg).models_root, cfg.namespace, version, live=None)
     printed: list[str] = []
     summary = run_airflow_stage(
         cfg,

@@ -48,15 +48,28 @@ def demo(
     ] = False,
 ) -> None:
     """Run the SOLARIS cycle on MovieLens-100K (offline, then through Airflow); print figures.
-    The namespace's earlier state is reset first; one holding live state is refused."""
+    The models it trains are a new model version, pinned for the namespace; the namespace's
+    earlier state is reset first. A namespace holding live state is refused before any
+    training (with or without --no-airflow), unless --force."""
     namespace_arg(namespace, "--namespace")
     from solaris.examples.movielens.demo import run_demo
-    from solaris.orchestration.resources import refuse_live
+    from solaris.model_versions import refuse_live_pin
+    from solaris.orchestration.resources import live_state, refuse_live
 
-    if airflow:  # refused before the offline stage's minutes, not after them
-        refuse_live(load_config(config), namespace, "replay into", force=force)
+    deployment = load_config(config)
+    # Refused before the offline stage's minutes, not after them.
+    live = live_state(deployment, namespace)
+    if airflow:
+        refuse_live(deployment, namespace, "replay into", force=force)
+    refuse_live_pin(
+        namespace,
+        live,
+        f"train the demo's models and pin them for namespace {namespace!r}",
+        f"`solaris demo --namespace {namespace} --force`",
+        force=force,
+    )
     cfg = with_adapters(load_config(config, namespace=namespace))
-    run_demo(cfg, airflow=airflow, echo=typer.echo, force=force)
+    run_demo(cfg, airflow=airflow, echo=typer.echo, force=force, live=live)
 
 
 _SELECTORS = ("verifier", "random", "oracle")

@@ -1,6 +1,7 @@
 """The SOLARIS cycle on MovieLens-100K, end to end: what ``make demo`` runs.
 
-Offline stage: fetch → request log → FM / autoencoder / VM on a time split → the verifier
+Offline stage: fetch → request log → FM / autoencoder / VM on a time split (a new model
+version, pinned for the demo's namespace) → the verifier
 (the exposure scorer) scores every candidate → time-ordered replays (verifier, random,
 oracle) with a TTL cache at the configured cadence. Airflow stage
 (:mod:`solaris.local.demo`): the five DAGs replay a window of the test period, writing to
@@ -29,7 +30,9 @@ from solaris.examples.movielens.fetch import fetch_movielens
 from solaris.examples.movielens.requests import build_request_log, request_log_stats
 from solaris.examples.movielens.train import save_models, train_models, vm_window_start
 from solaris.files import atomic_write_json
+from solaris.model_versions import commit_version, pin_version
 from solaris.models.device import resolve_device
+from solaris.namespace import Namespace
 
 __all__ = ["NEARLINE_SECONDS", "run_demo", "run_offline_cycle"]
 
@@ -58,8 +61,16 @@ def _publish(staging: Path, final: Path) -> None:
     staging.rmdir()
 
 
-def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
-    """Run the offline cycle, print each figure with its label, return them all."""
+def run_offline_cycle(
+    cfg: SolarisConfig, echo: Printer = print, *, live: str | None = None, force: bool = False
+) -> dict:
+    """Run the offline cycle, print each figure with its label, return them all.
+
+    The models it trains become a new model version beside the older ones
+    (:mod:`solaris.model_versions`), pinned for ``cfg``'s namespace: the demo's explicit
+    promote. ``live``: why that namespace holds live state, or None (the caller's judgement,
+    :func:`~solaris.orchestration.resources.live_state`); then the pin is refused unless
+    ``force`` (``solaris demo`` refuses before training)."""
     resolve_device(cfg.device)  # fail before any work, not after it
     timings: dict[str, float] = {}
     final = Path(cfg.artifacts_dir)
@@ -204,6 +215,12 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
     )
     results["verifier_nearline_refresh"] = refreshed
 
+    # The models become a version of their own, never written again, and the namespace's
+    # pin moves to it; the models other namespaces read are not touched.
+    namespace = Namespace.of(cfg)
+    version = commit_version(namespace.models_root, out / "models")
+    pin_version(namespace.models_root, namespace.name, version, live=live, force=force)
+    echo(f"model version {version}, pinned for namespace {namespace.name!r}")
     summary = {
         "request_log": asdict(stats),
         "models": {
@@ -211,6 +228,7 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
             "fm_version": models.fm_version,
             "vm_version": models.vm_version,
             "val_end": models.split.val_end,
+            "version": version,
         },
         "coverage": {name: r.coverage for name, r in results.items()},
         "fm_passes_per_1k_requests": {n: r.fm_passes_per_1k_requests for n, r in results.items()},
@@ -224,13 +242,19 @@ def run_offline_cycle(cfg: SolarisConfig, echo: Printer = print) -> dict:
 
 
 def run_demo(
-    cfg: SolarisConfig, *, airflow: bool = True, echo: Printer = print, force: bool = False
+    cfg: SolarisConfig,
+    *,
+    airflow: bool = True,
+    echo: Printer = print,
+    force: bool = False,
+    live: str | None = None,
 ) -> dict:
     """The offline stage, then (unless ``airflow=False``) the cycle through Airflow DAG runs;
-    the summary of both is written to ``artifacts_dir/demo_summary.json``. ``force``: reset
-    and replay into the namespace even if it holds live state
-    (:func:`~solaris.orchestration.resources.live_state`)."""
-    summary = run_offline_cycle(cfg, echo=echo)
+    the summary of both is written to ``artifacts_dir/demo_summary.json``. ``force``: pin
+    the new models for, reset and replay into the namespace even if it holds live state
+    (``live``, the caller's judgement, and
+    :func:`~solaris.orchestration.resources.live_state` before the reset)."""
+    summary = run_offline_cycle(cfg, echo=echo, live=live, force=force)
     if not airflow:
         return summary
     from solaris.local.demo import run_airflow_stage

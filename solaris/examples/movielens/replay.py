@@ -1,8 +1,9 @@
 """Steps that read the artifacts an earlier run left (request log with its logged scores,
-the models' time split)."""
+the time split of the model version trained with it)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from solaris.adapters import LoggedScores
@@ -10,10 +11,24 @@ from solaris.config import SelectionConfig, SolarisConfig
 from solaris.data.schemas import read_table
 from solaris.evaluation.replay import ReplayResult, oracle_scores, random_scores, replay
 from solaris.examples.movielens.train import load_split
+from solaris.model_versions import version_folder
+from solaris.namespace import Namespace
 
 __all__ = ["SELECTORS", "replay_from_artifacts"]
 
 SELECTORS = ("verifier", "random", "oracle")
+
+
+def _demo_models(cfg: SolarisConfig) -> Path:
+    """The model version the last demo trained with the request log beside it (its summary
+    names it; the older flat models folder when it names none)."""
+    root = Namespace.of(cfg).models_root
+    summary = Path(cfg.artifacts_dir) / "demo_summary.json"
+    try:
+        version = json.loads(summary.read_text())["models"].get("version")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        version = None
+    return version_folder(root, version) if isinstance(version, str) else root
 
 
 def replay_from_artifacts(
@@ -31,7 +46,7 @@ def replay_from_artifacts(
     if selector not in SELECTORS:
         raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
     log_path = Path(cfg.artifacts_dir) / "log" / "candidates.parquet"
-    models_dir = Path(cfg.artifacts_dir) / "models"
+    models_dir = _demo_models(cfg)
     if not log_path.is_file() or not (models_dir / "split.json").is_file():
         raise FileNotFoundError(
             f"no request log or models under {cfg.artifacts_dir}: run `solaris demo` first"

@@ -117,11 +117,14 @@ def test_a_narrower_fm_leaves_the_good_autoencoder_and_codes_json_as_they_were(
             requests={"source": f"{name}:Source"},
         )
 
-    fit_autoencoder_from_traffic(settings("good"), 0, 900)
-    models = Namespace.of(settings("good")).models_dir
-    before = {p.name: p.read_bytes() for p in sorted(models.iterdir())}
-    assert "codes.json" in before
+    _, _, version = fit_autoencoder_from_traffic(settings("good"), 0, 900)
+    models = Namespace.of(settings("good")).models_root
+    before = {str(p): p.read_bytes() for p in sorted(models.rglob("*")) if p.is_file()}
+    assert str(models / "versions" / version / "codes.json") in before
 
     with pytest.raises(CodesError, match=r"gave \(3, 4\) for a batch of 3 pairs"):
         fit_autoencoder_from_traffic(settings("narrow"), 0, 900)
-    assert {p.name: p.read_bytes() for p in sorted(models.iterdir())} == before
+    after = {str(p): p.read_bytes() for p in sorted(models.rglob("*")) if p.is_file()}
+    assert after == before and sorted(p.name for p in (models / "versions").iterdir()) == [
+        version
+    ]  # no draft left behind either

@@ -24,15 +24,28 @@ class _Counting:
         self.app = app
         self.lock = threading.Lock()
         self.methods: Counter[str] = Counter()
+        self.by_folder: Counter[str] = Counter()  # "METHOD folder": what the requests were for
         self.bytes = 0
 
     def __call__(self, environ: dict, start_response: Any) -> Any:
+        method = environ["REQUEST_METHOD"]
         with self.lock:
-            self.methods[environ["REQUEST_METHOD"]] += 1
+            self.methods[method] += 1
+            self.by_folder[f"{method} {_folder(environ.get('PATH_INFO', ''))}"] += 1
         for chunk in self.app(environ, start_response):
             with self.lock:
                 self.bytes += len(chunk)
             yield chunk
+
+
+def _folder(path: str) -> str:
+    """The kind of state a request touched: the folder below a namespace's root
+    (``/<bucket>/state/namespaces/<ns>/<kind>/...``), or the path's first two parts."""
+    parts = [p for p in path.split("/") if p]
+    if "namespaces" in parts:
+        at = parts.index("namespaces")
+        return parts[at + 2] if len(parts) > at + 2 else "(namespace)"
+    return "/".join(parts[1:3]) or "(bucket)"
 
 
 @dataclass
@@ -47,12 +60,18 @@ class CountingStore:
     def reset(self) -> None:
         with self._counting.lock:
             self._counting.methods.clear()
+            self._counting.by_folder.clear()
             self._counting.bytes = 0
 
     def counts(self) -> tuple[dict[str, int], int]:
         """``(requests by method, bytes served)`` since the last :meth:`reset`."""
         with self._counting.lock:
             return dict(self._counting.methods), self._counting.bytes
+
+    def by_folder(self) -> dict[str, int]:
+        """Requests by ``"METHOD folder"`` since the last :meth:`reset`."""
+        with self._counting.lock:
+            return dict(self._counting.by_folder)
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -42,10 +42,16 @@ NEVER = "2100-01-01T00:00:00+00:00"
 
 
 def _settings(cfg_path: Path, namespace: str, cadence: float, out: Path):
+    """The demo's settings in a fresh ``namespace``, which reads the demo's model version."""
     from solaris.config import SolarisConfig
     from solaris.local.cycle import export_config
+    from solaris.model_versions import NEWEST, pin_version, pinned
+    from solaris.namespace import Namespace
 
     cfg = SolarisConfig.load(cfg_path)
+    root = Namespace.of(cfg).models_root
+    source = pinned(root, cfg.namespace)
+    pin_version(root, namespace, source.version if source else NEWEST, live=None)
     cfg = cfg.model_copy(
         update={
             "namespace": namespace,

@@ -86,6 +86,7 @@ class IntervalFigures:
     # With --object-store: the requests (by method) and bytes the store served the DAG runs.
     store_requests: dict[str, int] = field(default_factory=dict)
     store_bytes: int = 0
+    store_by_folder: dict[str, int] = field(default_factory=dict)  # "METHOD folder": count
 
 
 def _proc_io() -> int:
@@ -199,6 +200,7 @@ def replay(
     from solaris.examples.synthetic import prepare
     from solaris.local.airflow import LocalAirflow, configure_airflow
     from solaris.local.cycle import export_config, run_window, window_intervals
+    from solaris.model_versions import pin_version
     from solaris.namespace import Namespace
     from solaris.orchestration.layout import CycleLayout
     from solaris.orchestration.resources import reset_namespace
@@ -209,7 +211,8 @@ def replay(
     cfg = SolarisConfig.load(path)
     began = time.perf_counter()
     prepare(cfg, _world(args.rows, args.days, args.cadence_minutes, args.seed))
-    fit_autoencoder_from_traffic(cfg, START, START + DAY)
+    _, _, version = fit_autoencoder_from_traffic(cfg, START, START + DAY)
+    pin_version(Namespace.of(cfg).models_root, cfg.namespace, version, live=None)
     echo(f"set-up (traffic, FM, autoencoder): {time.perf_counter() - began:.1f} s")
     config_path = export_config(cfg, Path(cfg.artifacts_dir) / "airflow" / "solaris.yaml")
     env = {
@@ -234,11 +237,13 @@ def replay(
                 store.reset()
             report = run_window(airflow, [interval], cfg, train_at_end=False, progress=False)
             requests, served = store.counts() if store is not None else ({}, 0)
+            by_folder = store.by_folder() if store is not None else {}
             seconds, codes = _stage_figures(layout, interval.end, interval.key)
             [candidates] = report.candidates
             return IntervalFigures(
                 store_requests=requests,
                 store_bytes=served,
+                store_by_folder=by_folder,
                 end=interval.end,
                 candidates=int(candidates.get("candidates", 0)),
                 wall_s={d: round(sum(s), 3) for d, s in report.seconds.items()},

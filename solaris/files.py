@@ -52,6 +52,7 @@ __all__ = [
     "atomic_write_private",
     "is_local",
     "publish_file",
+    "read_state_bytes",
     "remove_tree",
     "state_file_problem",
     "state_path",
@@ -114,6 +115,46 @@ def remove_tree(path: StatePath) -> None:
         path.fs.rm(path.path, recursive=True)
 
 
+_TAIL_BYTES = 64 << 10  # a state file's footer fits here (else the file is opened whole)
+
+
+def read_state_bytes(path: StatePath) -> bytes:
+    """The whole of the state file ``path``. On a remote filesystem this is one ranged
+    ``GET`` (``bytes=0-``): fsspec's ``open`` and a plain ``cat`` both ask the object's size
+    first (a ``HEAD``), which doubles the requests of the many small files an interval
+    reads. Raises ``FileNotFoundError`` when it is not there."""
+    if is_local(path):
+        return path.read_bytes()
+    where, filesystem = arrow_source(path)
+    data: bytes = filesystem.cat_file(where, start=0)
+    return data
+
+
+def _remote_footer_problem(path: StatePath) -> str | bool | None:
+    """:func:`state_file_problem` of a remote ``.parquet`` or ``.arrow`` file from its tail
+    only (one suffix ``GET``, no ``HEAD``); False when the tail does not settle it (a footer
+    larger than the tail: the file is then opened as any other)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where, filesystem = arrow_source(path)
+    try:
+        tail = filesystem.cat_file(where, start=-_TAIL_BYTES)
+    except FileNotFoundError:
+        return "missing"
+    try:
+        if path.suffix == ".parquet":
+            pq.read_metadata(pa.BufferReader(tail))
+        else:
+            pa.ipc.open_file(pa.py_buffer(tail))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if len(tail) >= _TAIL_BYTES:
+            return False
+        line = (str(exc).strip().splitlines() or [""])[0]
+        return f"unreadable ({type(exc).__name__}: {line})"
+    return None
+
+
 def state_file_problem(path: StatePath) -> str | None:
     """What is wrong with the state file ``path``, from its footer or header only (nothing
     else of it is read): None when it opens, ``"missing"``, or ``"unreadable (<the reader's
@@ -126,6 +167,10 @@ def state_file_problem(path: StatePath) -> str | None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if not is_local(path) and path.suffix in (".parquet", ".arrow"):
+        settled = _remote_footer_problem(path)
+        if settled is None or isinstance(settled, str):
+            return settled
     where, filesystem = arrow_source(path)
     try:
         with open(where, "rb") if filesystem is None else filesystem.open(where, "rb") as fh:

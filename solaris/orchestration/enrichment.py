@@ -410,11 +410,13 @@ def _read_table(path: StatePath) -> pa.Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from solaris.files import arrow_source
+    from solaris.files import arrow_source, read_state_bytes
 
     where, filesystem = arrow_source(path)
     try:
-        return pq.read_table(where, filesystem=filesystem)
+        if filesystem is None:
+            return pq.read_table(where)
+        return pq.read_table(pa.BufferReader(read_state_bytes(path)))  # one GET, no HEAD
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise CycleInputError(f"cannot read the cycle file {path}: {_one_line(exc)}") from exc
 

@@ -298,14 +298,17 @@ def parquet_rows(path: StatePath) -> int:
 
 def read_parquet(path: StatePath, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """A cycle file as a pandas frame (a local path or an fsspec one)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from solaris.files import arrow_source
+    from solaris.files import arrow_source, read_state_bytes
 
     where, filesystem = arrow_source(path)
+    picked = list(columns) if columns else None
     try:
-        return pq.read_table(
-            where, columns=list(columns) if columns else None, filesystem=filesystem
-        ).to_pandas()
+        if filesystem is None:
+            return pq.read_table(where, columns=picked).to_pandas()
+        # remote: one GET of the whole (small) file, no HEAD (solaris.files.read_state_bytes)
+        return pq.read_table(pa.BufferReader(read_state_bytes(path)), columns=picked).to_pandas()
     except Exception as exc:
         raise CycleInputError(f"cannot read the cycle file {path}: {exc}") from exc

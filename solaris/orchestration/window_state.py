@@ -175,10 +175,11 @@ def _save(layout: CycleLayout, partition: int, state: _State) -> None:
 
 
 def _load(path: StatePath) -> _State | None:
+    from solaris.files import read_state_bytes
     from solaris.pipeline.window import PairIndex, Retractions, Sums
 
     try:
-        with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
+        with np.load(io.BytesIO(read_state_bytes(path)), allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             sums = {
                 name: Sums(data[f"{name}.keys"], data[f"{name}.sums"], data[f"{name}.counts"])
@@ -219,13 +220,15 @@ def published_markers(cfg: SolarisConfig, layout: CycleLayout, as_of: int) -> li
     rewrites (one listing and one small read per interval, no shard paths)."""
     import hashlib
 
+    from solaris.files import read_state_bytes
+
     widest = max(window_spans(cfg).values())
     found = []
     for interval in layout.intervals(
         "pair_embeddings", ending_after=as_of - widest, ending_by=as_of
     ):
         try:
-            text = layout.embeddings_done(interval).read_bytes()
+            text = read_state_bytes(layout.embeddings_done(interval))  # remote: one GET
         except FileNotFoundError:
             continue  # not embedded (yet)
         found.append((interval.end, hashlib.sha1(text).hexdigest()[:16]))

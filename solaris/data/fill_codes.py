@@ -33,7 +33,14 @@ import numpy as np
 import pyarrow as pa
 
 from solaris.data.schemas import SchemaError
-from solaris.files import StatePath, arrow_source, atomic_write, is_local, state_path
+from solaris.files import (
+    StatePath,
+    arrow_source,
+    atomic_write,
+    is_local,
+    read_state_bytes,
+    state_path,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -134,15 +141,23 @@ def read_fill_codes(
     unsorted users raise :class:`SchemaError` naming the file."""
     single = state_path(path)
     source = str(single)
-    if not single.exists():
-        raise _missing(source)
     where, filesystem = arrow_source(single)
+    data = None
+    if filesystem is None:
+        if not single.exists():
+            raise _missing(source)
+    else:
+        try:
+            data = read_state_bytes(single)  # one GET, no HEAD
+        except FileNotFoundError as exc:
+            raise _missing(source) from exc
+        except OSError as exc:
+            raise SchemaError(source, None, f"cannot read fill codes: {exc}") from exc
     try:
-        if filesystem is None:
+        if data is None:
             reader = pa.ipc.open_file(pa.memory_map(where))
         else:
-            with filesystem.open(where, "rb") as fh:
-                reader = pa.ipc.open_file(pa.py_buffer(fh.read()))
+            reader = pa.ipc.open_file(pa.py_buffer(data))
         # The writer makes one record batch: its columns are views of the mapping. A table
         # of several would be combined, which copies (1 ms a file of 100,000 codes, and
         # every partition's fill opens every file).

@@ -18,7 +18,8 @@ not follow P), two ways:
 
 * ``per partition, whole files`` (the fill before ranged reads, kept here as the baseline):
   each partition of a task looks its targets up in every partition's file, each read whole
-  (an existence check, the open's ``HEAD`` and the ``GET`` s of the whole object);
+  (with today's whole-file reader, one ``GET`` a file; it used to add an existence check
+  and the open's ``HEAD``);
 * ``per task, ranged`` (:func:`solaris.orchestration.enrichment.lookup_fill`, as the
   cycle's fill task calls it): the task's targets looked up once, every partition's file
   opened once: its header (checked before the task writes), its key columns, then the codes
@@ -38,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,11 +47,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench.results import commit, write_block
+
 REPO = Path(__file__).resolve().parents[1]
 Z_DIM = 32
 AS_OF = 1_700_000_100
 FM_VERSION = "bench-fm-1"
-BEGIN, END = "<!-- bench.fill_object_store: begin -->", "<!-- bench.fill_object_store: end -->"
 WAYS = ("per partition, whole files", "per task, ranged")
 
 
@@ -220,7 +221,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "meta": {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": _commit(),
+            "commit": commit(),
             "machine": platform.machine(),
             "users": args.users,
             "codes": len(codes),
@@ -241,20 +242,6 @@ def _line(entry: dict[str, Any]) -> str:
         f"{new['requests']:,}, MB {old['bytes'] / 1e6:,.1f} -> {new['bytes'] / 1e6:,.1f} "
         f"(files {entry['file_bytes'] / 1e6:,.1f} MB), s {old['seconds']} -> {new['seconds']}"
     )
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            text=True,
-            capture_output=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return out.stdout.strip()
 
 
 def table(data: dict[str, Any]) -> str:
@@ -284,12 +271,6 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(data: dict[str, Any], path: Path) -> None:
-    text = path.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    path.write_text(text[:start] + "\n" + table(data) + "\n" + text[end:])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=50_000)
@@ -309,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1) + "\n")
     if args.docs is not None:
-        write_docs(data, args.docs)
+        write_block(args.docs, table(data) + "\n", "bench.fill_object_store")
     print(table(data))
     return 0
 

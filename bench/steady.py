@@ -62,6 +62,8 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+from bench import results
+
 REPO = Path(__file__).resolve().parents[1]
 DAY = 86_400
 START = 1_699_920_000  # 2023-11-14T00:00:00Z, the synthetic example's default start
@@ -403,26 +405,7 @@ BEGIN, END = "<!-- bench.steady: begin -->", "<!-- bench.steady: end -->"
 
 def write_block(page: Path, table: str, block: str = "bench.steady") -> None:
     """Replace what lies between the page's two ``block`` markers with ``table``."""
-    begin, end = f"<!-- {block}: begin -->", f"<!-- {block}: end -->"
-    text = page.read_text()
-    if begin not in text or end not in text:
-        raise SystemExit(f"{page} has no {begin} ... {end} block for the table")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    page.write_text(f"{head}{begin}\n{table}{end}{tail}")
-
-
-def _commit() -> str:
-    import subprocess
-
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() or "unknown"
+    results.write_block(page, table, block)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -479,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarize(first, figures, args.steady)
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": _commit(),
+        "commit": results.commit(),
         "rows": args.rows,
         "days": args.days,
         "cadence_minutes": args.cadence_minutes,

@@ -47,13 +47,15 @@ from typing import Any
 
 import numpy as np
 
+from bench.results import commit
+from bench.results import write_block as results_block
+
 REPO = Path(__file__).resolve().parents[1]
 DAY = 86_400
 H = 3_600
 Z_DIM = 8
 FM_VERSION = "bench-fm-1"
 VARIANTS = ("baseline", "whole", "chunked")
-BEGIN, END = "<!-- bench.training_set: begin -->", "<!-- bench.training_set: end -->"
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,20 +347,8 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
 
 
 def write_block(page: Path, table: str) -> None:
-    """Replace what lies between the page's two markers with ``table``."""
-    text = page.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{page} has no {BEGIN} ... {END} block for the table")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    page.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
-
-
-def _commit() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    )
-    return done.stdout.strip() or "unknown"
+    """Replace what lies between the page's ``bench.training_set`` markers with ``table``."""
+    results_block(page, table, "bench.training_set")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -404,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarize(results)
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": _commit(),
+        "commit": commit(),
         "sizes": args.sizes,
         "pairs": args.pairs,
         "days": args.days,

@@ -51,7 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -348,6 +348,7 @@ def move_streams(plan: Repartition) -> int:
     Raises:
         RepartitionError: entries still arrived after :data:`_PASSES` passes (a serving
             process of the old count is logging): what moved stays moved."""
+    from solaris.serving.request_log import stream_entries
     from solaris.serving.streams import StreamEntryError, decimal, entry_fields
 
     sources = plan.namespace.request_streams(plan.old)
@@ -362,7 +363,9 @@ def move_streams(plan: Repartition) -> int:
 
     client = plan.client()
     try:
-        seen = {t: {_digest(entry_fields(raw)) for _, raw in _entries(client, t)} for t in targets}
+        seen = {
+            t: {_digest(entry_fields(raw)) for _, raw in stream_entries(client, t)} for t in targets
+        }
         moved = 0
         for _ in range(_PASSES):
             this = 0
@@ -390,9 +393,11 @@ def _move(
 ) -> int:
     """One pass over ``source``, a page at a time: the page's entries added to their
     targets (one pipelined round trip), then deleted from it; returns how many left it."""
+    from solaris.serving.request_log import stream_entries
+
     moved = 0
     page: list[tuple[bytes, Any]] = []
-    for entry in _entries(client, source):
+    for entry in stream_entries(client, source):
         page.append(entry)
         if len(page) == _PAGE:
             moved += _move_page(client, source, page, target_of, seen)
@@ -426,26 +431,6 @@ def _move_page(
     if gone:
         delete_entries(client, source, gone)
     return len(gone)
-
-
-def _entries(client: Any, stream: str) -> Iterator[tuple[bytes, Any]]:
-    """``(id, fields)`` of every entry of ``stream``, a page at a time (the next page starts
-    after the last id seen, so deleting a page's entries does not disturb the next)."""
-    import redis as redis_py
-
-    from solaris.serving.streams import as_bytes, stream_error
-
-    start: bytes | str = "-"
-    while True:
-        try:
-            entries = client.xrange(stream, min=start, max="+", count=_PAGE)
-        except redis_py.ResponseError as exc:
-            raise stream_error(stream, exc) from None
-        for entry_id, raw in entries:
-            yield as_bytes(entry_id), raw
-        if len(entries) < _PAGE:
-            return
-        start = b"(" + as_bytes(entries[-1][0])
 
 
 def _digest(fields: dict[bytes, bytes]) -> bytes:

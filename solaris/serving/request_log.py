@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -73,6 +74,7 @@ __all__ = [
     "append_request",
     "delete_entries",
     "read_request_log",
+    "stream_entries",
 ]
 
 log = logging.getLogger(__name__)
@@ -206,7 +208,7 @@ def read_request_log(
     skipped: list[tuple[bytes, str]] = []
     later = 0
     parsed: list[tuple[int, int, int, bytes, bytes, bytes]] = []
-    for entry_id, raw in _entries(client, stream, None if count is None else int(count)):
+    for entry_id, raw in stream_entries(client, stream, None if count is None else int(count)):
         try:
             entry = _parse_entry(raw, max_items)
         except ValueError as exc:
@@ -232,9 +234,12 @@ def delete_entries(client: redis.Redis, stream: str, ids: Sequence[bytes | str])
     return deleted
 
 
-def _entries(client: redis.Redis, stream: str, count: int | None):
+def stream_entries(
+    client: redis.Redis, stream: str, count: int | None = None
+) -> Iterator[tuple[bytes, Any]]:
     """``(id, fields)`` of the stream's oldest ``count`` entries (all when ``None``), oldest
-    first, fetched a page at a time (the next page starts after the last id seen)."""
+    first, fetched a page at a time (the next page starts after the last id seen, so
+    deleting a page's entries while iterating does not disturb the next)."""
     start = "-"
     left = count
     while left is None or left > 0:

@@ -51,6 +51,7 @@ __all__ = [
     "atomic_write_parquet",
     "atomic_write_private",
     "is_local",
+    "parquet_input",
     "publish_file",
     "read_state_bytes",
     "remove_tree",
@@ -128,6 +129,18 @@ def read_state_bytes(path: StatePath) -> bytes:
     where, filesystem = arrow_source(path)
     data: bytes = filesystem.cat_file(where, start=0)
     return data
+
+
+def parquet_input(path: StatePath) -> Any:
+    """What pyarrow's parquet readers take for the state file ``path``: the local path (read
+    column by column from disk), or the whole remote object in memory, fetched with one
+    ranged ``GET`` (:func:`read_state_bytes`; the cycle's files are small, and pyarrow's own
+    fsspec reads cost a ``HEAD`` and a listing each)."""
+    if is_local(path):
+        return str(path)
+    import pyarrow as pa
+
+    return pa.BufferReader(read_state_bytes(path))
 
 
 def _remote_footer_problem(path: StatePath) -> str | bool | None:

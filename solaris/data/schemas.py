@@ -32,7 +32,7 @@ from solaris.files import (
     arrow_source,
     atomic_write,
     is_local,
-    read_state_bytes,
+    parquet_input,
     state_path,
 )
 from solaris.times import MAX_EPOCH_S
@@ -628,18 +628,18 @@ def read_table(
 
 def _read_remote_files(paths: Sequence[StatePath], schema: pa.Schema, source: str) -> pa.Table:
     """Parquet files on object storage, each read whole with one ranged GET
-    (:func:`~solaris.files.read_state_bytes`: no ``HEAD``, no listing), the schema's columns
+    (:func:`~solaris.files.parquet_input`: no ``HEAD``, no listing), the schema's columns
     of each; the first file's columns are checked, as a dataset of the files would."""
     tables: list[pa.Table] = []
     for path in paths:
         try:
-            data = read_state_bytes(path)
+            data = parquet_input(path)
         except FileNotFoundError:
             raise SchemaError(str(path), None, "cannot read parquet: no such file") from None
         except OSError as exc:
             raise SchemaError(source, None, f"cannot read parquet: {exc}") from exc
         try:
-            table = pq.read_table(pa.BufferReader(data))
+            table = pq.read_table(data)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise SchemaError(str(path), None, f"cannot read parquet: {exc}") from exc
         if not tables:

@@ -410,13 +410,10 @@ def _read_table(path: StatePath) -> pa.Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from solaris.files import arrow_source, read_state_bytes
+    from solaris.files import parquet_input
 
-    where, filesystem = arrow_source(path)
     try:
-        if filesystem is None:
-            return pq.read_table(where)
-        return pq.read_table(pa.BufferReader(read_state_bytes(path)))  # one GET, no HEAD
+        return pq.read_table(parquet_input(path))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise CycleInputError(f"cannot read the cycle file {path}: {_one_line(exc)}") from exc
 

@@ -298,17 +298,12 @@ def parquet_rows(path: StatePath) -> int:
 
 def read_parquet(path: StatePath, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """A cycle file as a pandas frame (a local path or an fsspec one)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from solaris.files import arrow_source, read_state_bytes
+    from solaris.files import parquet_input
 
-    where, filesystem = arrow_source(path)
     picked = list(columns) if columns else None
     try:
-        if filesystem is None:
-            return pq.read_table(where, columns=picked).to_pandas()
-        # remote: one GET of the whole (small) file, no HEAD (solaris.files.read_state_bytes)
-        return pq.read_table(pa.BufferReader(read_state_bytes(path)), columns=picked).to_pandas()
+        return pq.read_table(parquet_input(path), columns=picked).to_pandas()
     except Exception as exc:
         raise CycleInputError(f"cannot read the cycle file {path}: {exc}") from exc

@@ -448,8 +448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.quick:
         args.rows, args.cadence_minutes = 300, 60.0
-    results = REPO / "bench" / "results"
-    args.json = args.json or results / ("steady_s3.json" if args.object_store else "steady.json")
+    folder = REPO / "bench" / "results"
+    args.json = args.json or folder / ("steady_s3.json" if args.object_store else "steady.json")
     store = None
     if args.object_store:
         from bench import object_store
